@@ -1,0 +1,1 @@
+"""Readers of native formats (agent trajectories, measured runs, GPU profiles) that write canonical Parquet."""
