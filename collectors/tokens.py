@@ -15,6 +15,7 @@ tokenizers (Llama 3, Claude) differ by roughly 10-20% on such text. Counts produ
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -41,7 +42,7 @@ def calibrate(trajs_dir: str | Path) -> tuple[float, int]:
     for f in sorted(Path(trajs_dir).glob("*/*.traj.json")):
         msgs = json.loads(f.read_text())["messages"]
         idx = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
-        for prev, cur in zip(idx, idx[1:], strict=False):
+        for prev, cur in itertools.pairwise(idx):
             u0 = msgs[prev]["extra"]["response"]["usage"]["prompt_tokens"]
             u1 = msgs[cur]["extra"]["response"]["usage"]["prompt_tokens"]
             chars += len(msgs[prev]["content"]) + len(msgs[prev + 1]["content"])

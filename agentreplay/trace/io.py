@@ -77,6 +77,7 @@ def write_tables(out_dir: str | os.PathLike[str], tables: dict[str, pa.Table]) -
             os.close(fd)
             temps[name] = Path(tmp)
             pq.write_table(table, tmp, compression="zstd")
+            os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are ordinary shareable files
         final = {}
         for name, tmp in temps.items():
             final[name] = out / f"{name}.parquet"

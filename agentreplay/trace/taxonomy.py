@@ -59,10 +59,11 @@ _TOOL_NAMES: Final[dict[str, str]] = {
 _WRAPPERS: Final = frozenset({"cd", "export", "env", "timeout", "time", "nohup", "sudo", "command", "exec",
                               "source", ".", "set", "unset", "(", "{", "then", "do", "else", "!"})
 _TEST_WORDS: Final = frozenset({"pytest", "py.test", "tox", "nox", "unittest", "runtests.py", "nosetests",
-                                "trial", "behave", "manage.py"})
+                                "trial", "behave", "manage.py", "bin/test", "pylint", "flake8", "mypy",
+                                "ruff", "pyright"})
 _BUILD_CMDS: Final = frozenset({"pip", "pip3", "make", "cmake", "ninja", "npm", "yarn", "cargo", "conda",
                                 "apt", "apt-get", "poetry", "uv", "mvn", "gradle", "go", "gcc", "cc", "g++",
-                                "meson", "bazel", "tsc"})
+                                "meson", "bazel", "tsc", "sphinx-build", "sphinx-apidoc", "maturin"})
 _EDIT_CMDS: Final = frozenset({"rm", "mv", "cp", "mkdir", "touch", "ed", "patch", "tee", "truncate", "ln",
                                "chmod", "rmdir", "dd"})
 _SEARCH_CMDS: Final = frozenset({"grep", "egrep", "fgrep", "rg", "ag", "ack", "find", "ls", "tree", "locate",
@@ -130,6 +131,11 @@ def _classify_simple(segment: str) -> str:
         if writes and not any(a.endswith(".py") for a in args[:1]) and args[:1] != ["-c"]:
             return "edit"
         return "test"
+    if words[0] in _TEST_WORDS:
+        return "test"
+    if base in ("pip", "pip3", "conda", "uv", "poetry") and not {"install", "uninstall", "download", "build",
+                                                                 "sync", "add", "create", "wheel"} & set(words):
+        return "other"  # pip list / freeze / show: inspects the environment, takes no build time
     if base in _BUILD_CMDS:
         if base in ("make",) and any(w in ("test", "check", "tests") for w in words[1:]):
             return "test"

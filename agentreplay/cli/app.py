@@ -1,0 +1,145 @@
+"""Typer application and the trace commands (collect, describe, query).
+
+Commands parse their options, call a plain function, and render what it returns; nothing here computes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    name="agentreplay",
+    help="Replay real LLM-agent traces through a hardware-aware serving simulator and validate it.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err = Console(stderr=True, soft_wrap=True)
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code)
+
+
+@app.command()
+def collect(
+    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help="mini-swe-agent|claude-code|swe-agent|lmcache|auto")],
+    path: Annotated[Path, typer.Argument(help="A native trace file or folder.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for programs/turns[/tool_calls].parquet")],
+    strict: Annotated[bool, typer.Option(help="Fail (exit 1, nothing written) if any file is skipped.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the ingest summary as JSON.")] = False,
+) -> None:
+    """Convert native agent trajectories into the canonical trace.
+
+    Example: agentreplay collect mini-swe-agent ../shared/datasets/swebench-verified-mini-swe-agent/trajs --out OUT
+    """
+    from collectors.base import CollectError
+    from collectors.base import collect as run_collect
+
+    try:
+        result = run_collect(fmt, path, out, strict=strict)
+    except CollectError as exc:
+        raise fail(str(exc)) from None
+    summary = result.summary()
+    if as_json:
+        console.print_json(json.dumps(summary))
+        return
+    table = Table(title=f"ingest summary ({summary['format']})", show_header=False)
+    for key in ("files_read", "programs", "turns", "tool_calls", "input_tokens", "output_tokens"):
+        table.add_row(key.replace("_", " "), f"{summary[key]:,}")
+    table.add_row("files skipped", str(len(result.skips)))
+    console.print(table)
+    for note in result.notes:
+        console.print(f"[dim]note:[/] {note}")
+    for skip in result.skips:
+        err.print(f"[yellow]skipped[/] {skip.path}: {skip.reason}")
+    console.print(f"wrote {out}/programs.parquet, {out}/turns.parquet"
+                  + (f", {out}/tool_calls.parquet" if result.trace.tool_calls is not None else ""))
+
+
+@app.command()
+def describe(
+    trace_dir: Annotated[Path, typer.Argument(help="A canonical trace folder.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the trace card as JSON.")] = False,
+) -> None:
+    """Print a trace card: sizes, token distributions, reuse, tool mix and tool-duration quantiles.
+
+    Example: agentreplay describe datasets/swebench-verified
+    """
+    from agentreplay.trace.describe import describe as run_describe
+    from agentreplay.trace.io import TraceError, read_trace
+
+    try:
+        card = run_describe(read_trace(trace_dir))
+    except TraceError as exc:
+        raise fail(str(exc)) from None
+    if as_json:
+        console.print_json(json.dumps(card))
+        return
+    head = Table(title=f"trace card: {trace_dir}", show_header=False)
+    head.add_row("programs / turns", f"{card['programs']:,} / {card['turns']:,}")
+    head.add_row("sources", ", ".join(card["sources"]))
+    if card["resolved"] is not None:
+        head.add_row("resolved", f"{card['resolved']:,}")
+    head.add_row("input / output tokens", f"{card['input_tokens_total']:,} / {card['output_tokens_total']:,}")
+    head.add_row("input:output ratio", f"{card['input_output_ratio']:.1f}")
+    head.add_row("reuse ratio (prompt tokens extending the previous context)", f"{card['reuse_ratio']:.3f}")
+    head.add_row("shared-prefix share of prompt tokens", f"{card['shared_prefix_ratio']:.4f}")
+    console.print(head)
+    dist = Table(title="distributions")
+    for col in ("", "mean", "p50", "p90", "p99", "max"):
+        dist.add_column(col, justify="right")
+    for key in ("turns_per_program", "input_tokens_per_turn", "output_tokens_per_turn", "input_tokens_per_program"):
+        d = card[key]
+        dist.add_row(key.replace("_", " "), *(f"{d[k]:,.0f}" for k in ("mean", "p50", "p90", "p99", "max")))
+    console.print(dist)
+    tools = Table(title="tool classes (duration after the LLM call, seconds)")
+    for col in ("class", "turns", "with duration", "mean", "p50", "p90", "p99", "max"):
+        tools.add_column(col, justify="right")
+    for cls, n in card["tool_class_mix"].items():
+        d = card["tool_duration_s"].get(cls)
+        cells = [f"{d[k]:.2f}" for k in ("mean", "p50", "p90", "p99", "max")] if d else ["-"] * 5
+        tools.add_row(cls, f"{n:,}", f"{d['n']:,}" if d else "0", *cells)
+    console.print(tools)
+    console.print(f"tool duration kinds: {card['tool_duration_kind']}")
+
+
+@app.command()
+def query(
+    sql: Annotated[str, typer.Argument(help="SQL; each NAME.parquet in --data is a table NAME.")],
+    data: Annotated[Path, typer.Option("--data", "-d", help="Folder of Parquet files.")] = Path("."),
+    as_json: Annotated[bool, typer.Option("--json", help="Print rows as JSON records.")] = False,
+) -> None:
+    """Run DuckDB SQL over the Parquet files of a folder.
+
+    Example: agentreplay query "select tool_class, count(*) from turns group by 1" --data datasets/swebench-verified
+    """
+    import duckdb
+
+    from agentreplay.query import query as run_query
+
+    try:
+        df = run_query(sql, data)
+    except (duckdb.Error, FileNotFoundError) as exc:
+        raise fail(str(exc)) from None
+    if as_json:
+        console.print_json(df.to_json(orient="records"))
+        return
+    table = Table()
+    for col in df.columns:
+        table.add_column(str(col))
+    for row in df.itertuples(index=False):
+        table.add_row(*(str(v) for v in row))
+    console.print(table)
+
+
+def main() -> None:
+    app()
