@@ -1,0 +1,309 @@
+"""Operator-level roofline model pricing one engine iteration (a continuous-batching step) in seconds.
+
+An iteration runs every scheduled token through the model once: prefill chunks (``chunk_tokens`` new tokens
+after ``cached_prefix_tokens`` already in the KV cache) and decode tokens (one per running sequence, attending to
+``ctx`` cached tokens). Each operator costs ``max(FLOPs / (peak * compute_eff), bytes / (bw * bandwidth_eff))``;
+the iteration is the sum over operators and layers plus fixed overheads:
+
+- linear layers (qkv, o, gate_up, down; MoE: router + experts) read their weights once per iteration, whatever
+  the token count; MoE experts compute only for the ``k`` active experts per token but read the weights of every
+  expert the batch touches, E * (1 - (1 - k/E) ** tokens) in expectation under uniform routing;
+- attention: prefill FLOPs 4 * chunk * (prefix + chunk/2) * q_width per layer plus the KV bytes it reads/writes;
+  decode is a per-context-token cost max(FLOP time, KV-byte time), linear in the context;
+- norms, rotary embedding, activation, embedding and sampler: memory-bound on activations;
+- TP > 1: two all-reduces per layer plus one after the embedding (ring: 2 (tp-1)/tp * bytes / link + latency),
+  and a gather of the logits;
+- LM head and sampler only for sequences that emit a token this iteration;
+- a fixed cost per kernel launched, per sequence, and per iteration (framework).
+
+Decode-only iterations cost ``A(n) + c * sum_ctx`` exactly (``A`` depends only on the number of sequences), so
+``decode_steps_time_s`` sums k steps in closed form and the simulator can jump over many decode iterations.
+
+Precision: linear layers use ``dtype`` weights at the fp8 tensor peak when ``dtype == "fp8"`` and the GPU has fp8
+tensor cores; otherwise (bf16, or fp8 on Ampere = weight-only fp8) at the bf16 peak. Embedding, LM head, norms,
+router and activations stay bf16; attention runs at the bf16 peak; the KV cache uses ``kv_dtype``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from agentreplay.perf.catalog import (
+    ACT_BYTES,
+    DTYPE_BYTES,
+    Dtype,
+    Efficiency,
+    GpuSpec,
+    ModelSpec,
+    check_dtype,
+    load_gpu,
+    load_model,
+)
+
+#: A prefill item: (chunk_tokens, cached_prefix_tokens) or (chunk_tokens, cached_prefix_tokens, emits_token).
+PrefillItem = tuple[int, int] | tuple[int, int, bool]
+
+#: Operator names of :meth:`PerfModel.breakdown`, in pricing order (names follow LLMServingSim's profiles).
+OPERATORS: tuple[str, ...] = (
+    "embedding", "layernorm", "qkv_proj", "rotary_emb", "attention_prefill", "attention_decode", "o_proj",
+    "moe_router", "gate_up_proj", "act_fn", "down_proj", "final_layernorm", "lm_head", "sampler", "tp_comm",
+    "kernel_overhead", "framework_overhead",
+)
+
+_KERNELS_PER_LAYER = 9  # 2 fused add+RMSNorm, qkv, rotary, attention, o, gate_up, act, down
+_KERNELS_PER_MOE_LAYER = 2  # router GEMM, top-k + token alignment
+
+
+@runtime_checkable
+class IterationPricer(Protocol):
+    """What the engine needs from a performance model (this one, or e.g. a measured table)."""
+
+    def iteration_time_s(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> float: ...
+    def decode_only_time_s(self, n_seqs: int, sum_ctx: int) -> float: ...
+    def decode_steps_time_s(self, n_seqs: int, sum_ctx: int, k: int) -> float: ...
+
+
+def _linear(k_in: int, n_out: int, peak: float, w_bytes: int, bw: float) -> tuple[float, float, float]:
+    """(compute seconds per token, weight-read seconds, activation seconds per token) of a k_in x n_out GEMM."""
+    return 2.0 * k_in * n_out / peak, k_in * n_out * w_bytes / bw, (k_in + n_out) * ACT_BYTES / bw
+
+
+def _cost(op: tuple[float, float, float], tokens: int) -> float:
+    flop_s, weight_s, act_s = op
+    return max(tokens * flop_s, weight_s + tokens * act_s)
+
+
+class PerfModel:
+    """Prices iterations for one (GPU, model, dtype, TP) with the given efficiencies. Times are seconds.
+
+    Invariants: more tokens or longer contexts never cost less; ``iteration_time_s([], ctxs)`` equals
+    ``decode_only_time_s(len(ctxs), sum(ctxs))`` bit for bit; ``sum(breakdown(...).values())`` equals
+    ``iteration_time_s(...)`` up to rounding. An empty iteration costs 0.
+    """
+
+    def __init__(
+        self,
+        gpu: GpuSpec,
+        model: ModelSpec,
+        dtype: Dtype = "bf16",
+        tp: int = 1,
+        efficiency: Efficiency | None = None,
+        kv_dtype: Dtype = "bf16",
+    ) -> None:
+        check_dtype(dtype)
+        check_dtype(kv_dtype, "kv_dtype")
+        model.validate_tp(tp)
+        eff = efficiency if efficiency is not None else gpu.efficiency
+        self.gpu, self.model, self.dtype, self.tp, self.kv_dtype, self.efficiency = gpu, model, dtype, tp, kv_dtype, eff
+
+        bw = gpu.mem_bandwidth_gbps * 1e9 * eff.bandwidth_efficiency  # bytes/s, weights and activations
+        kv_bw = gpu.mem_bandwidth_gbps * 1e9 * eff.attn_decode_efficiency  # bytes/s, paged KV-cache traffic
+        gemm = gpu.gemm_peak_tflops(dtype) * 1e12 * eff.compute_efficiency  # FLOP/s, dtype linear layers
+        bf16 = gpu.bf16_tflops * 1e12 * eff.compute_efficiency  # FLOP/s, bf16 linear layers (LM head, router)
+        attn = gpu.bf16_tflops * 1e12 * eff.attn_prefill_efficiency  # FLOP/s, attention
+        wb = DTYPE_BYTES[dtype]
+        h = model.hidden_size
+        q = model.num_attention_heads * model.head_dim // tp  # query (and attention output) width per rank
+        kv = model.kv_heads_per_rank(tp) * model.head_dim  # K (or V) width per rank
+        i = model.mlp_width // tp  # MLP width per rank (per expert for MoE)
+        self._layers = model.num_hidden_layers
+
+        self._qkv = _linear(h, q + 2 * kv, gemm, wb, bw)
+        self._o = _linear(q, h, gemm, wb, bw)
+        self._moe = model.is_moe
+        fanout = model.experts_per_token if model.is_moe else 1  # copies of each token through the MLP
+        self._n_experts = model.num_experts
+        self._experts_per_token = model.experts_per_token
+        self._router = _linear(h, model.num_experts, bf16, ACT_BYTES, bw) if model.is_moe else (0.0, 0.0, 0.0)
+        # gate_up / down: per-token terms include the top-k fan-out; the weight term is per expert for MoE.
+        gu_flop, gu_w, gu_act = _linear(h, 2 * i, gemm, wb, bw)
+        dn_flop, dn_w, dn_act = _linear(i, h, gemm, wb, bw)
+        self._gate_up = (gu_flop * fanout, gu_w, gu_act * fanout)
+        self._down = (dn_flop * fanout, dn_w, dn_act * fanout)
+
+        # Memory-bound elementwise work, seconds per token per layer.
+        self._norm_tok = 2 * 4 * h * ACT_BYTES / bw  # 2 fused add+RMSNorm: read x and residual, write both
+        rope_elems = 2 * (q + kv) * (2 if model.qk_norm else 1)  # read+write q and k (+ Qwen3's q/k norm)
+        self._rope_tok = rope_elems * ACT_BYTES / bw
+        self._act_tok = 3 * i * fanout * ACT_BYTES / bw  # SiLU-and-mul: read gate and up, write the product
+        # Once per iteration, seconds per token.
+        self._embed_tok = 2 * h * ACT_BYTES / bw  # gather a row, write it
+        self._final_norm_tok = 4 * h * ACT_BYTES / bw
+        self._lm_head = _linear(h, -(-model.vocab_size // tp), bf16, ACT_BYTES, bw)
+        self._sampler_tok = 2 * model.vocab_size * 4 / bw  # fp32 logits read by softmax and by sampling
+
+        # Attention. Per layer: prefill FLOPs = 4 * sum(chunk * (prefix + chunk/2)) * q; KV traffic of a chunk =
+        # read (prefix + chunk) tokens + write chunk tokens; q in and o out. Decode: each of ctx + 1 keys costs
+        # the larger of its FLOP time and its KV-byte time; each sequence writes its new K/V and reads q / o.
+        kv_tok = 2 * kv * DTYPE_BYTES[kv_dtype]  # KV bytes per token per layer per rank
+        self._pf_flop_s = 4.0 * q / attn  # seconds per unit of chunk * (prefix + chunk/2)
+        self._pf_prefix_s = kv_tok / kv_bw  # seconds per prefix token read
+        self._pf_chunk_s = 2 * kv_tok / kv_bw + 2 * q * ACT_BYTES / bw  # per chunk token: KV read+write, q/o
+        self._c_key = self._layers * max(4.0 * q / attn, kv_tok / kv_bw)  # seconds per decode context token
+        self._dec_seq_s = self._c_key + self._layers * (kv_tok / kv_bw + 2 * q * ACT_BYTES / bw)  # per sequence
+
+        # Tensor-parallel collectives.
+        self._tp_on = tp > 1
+        link = gpu.interconnect_bw_gbps * 1e9 * eff.allreduce_efficiency
+        self._ar_lat = eff.allreduce_latency_us * 1e-6
+        self._ar_tok = 2 * (tp - 1) / tp * h * ACT_BYTES / link  # ring all-reduce seconds per token
+        self._n_ar = 2 * self._layers + 1  # after attention and MLP in every layer, and after the embedding
+        self._gather_tok = (tp - 1) / tp * model.vocab_size * ACT_BYTES / link  # logits gather per emitting seq
+
+        per_layer = _KERNELS_PER_LAYER + (_KERNELS_PER_MOE_LAYER if model.is_moe else 0)
+        self._kernel_s = eff.kernel_overhead_us * 1e-6
+        self._kernels_body = self._layers * per_layer + 2  # + embedding, final norm
+        self._framework_s = eff.framework_overhead_ms * 1e-3
+        self._per_seq_s = eff.per_seq_overhead_us * 1e-6
+
+    @classmethod
+    def from_names(cls, gpu: str, model: str, dtype: Dtype = "bf16", tp: int = 1, **kwargs: object) -> PerfModel:
+        """Build from catalog keys, e.g. ``PerfModel.from_names("h100-sxm", "llama-3.1-8b")``."""
+        return cls(load_gpu(gpu), load_model(model), dtype, tp, **kwargs)  # type: ignore[arg-type]
+
+    # ---- core ---------------------------------------------------------------------------------------------
+    def _experts(self, tokens: int) -> tuple[float, float]:
+        """(gate_up, down) seconds per layer for MoE experts: weights of the distinct experts touched."""
+        e = self._n_experts
+        touched = e * (1.0 - (1.0 - self._experts_per_token / e) ** tokens)
+        gu, dn = self._gate_up, self._down
+        return (
+            max(tokens * gu[0], touched * gu[1] + tokens * gu[2]),
+            max(tokens * dn[0], touched * dn[1] + tokens * dn[2]),
+        )
+
+    def _terms(
+        self, tokens: int, emit: int, seqs: int, pf_work: float, pf_prefix: int, pf_chunk: int, n_dec: int,
+        sum_ctx: int,
+    ) -> tuple[float, ...]:
+        """Seconds per operator, in :data:`OPERATORS` order. ``pf_work`` = sum(chunk * (prefix + chunk/2))."""
+        if tokens == 0:
+            return (0.0,) * len(OPERATORS)
+        n_layers = self._layers
+        if self._moe:
+            gate_up, down = self._experts(tokens)
+            router = _cost(self._router, tokens)
+        else:
+            gate_up, down = _cost(self._gate_up, tokens), _cost(self._down, tokens)
+            router = 0.0
+        attn_pf = 0.0
+        if pf_chunk:
+            attn_pf = n_layers * max(
+                pf_work * self._pf_flop_s, pf_prefix * self._pf_prefix_s + pf_chunk * self._pf_chunk_s
+            )
+        attn_dec = self._c_key * sum_ctx + self._dec_seq_s * n_dec
+        lm_head = _cost(self._lm_head, emit) if emit else 0.0
+        comm = 0.0
+        if self._tp_on:
+            comm = self._n_ar * (self._ar_lat + tokens * self._ar_tok)
+            if emit:
+                comm += self._ar_lat + emit * self._gather_tok
+        kernels = self._kernels_body + (2 if emit else 0)  # + LM head, sampler
+        return (
+            tokens * self._embed_tok,
+            n_layers * tokens * self._norm_tok,
+            n_layers * _cost(self._qkv, tokens),
+            n_layers * tokens * self._rope_tok,
+            attn_pf,
+            attn_dec,
+            n_layers * _cost(self._o, tokens),
+            n_layers * router,
+            n_layers * gate_up,
+            n_layers * tokens * self._act_tok,
+            n_layers * down,
+            tokens * self._final_norm_tok,
+            lm_head,
+            emit * self._sampler_tok,
+            comm,
+            kernels * self._kernel_s,
+            self._framework_s + seqs * self._per_seq_s,
+        )
+
+    def _summarise(
+        self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]
+    ) -> tuple[int, int, int, float, int, int, int, int]:
+        pf_work = 0.0
+        pf_prefix = pf_chunk = emit = 0
+        for item in prefill:
+            chunk, prefix = item[0], item[1]
+            if chunk < 1 or prefix < 0:
+                raise ValueError(f"prefill item {item!r}: need chunk_tokens >= 1 and cached_prefix_tokens >= 0")
+            pf_work += chunk * (prefix + 0.5 * chunk)
+            pf_prefix += prefix
+            pf_chunk += chunk
+            if len(item) < 3 or item[2]:
+                emit += 1
+        n_dec = len(decode_ctx)
+        sum_ctx = sum(decode_ctx)
+        if sum_ctx < 0:
+            raise ValueError(f"decode contexts must be >= 0 tokens; their sum is {sum_ctx}")
+        return pf_chunk + n_dec, emit + n_dec, len(prefill) + n_dec, pf_work, pf_prefix, pf_chunk, n_dec, sum_ctx
+
+    # ---- public API ---------------------------------------------------------------------------------------
+    def iteration_time_s(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> float:
+        """Seconds for one iteration.
+
+        ``prefill``: (chunk_tokens, cached_prefix_tokens[, emits_token=True]) per prefilling sequence; a chunk
+        emits a token when it completes its prompt. ``decode_ctx``: tokens already in the KV cache for each
+        decoding sequence (each decodes one token and emits it).
+        """
+        return sum(self._terms(*self._summarise(prefill, decode_ctx)))
+
+    def breakdown(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> dict[str, float]:
+        """Seconds per operator (all :data:`OPERATORS`, summed over layers) for the same iteration."""
+        return dict(zip(OPERATORS, self._terms(*self._summarise(prefill, decode_ctx)), strict=True))
+
+    def decode_only_time_s(self, n_seqs: int, sum_ctx: int) -> float:
+        """Seconds for an iteration of ``n_seqs`` decodes whose contexts sum to ``sum_ctx`` tokens
+        (depends on the contexts only through their sum)."""
+        if n_seqs < 0 or sum_ctx < 0:
+            raise ValueError(f"n_seqs={n_seqs} and sum_ctx={sum_ctx} must be >= 0")
+        return sum(self._terms(n_seqs, n_seqs, n_seqs, 0.0, 0, 0, n_seqs, sum_ctx))
+
+    def decode_steps_time_s(self, n_seqs: int, sum_ctx: int, k: int) -> float:
+        """Seconds for ``k`` consecutive decode-only iterations of ``n_seqs`` sequences, the first with context
+        sum ``sum_ctx``, each next one ``n_seqs`` tokens longer. Closed form: k A + c (k S + n k (k-1) / 2)."""
+        if k < 0:
+            raise ValueError(f"k={k} steps must be >= 0")
+        if k == 0 or n_seqs == 0:
+            return 0.0
+        base = self.decode_only_time_s(n_seqs, 0)
+        return k * base + self._c_key * (k * sum_ctx + n_seqs * (k * (k - 1) // 2))
+
+    def decode_steps_within(self, n_seqs: int, sum_ctx: int, horizon_s: float) -> int:
+        """Largest k with ``decode_steps_time_s(n_seqs, sum_ctx, k) <= horizon_s`` (0 if even one step is
+        longer). Lets the engine stop a run of decode steps at the next external event."""
+        if n_seqs <= 0:
+            raise ValueError(f"n_seqs={n_seqs} must be >= 1")
+        if horizon_s <= 0:
+            return 0
+        a = self.decode_only_time_s(n_seqs, sum_ctx)  # first step
+        g = self._c_key * n_seqs  # each step costs g more than the previous
+        # k a + g k (k-1) / 2 <= H  ->  (g/2) k^2 + (a - g/2) k - H <= 0
+        if g == 0:
+            k = math.floor(horizon_s / a)
+        else:
+            b = a - g / 2
+            k = math.floor((-b + math.sqrt(b * b + 2 * g * horizon_s)) / g)
+        k = max(k, 0)
+        while k > 0 and self.decode_steps_time_s(n_seqs, sum_ctx, k) > horizon_s:
+            k -= 1
+        while self.decode_steps_time_s(n_seqs, sum_ctx, k + 1) <= horizon_s:
+            k += 1
+        return k
+
+    def prefill_time_s(self, tokens: int, cached: int = 0) -> float:
+        """Seconds to prefill ``tokens`` new tokens after ``cached`` cached ones, alone, in one chunk."""
+        return self.iteration_time_s([(tokens, cached)], ())
+
+    def decode_step_time_s(self, batch: int, ctx: int) -> float:
+        """Seconds for one decode step of ``batch`` sequences each with ``ctx`` cached tokens."""
+        return self.decode_only_time_s(batch, batch * ctx)
+
+    def __repr__(self) -> str:
+        return (
+            f"PerfModel(gpu={self.gpu.name!r}, model={self.model.name!r}, dtype={self.dtype!r}, tp={self.tp}, "
+            f"kv_dtype={self.kv_dtype!r})"
+        )
