@@ -143,3 +143,11 @@ def query(
 
 def main() -> None:
     app()
+
+
+def _register() -> None:
+    """Import the command modules so their ``@app.command()`` decorators run."""
+    from agentreplay.cli import sim  # noqa: F401
+
+
+_register()

@@ -1,0 +1,131 @@
+"""``simulate`` and ``catalog`` commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.table import Table
+
+from agentreplay.cli.app import app, console, fail
+
+
+def build_config(config: Path | None, overrides: dict[str, dict[str, Any]]) -> Any:
+    """The TOML file (or defaults) with the command-line options that were given applied on top."""
+    from agentreplay.sim.config import ConfigError, SimConfig, load
+
+    try:
+        cfg = load(config) if config else SimConfig()
+        sections = {k: {f: v for f, v in fields.items() if v is not None} for k, fields in overrides.items()
+                    if k != "seed"}
+        cfg = cfg.replace(**{k: v for k, v in sections.items() if v})
+        if overrides.get("seed") is not None:
+            cfg = cfg.replace(seed=overrides["seed"])
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    return cfg
+
+
+def print_summary(s: dict[str, Any], title: str = "simulation summary") -> None:
+    table = Table(title=title, show_header=False)
+    c = s["cluster"]
+    table.add_row("cluster", f"{c['instances']} x {c['model']} {c['dtype']} on {c['tp']}x {c['gpu']}, "
+                             f"{c['num_gpu_blocks']:,} KV blocks/instance ({c['kv_blocks_from']}), "
+                             f"max_num_seqs {c['max_num_seqs']}, max_num_batched_tokens {c['max_num_batched_tokens']}")
+    table.add_row("programs / turns", f"{s['programs']:,} / {s['turns']:,}")
+    table.add_row("makespan", f"{s['makespan_s']:,.1f} s")
+    for key, label in (("jct_s", "JCT"), ("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("queued_s", "queueing")):
+        q = s[key]
+        table.add_row(f"{label} mean / p50 / p90 / p99 (s)",
+                      f"{q['mean']:.3f} / {q['p50']:.3f} / {q['p90']:.3f} / {q['p99']:.3f}")
+    table.add_row("throughput", f"{s['throughput_programs_per_s']:.4f} programs/s, "
+                                f"{s['throughput_output_tokens_per_s']:,.0f} output tokens/s")
+    table.add_row("prefix hit rate", f"{s['prefix_hit_rate']:.3f} (shared prefix "
+                                     f"{s['prefix_hit_rate_shared_prefix']:.3f}, own history "
+                                     f"{s['prefix_hit_rate_own_history']:.3f})")
+    table.add_row("preemptions / recomputed tokens", f"{s['preemptions']:,} / {s['recomputed_tokens']:,}")
+    console.print(table)
+
+
+@app.command()
+def simulate(
+    trace: Annotated[Path, typer.Option("--trace", "-t", help="Canonical trace folder.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")],
+    gpu: Annotated[str | None, typer.Option(help="GPU catalog name (see `agentreplay catalog`).")] = None,
+    model: Annotated[str | None, typer.Option(help="Model catalog name.")] = None,
+    dtype: Annotated[str | None, typer.Option(help="bf16 | fp8")] = None,
+    tp: Annotated[int | None, typer.Option(help="Tensor-parallel degree.")] = None,
+    instances: Annotated[int | None, typer.Option(help="Number of instances.")] = None,
+    router: Annotated[str | None, typer.Option(help="round-robin | least-loaded")] = None,
+    arrival: Annotated[str | None, typer.Option(help="closed | poisson | trace")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Programs in flight (closed loop).")] = None,
+    rate: Annotated[float | None, typer.Option(help="Programs per second (poisson).")] = None,
+    max_programs: Annotated[int | None, typer.Option(help="Replay only the first N programs.")] = None,
+    tools: Annotated[str | None, typer.Option(help="replay | fixed | scale")] = None,
+    tool_scale: Annotated[float | None, typer.Option(help="Multiplier for --tools scale.")] = None,
+    tool_fixed: Annotated[float | None, typer.Option(help="Seconds per gap for --tools fixed.")] = None,
+    num_gpu_blocks: Annotated[int | None, typer.Option(help="KV blocks per instance (overrides memory model).")] = None,
+    max_num_seqs: Annotated[int | None, typer.Option(help="vLLM max_num_seqs.")] = None,
+    max_num_batched_tokens: Annotated[int | None, typer.Option(help="vLLM max_num_batched_tokens.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Random seed.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="TOML config; options override it.")] = None,
+    quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+) -> None:
+    """Replay a trace on a simulated cluster; write turns/programs/instances.parquet, summary.json, config.toml.
+
+    Example: agentreplay simulate --trace datasets/swebench-verified --gpu h100-sxm --model llama-3.1-8b
+    --concurrency 64 --out out/sim
+    """
+    from agentreplay.sim import CapacityError
+    from agentreplay.sim import simulate as run_simulate
+    from agentreplay.trace.io import TraceError, read_trace
+
+    cfg = build_config(config, {
+        "hardware": {"gpu": gpu, "model": model, "dtype": dtype, "tp": tp, "instances": instances},
+        "router": {"policy": router},
+        "workload": {"arrival": arrival, "concurrency": concurrency, "rate_per_s": rate, "max_programs": max_programs},
+        "tools": {"mode": tools, "scale": tool_scale, "fixed_s": tool_fixed},
+        "cache": {"num_gpu_blocks": num_gpu_blocks},
+        "scheduler": {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens},
+        "seed": seed,
+    })
+    try:
+        tr = read_trace(trace)
+    except TraceError as exc:
+        raise fail(str(exc)) from None
+    try:
+        with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, disable=quiet, transient=True) as bar:
+            task = bar.add_task("programs", total=tr.programs.shape[0])
+            result = run_simulate(tr, cfg, progress=lambda done, total: bar.update(task, completed=done, total=total))
+    except (CapacityError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    result.write(out)
+    print_summary(result.summary)
+    console.print(f"wrote {out}/turns.parquet, programs.parquet, instances.parquet, summary.json, config.toml")
+
+
+@app.command()
+def catalog() -> None:
+    """List the GPUs and models the performance model knows, with their key numbers."""
+    from agentreplay.perf import list_gpus, list_models, load_gpu, load_model
+
+    gt = Table(title="GPUs")
+    for col in ("name", "memory GiB", "HBM GB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "interconnect GB/s"):
+        gt.add_column(col, justify="right")
+    for name in list_gpus():
+        g = load_gpu(name)
+        gt.add_row(name, f"{g.memory_gib:g}", f"{g.mem_bandwidth_gbps:,.0f}", f"{g.bf16_tflops:g}",
+                   f"{g.fp8_tflops:g}" if g.has_fp8 else "-", f"{g.interconnect} {g.interconnect_bw_gbps:g}")
+    console.print(gt)
+    mt = Table(title="models")
+    for col in ("name", "params (B)", "layers", "hidden", "heads / kv", "experts (active)", "KV bytes/token bf16"):
+        mt.add_column(col, justify="right")
+    for name in list_models():
+        m = load_model(name)
+        experts = f"{m.num_experts} ({m.experts_per_token})" if m.is_moe else "-"
+        mt.add_row(name, f"{m.param_count() / 1e9:.2f}", str(m.num_hidden_layers), str(m.hidden_size),
+                   f"{m.num_attention_heads} / {m.num_key_value_heads}", experts, f"{m.kv_bytes_per_token('bf16'):,}")
+    console.print(mt)

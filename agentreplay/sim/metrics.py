@@ -1,0 +1,163 @@
+"""Metrics: per-turn and per-program records, per-instance time series, and the run summary.
+
+Definitions (DESIGN §4, used everywhere):
+
+- JCT = finish of the program's last turn - program arrival.
+- TTFT = first token - turn release (queueing, prefill and any preemption included).
+- TPOT = (last token - first token) / (output tokens - 1), for turns with more than one output token.
+- Throughput = completed programs (or output tokens) per second, over the run's makespan (first arrival to last
+  finish).
+- Prefix hit rate = prompt tokens served from the HBM prefix cache at admission / prompt tokens; split into the
+  cross-program shared prefix and the program's own history.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from agentreplay.sim.request import Request
+from agentreplay.sim.workload import Workload
+
+
+class Recorder:
+    """Preallocated arrays indexed by global turn / program index (no per-turn objects kept)."""
+
+    def __init__(self, workload: Workload, interval_s: float) -> None:
+        n, m = workload.n_turns, workload.n_programs
+        self.w = workload
+        self.turn_instance = np.full(n, -1, dtype=np.int32)
+        self.turn_release_s = np.full(n, np.nan)
+        self.turn_first_sched_s = np.full(n, np.nan)
+        self.turn_first_token_s = np.full(n, np.nan)
+        self.turn_finish_s = np.full(n, np.nan)
+        self.turn_cached = np.zeros(n, dtype=np.int64)
+        self.turn_cached_prefix = np.zeros(n, dtype=np.int64)
+        self.turn_recomputed = np.zeros(n, dtype=np.int64)
+        self.turn_preemptions = np.zeros(n, dtype=np.int32)
+        self.turn_tool_s = np.full(n, np.nan)
+        self.program_arrival_s = np.full(m, np.nan)
+        self.program_finish_s = np.full(m, np.nan)
+        self.interval_s = interval_s
+        self._next_sample: dict[int, float] = {}
+        self.samples: list[tuple[float, int, int, int, int, int]] = []
+
+    def record_turn(self, r: Request) -> None:
+        t = r.turn
+        self.turn_instance[t] = r.instance
+        self.turn_release_s[t] = r.release_s
+        self.turn_first_sched_s[t] = r.first_sched_s
+        self.turn_first_token_s[t] = r.first_token_s
+        self.turn_finish_s[t] = r.finish_s
+        self.turn_cached[t] = r.cached_tokens
+        self.turn_cached_prefix[t] = r.cached_prefix_tokens
+        self.turn_recomputed[t] = r.recomputed_tokens
+        self.turn_preemptions[t] = r.preemptions
+
+    def sample(self, inst: Any) -> None:
+        """Instance time series, at most one sample per ``interval_s`` per instance."""
+        now = inst.engine.now
+        if now < self._next_sample.get(inst.index, 0.0):
+            return
+        self._next_sample[inst.index] = now + self.interval_s
+        pool = inst.pool
+        self.samples.append((now, inst.index, pool.used_blocks, pool.num_blocks, len(inst.sched.running),
+                             len(inst.sched.waiting)))
+
+    # ---- tables --------------------------------------------------------------------------------------------
+    def turns_frame(self) -> pd.DataFrame:
+        w = self.w
+        prog = np.repeat(np.arange(w.n_programs), np.diff(w.turn_start))
+        turn_idx = np.arange(w.n_turns) - w.turn_start[prog]
+        out = w.output_tokens
+        ttft = self.turn_first_token_s - self.turn_release_s
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(out > 1, (self.turn_finish_s - self.turn_first_token_s) / (out - 1), np.nan)
+        return pd.DataFrame({
+            "program_id": np.asarray(w.program_ids, dtype=object)[prog],
+            "turn_idx": turn_idx.astype(np.int32),
+            "instance": self.turn_instance,
+            "release_s": self.turn_release_s,
+            "first_scheduled_s": self.turn_first_sched_s,
+            "first_token_s": self.turn_first_token_s,
+            "finish_s": self.turn_finish_s,
+            "queued_s": self.turn_first_sched_s - self.turn_release_s,
+            "ttft_s": ttft,
+            "tpot_s": tpot,
+            "input_tokens": w.input_tokens,
+            "output_tokens": out,
+            "cached_tokens": self.turn_cached,
+            "cached_prefix_tokens": self.turn_cached_prefix,
+            "computed_prompt_tokens": w.input_tokens - self.turn_cached,
+            "recomputed_tokens": self.turn_recomputed,
+            "preemptions": self.turn_preemptions,
+            "tool_s": self.turn_tool_s,
+        })
+
+    def programs_frame(self, turns: pd.DataFrame) -> pd.DataFrame:
+        w = self.w
+        g = turns.groupby("program_id", sort=False)
+        agg = pd.DataFrame({
+            "n_turns": g.size(),
+            "input_tokens": g["input_tokens"].sum(),
+            "output_tokens": g["output_tokens"].sum(),
+            "cached_tokens": g["cached_tokens"].sum(),
+            "tool_s": g["tool_s"].sum(),
+            "queued_s": g["queued_s"].sum(),
+            "preemptions": g["preemptions"].sum(),
+        }).reindex(w.program_ids)
+        df = pd.DataFrame({
+            "program_id": w.program_ids,
+            "task_id": w.task_ids,
+            "arrival_s": self.program_arrival_s,
+            "finish_s": self.program_finish_s,
+            "jct_s": self.program_finish_s - self.program_arrival_s,
+        })
+        for col in agg.columns:
+            df[col] = agg[col].to_numpy()
+        df["hit_rate"] = df["cached_tokens"] / df["input_tokens"]
+        df["migrations"] = 0
+        return df
+
+    def instances_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.samples, columns=["time_s", "instance", "kv_used_blocks", "kv_total_blocks",
+                                                   "running", "waiting"])
+
+
+def _q(x: np.ndarray) -> dict[str, float]:
+    x = x[~np.isnan(x)]
+    if len(x) == 0:
+        return {"mean": float("nan"), "p50": float("nan"), "p90": float("nan"), "p99": float("nan")}
+    return {"mean": float(x.mean()), "p50": float(np.quantile(x, 0.5)), "p90": float(np.quantile(x, 0.9)),
+            "p99": float(np.quantile(x, 0.99))}
+
+
+def summarize(turns: pd.DataFrame, programs: pd.DataFrame) -> dict[str, Any]:
+    """Run-level figures (definitions in the module docstring)."""
+    start = float(programs["arrival_s"].min())
+    end = float(programs["finish_s"].max())
+    makespan = end - start
+    inp = int(turns["input_tokens"].sum())
+    out = int(turns["output_tokens"].sum())
+    cached = int(turns["cached_tokens"].sum())
+    cached_prefix = int(turns["cached_prefix_tokens"].sum())
+    return {
+        "programs": len(programs),
+        "turns": len(turns),
+        "makespan_s": makespan,
+        "jct_s": _q(programs["jct_s"].to_numpy(dtype=float)),
+        "ttft_s": _q(turns["ttft_s"].to_numpy(dtype=float)),
+        "tpot_s": _q(turns["tpot_s"].to_numpy(dtype=float)),
+        "queued_s": _q(turns["queued_s"].to_numpy(dtype=float)),
+        "throughput_programs_per_s": len(programs) / makespan if makespan > 0 else float("nan"),
+        "throughput_output_tokens_per_s": out / makespan if makespan > 0 else float("nan"),
+        "input_tokens": inp,
+        "output_tokens": out,
+        "prefix_hit_rate": cached / inp if inp else 0.0,
+        "prefix_hit_rate_shared_prefix": cached_prefix / inp if inp else 0.0,
+        "prefix_hit_rate_own_history": (cached - cached_prefix) / inp if inp else 0.0,
+        "recomputed_tokens": int(turns["recomputed_tokens"].sum()),
+        "preemptions": int(turns["preemptions"].sum()),
+    }

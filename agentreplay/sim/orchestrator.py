@@ -1,0 +1,108 @@
+"""Program Orchestrator: per-program state machine and arrivals.
+
+A program arrives, releases turn 0, and from then on releases turn t+1 only after turn t finished decoding
+*and* its tool call (the Tool Simulator's gap) elapsed (DESIGN §1). Arrival modes: ``closed`` (N programs in
+flight, the next starts the moment one finishes, like a pool of N agent workers), ``poisson`` (exponential
+inter-arrival times at ``rate_per_s``, from the orchestrator's own seeded generator) and ``trace`` (the
+trace's ``arrival_s``, shifted so the first program arrives at 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from agentreplay.kv.segment_pool import Segment
+from agentreplay.sim.config import WorkloadConfig
+from agentreplay.sim.engine import PHASE_RELEASE, Engine
+from agentreplay.sim.instance import Instance
+from agentreplay.sim.metrics import Recorder
+from agentreplay.sim.request import Request
+from agentreplay.sim.router import Router
+from agentreplay.sim.tools import ToolModel
+from agentreplay.sim.workload import Workload
+
+
+class Orchestrator:
+    def __init__(self, engine: Engine, workload: Workload, cfg: WorkloadConfig, tools: ToolModel, router: Router,
+                 instances: Sequence[Instance], recorder: Recorder, rng_arrivals: np.random.Generator,
+                 rng_tools: np.random.Generator, block_size: int) -> None:
+        self.engine = engine
+        self.w = workload
+        self.cfg = cfg
+        self.tools = tools
+        self.router = router
+        self.instances = instances
+        self.rec = recorder
+        self.rng_arrivals = rng_arrivals
+        self.rng_tools = rng_tools
+        self.bs = block_size
+        self._next_program = 0
+        self.done_programs = 0
+
+    def start(self) -> None:
+        n = self.w.n_programs
+        mode = self.cfg.arrival
+        if mode == "closed":
+            for _ in range(min(self.cfg.concurrency, n)):
+                self._arrive_next()
+        elif mode == "poisson":
+            gaps = self.rng_arrivals.exponential(1.0 / self.cfg.rate_per_s, size=n)
+            times = np.cumsum(gaps) - gaps[0]
+            for p in range(n):
+                self.engine.at(float(times[p]), PHASE_RELEASE, self._arrive, p)
+            self._next_program = n
+        else:
+            arr = self.w.arrival_s
+            if np.isnan(arr).any():
+                p = int(np.argmax(np.isnan(arr)))
+                raise ValueError(f"arrival 'trace': program {self.w.program_ids[p]!r} has no arrival_s")
+            arr = arr - arr.min()
+            for p in np.argsort(arr, kind="stable"):
+                self.engine.at(float(arr[p]), PHASE_RELEASE, self._arrive, int(p))
+            self._next_program = n
+
+    def _arrive_next(self) -> None:
+        p = self._next_program
+        self._next_program += 1
+        self.engine.at(self.engine.now, PHASE_RELEASE, self._arrive, p)
+
+    def _arrive(self, p: int) -> None:
+        self.rec.program_arrival_s[p] = self.engine.now
+        self._release(int(self.w.turn_start[p]))
+
+    def _segments(self, inst: Instance, p: int) -> tuple[Segment | None, Segment, int]:
+        base = int(self.w.prefix_tokens[p]) // self.bs
+        pid = self.w.prefix_ids[p]
+        pfx = inst.pool.segment(("prefix", pid, base), 0) if pid is not None and base > 0 else None
+        if pfx is None:
+            base = 0
+        prog = inst.pool.segment(("prog", p), base)
+        return pfx, prog, base
+
+    def _release(self, turn: int) -> None:
+        w = self.w
+        p = int(np.searchsorted(w.turn_start, turn, side="right") - 1)
+        now = self.engine.now
+        r = Request(turn=turn, program=p, turn_idx=turn - int(w.turn_start[p]), prompt=int(w.input_tokens[turn]),
+                    target_out=int(w.output_tokens[turn]), reuse=int(w.reused_tokens[turn]), pfx=None,
+                    prog=None, base=0, release_s=now)  # type: ignore[arg-type]
+        i = self.router.pick(r, self.instances)
+        inst = self.instances[i]
+        r.pfx, r.prog, r.base = self._segments(inst, p)
+        inst.submit(r)
+
+    def on_turn_done(self, r: Request) -> None:
+        self.rec.record_turn(r)
+        w = self.w
+        last = r.turn == int(w.turn_start[r.program + 1]) - 1
+        if last:
+            self.rec.program_finish_s[r.program] = self.engine.now
+            self.done_programs += 1
+            if self.cfg.arrival == "closed" and self._next_program < w.n_programs:
+                self._arrive_next()
+            return
+        gap = self.tools.gap_s(r.turn, self.rng_tools)
+        self.rec.turn_tool_s[r.turn] = gap
+        self.engine.at(self.engine.now + gap, PHASE_RELEASE, self._release, r.turn + 1)

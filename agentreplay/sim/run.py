@@ -1,0 +1,150 @@
+"""``simulate()``: the Python API behind ``agentreplay simulate``. Builds the cluster, replays, returns data.
+
+Seeding: one ``numpy.random.SeedSequence(seed)`` spawns one generator per component (arrivals, tools), so a
+component's draws do not depend on what another drew. Same trace + config + seed gives identical results and
+byte-identical output files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from agentreplay.kv.segment_pool import SegmentPool
+from agentreplay.perf import IterationPricer, PerfModel, kv_capacity, load_gpu, load_model
+from agentreplay.sim.config import SimConfig, to_toml
+from agentreplay.sim.engine import Engine
+from agentreplay.sim.instance import Instance
+from agentreplay.sim.metrics import Recorder, summarize
+from agentreplay.sim.orchestrator import Orchestrator
+from agentreplay.sim.router import make_router
+from agentreplay.sim.scheduler import Scheduler
+from agentreplay.sim.tools import make_tools
+from agentreplay.sim.workload import Workload, compile_trace
+from agentreplay.trace.io import Trace, write_tables
+
+
+class CapacityError(ValueError):
+    """The configuration cannot run the trace (weights do not fit, or no room for the longest request)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterPlan:
+    """What each instance gets, resolved before the run (written into the summary)."""
+
+    num_gpu_blocks: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_source: str  #: "memory model" or "config"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SimResult:
+    turns: pd.DataFrame
+    programs: pd.DataFrame
+    instances: pd.DataFrame
+    summary: dict[str, Any]
+    config: SimConfig
+
+    def write(self, out_dir: str | os.PathLike[str]) -> dict[str, Path]:
+        """Write turns/programs/instances.parquet, summary.json and config.toml (Parquet atomically)."""
+        out = Path(out_dir)
+        paths = write_tables(out, {
+            "turns": pa.Table.from_pandas(self.turns, preserve_index=False),
+            "programs": pa.Table.from_pandas(self.programs, preserve_index=False),
+            "instances": pa.Table.from_pandas(self.instances, preserve_index=False),
+        })
+        for name, text in (("summary.json", json.dumps(self.summary, indent=2, sort_keys=True) + "\n"),
+                           ("config.toml", to_toml(self.config))):
+            tmp = out / f".{name}.tmp"
+            tmp.write_text(text)
+            os.replace(tmp, out / name)
+            paths[name] = out / name
+        return paths
+
+
+def plan_cluster(cfg: SimConfig, workload: Workload | None = None) -> ClusterPlan:
+    """Resolve the KV block count and batching limits; fail with the numbers if the config cannot run."""
+    hw = cfg.hardware
+    try:
+        gpu, model = load_gpu(hw.gpu), load_model(hw.model)
+        model.validate_tp(hw.tp)
+    except ValueError as exc:
+        raise CapacityError(str(exc)) from None
+    seqs, tokens = cfg.scheduler.resolved(gpu.memory_gib, gpu.name)
+    if cfg.cache.num_gpu_blocks is not None:
+        blocks, source = cfg.cache.num_gpu_blocks, "config"
+    else:
+        try:
+            cap = kv_capacity(gpu, model, hw.dtype, hw.tp, cfg.cache.gpu_memory_utilization, cfg.cache.block_size,
+                              kv_dtype="bf16")
+        except ValueError as exc:
+            raise CapacityError(str(exc)) from None
+        blocks, source = cap.blocks, "memory model"
+    if workload is not None and workload.n_turns:
+        longest = int((workload.input_tokens + workload.output_tokens).max())
+        need = math.ceil(longest / cfg.cache.block_size)
+        if need > blocks:
+            raise CapacityError(
+                f"{model.name} on {hw.tp}x {gpu.name}: {blocks} KV blocks of {cfg.cache.block_size} tokens "
+                f"({blocks * cfg.cache.block_size:,} tokens, from the {source}) leave no room for the longest "
+                f"request of the trace ({longest:,} tokens = {need} blocks)")
+    return ClusterPlan(blocks, seqs, tokens, source)
+
+
+def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
+             perf: IterationPricer | None = None, progress: Any = None) -> SimResult:
+    """Replay ``trace`` on the cluster of ``cfg``; ``perf`` overrides the catalog performance model (tests,
+    measured profiles). ``progress`` is an optional callable ``(done_programs, total)`` called as programs end.
+    """
+    cfg = cfg or SimConfig()
+    workload = trace if isinstance(trace, Workload) else compile_trace(trace)
+    if cfg.workload.max_programs is not None:
+        workload = workload.head(cfg.workload.max_programs)
+    plan = plan_cluster(cfg, workload)
+    hw = cfg.hardware
+    pricer = perf or PerfModel.from_names(hw.gpu, hw.model, dtype=hw.dtype, tp=hw.tp)
+    seeds = np.random.SeedSequence(cfg.seed).spawn(2)
+    rng_arrivals, rng_tools = (np.random.default_rng(s) for s in seeds)
+    engine = Engine()
+    rec = Recorder(workload, cfg.metrics.timeseries_interval_s)
+    instances: list[Instance] = []
+    orch_ref: list[Orchestrator] = []
+
+    def on_finish(r: Any) -> None:
+        orch_ref[0].on_turn_done(r)
+        if progress is not None and r.turn == int(workload.turn_start[r.program + 1]) - 1:
+            progress(orch_ref[0].done_programs, workload.n_programs)
+
+    for i in range(hw.instances):
+        pool = SegmentPool(plan.num_gpu_blocks, cfg.cache.block_size)
+        sched = Scheduler(pool, plan.max_num_seqs, plan.max_num_batched_tokens, cfg.cache.enable_prefix_caching)
+        instances.append(Instance(i, engine, pricer, pool, sched, on_finish, fast_decode=cfg.scheduler.fast_decode,
+                                  on_sample=rec.sample))
+    orch = Orchestrator(engine, workload, cfg.workload, make_tools(cfg.tools, workload), make_router(cfg.router.policy),
+                        instances, rec, rng_arrivals, rng_tools, cfg.cache.block_size)
+    orch_ref.append(orch)
+    orch.start()
+    engine.run()
+    unfinished = int(np.isnan(rec.program_finish_s).sum())
+    if unfinished:
+        raise RuntimeError(f"simulation ended with {unfinished} unfinished programs (a bug: please report)")
+    turns = rec.turns_frame()
+    programs = rec.programs_frame(turns)
+    summary = summarize(turns, programs)
+    summary["cluster"] = {"instances": hw.instances, "gpu": hw.gpu, "model": hw.model, "dtype": hw.dtype, "tp": hw.tp,
+                          "num_gpu_blocks": plan.num_gpu_blocks, "kv_blocks_from": plan.kv_source,
+                          "max_num_seqs": plan.max_num_seqs, "max_num_batched_tokens": plan.max_num_batched_tokens}
+    summary["engine"] = {"events": engine.events_processed,
+                         "iterations": sum(i.stats.iterations for i in instances),
+                         "decode_runs": sum(i.stats.decode_runs for i in instances),
+                         "busy_s_per_instance": [i.stats.busy_s for i in instances]}
+    return SimResult(turns, programs, rec.instances_frame(), summary, cfg)

@@ -1,0 +1,82 @@
+"""A trace compiled into flat arrays the simulator indexes by integer (no DataFrame access on the hot path).
+
+Programs keep the trace's row order; turns are sorted by (program, turn_idx) and addressed as
+``turn_start[p] + t``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from agentreplay.trace.io import Trace, TraceError
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Workload:
+    program_ids: list[str]
+    task_ids: list[str]
+    turn_start: np.ndarray  #: int64 [n_programs + 1] offsets into the turn arrays
+    input_tokens: np.ndarray  #: int64 [n_turns]
+    output_tokens: np.ndarray  #: int64 [n_turns], at least 1 (an engine always emits one token)
+    reused_tokens: np.ndarray  #: int64 [n_turns]
+    tool_s: np.ndarray  #: float64 [n_turns]; NaN where the trace has no duration (last turns)
+    tool_class: list[str]  #: [n_turns]
+    arrival_s: np.ndarray  #: float64 [n_programs]; NaN where unknown
+    prefix_ids: list[str | None]  #: shared-prefix id per program
+    prefix_tokens: np.ndarray  #: int64 [n_programs], capped at the program's smallest prompt
+
+    @property
+    def n_programs(self) -> int:
+        return len(self.program_ids)
+
+    @property
+    def n_turns(self) -> int:
+        return len(self.input_tokens)
+
+    def n_turns_of(self, p: int) -> int:
+        return int(self.turn_start[p + 1] - self.turn_start[p])
+
+    def head(self, n: int) -> Workload:
+        """The first ``n`` programs."""
+        if n >= self.n_programs:
+            return self
+        end = int(self.turn_start[n])
+        return Workload(self.program_ids[:n], self.task_ids[:n], self.turn_start[: n + 1].copy(),
+                        self.input_tokens[:end], self.output_tokens[:end], self.reused_tokens[:end],
+                        self.tool_s[:end], self.tool_class[:end], self.arrival_s[:n], self.prefix_ids[:n],
+                        self.prefix_tokens[:n])
+
+
+def compile_trace(trace: Trace) -> Workload:
+    """Flatten a validated trace. Zero-output turns are given one output token (engines emit at least one);
+    the number of such turns is visible as ``(trace output == 0).sum()``."""
+    progs = trace.programs.reset_index(drop=True)
+    turns = trace.turns
+    if len(progs) == 0:
+        raise TraceError("trace has no programs")
+    order = {pid: i for i, pid in enumerate(progs["program_id"])}
+    t = turns.assign(_p=turns["program_id"].map(order)).sort_values(["_p", "turn_idx"], kind="stable")
+    counts = t.groupby("_p").size().reindex(range(len(progs)), fill_value=0).to_numpy()
+    if (counts == 0).any():
+        raise TraceError(f"program {progs['program_id'].iloc[int(np.argmax(counts == 0))]!r} has no turns")
+    start = np.zeros(len(progs) + 1, dtype=np.int64)
+    np.cumsum(counts, out=start[1:])
+    inp = t["input_tokens"].to_numpy(dtype=np.int64)
+    min_input = np.minimum.reduceat(inp, start[:-1])
+    prefix = np.minimum(progs["shared_prefix_tokens"].to_numpy(dtype=np.int64), min_input)
+    return Workload(
+        program_ids=progs["program_id"].tolist(),
+        task_ids=progs["task_id"].tolist(),
+        turn_start=start,
+        input_tokens=inp,
+        output_tokens=np.maximum(t["output_tokens"].to_numpy(dtype=np.int64), 1),
+        reused_tokens=t["reused_tokens"].to_numpy(dtype=np.int64),
+        tool_s=t["tool_duration_s"].to_numpy(dtype=np.float64, na_value=np.nan),
+        tool_class=t["tool_class"].tolist(),
+        arrival_s=progs["arrival_s"].to_numpy(dtype=np.float64, na_value=np.nan),
+        prefix_ids=[None if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)
+                    for v in progs["shared_prefix_id"].tolist()],
+        prefix_tokens=prefix,
+    )

@@ -1,0 +1,96 @@
+"""Simulator speed benchmark: wall time, simulated turns per second and peak RSS per cell.
+
+Run from the project root:  python benchmarks/bench_sim.py [--scale] [--only NAME]
+
+Each cell runs in a fresh subprocess so its peak RSS is its own. Cells:
+- core-1x: the 500 bundled programs (20,163 turns), closed loop 64 in flight, Llama-3.1-70B TP4 on H100, 1 instance
+- core-8x: the same on 8 instances (least-loaded routing)
+- with --scale: synthetic traces 10x and 100x larger (the bundled programs replicated under new ids, 64 x k
+  in flight on k instances... see SCALE below) to show that cost grows linearly in turns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CELLS = {
+    "core-1x": {"copies": 1, "instances": 1, "concurrency": 64, "model": "llama-3.1-70b", "tp": 4},
+    "core-8x": {"copies": 1, "instances": 8, "concurrency": 64, "model": "llama-3.1-70b", "tp": 4},
+}
+SCALE = {
+    "scale-1x": {"copies": 1, "instances": 1, "concurrency": 16, "model": "llama-3.1-8b", "tp": 1},
+    "scale-10x": {"copies": 10, "instances": 1, "concurrency": 16, "model": "llama-3.1-8b", "tp": 1},
+    "scale-100x": {"copies": 100, "instances": 1, "concurrency": 16, "model": "llama-3.1-8b", "tp": 1},
+}
+
+
+def run_cell(spec: dict) -> dict:
+    """In the child: build the workload, time simulate() only, report figures as JSON."""
+    sys.path.insert(0, str(ROOT))
+    import numpy as np
+
+    from agentreplay.sim import SimConfig, simulate
+    from agentreplay.sim.workload import Workload, compile_trace
+    from agentreplay.trace.io import read_trace
+
+    w = compile_trace(read_trace(ROOT / "datasets" / "swebench-verified"))
+    k = spec["copies"]
+    if k > 1:
+        n = w.n_turns
+        w = Workload(
+            program_ids=[f"{pid}#{c}" for c in range(k) for pid in w.program_ids],
+            task_ids=w.task_ids * k,
+            turn_start=np.concatenate([w.turn_start[:-1] + c * n for c in range(k)] + [[k * n]]),
+            input_tokens=np.tile(w.input_tokens, k), output_tokens=np.tile(w.output_tokens, k),
+            reused_tokens=np.tile(w.reused_tokens, k), tool_s=np.tile(w.tool_s, k), tool_class=w.tool_class * k,
+            arrival_s=np.tile(w.arrival_s, k), prefix_ids=w.prefix_ids * k, prefix_tokens=np.tile(w.prefix_tokens, k),
+        )
+    cfg = SimConfig().replace(hardware={"gpu": "h100-sxm", "model": spec["model"], "tp": spec["tp"],
+                                        "instances": spec["instances"]},
+                              workload={"concurrency": spec["concurrency"]})
+    t0 = time.perf_counter()
+    res = simulate(w, cfg)
+    wall = time.perf_counter() - t0
+    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    s = res.summary
+    return {"turns": s["turns"], "programs": s["programs"], "wall_s": round(wall, 3),
+            "turns_per_s": round(s["turns"] / wall), "peak_rss_mib": round(rss_mib),
+            "events": s["engine"]["events"], "iterations": s["engine"]["iterations"],
+            "prefix_hit_rate": round(s["prefix_hit_rate"], 4), "preemptions": s["preemptions"],
+            "jct_mean_s": round(s["jct_s"]["mean"], 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scale", action="store_true", help="also run the 10x / 100x linear-scaling cells")
+    ap.add_argument("--only", help="run one cell by name")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(run_cell(json.loads(args.child))))
+        return
+    cells = dict(CELLS)
+    if args.scale:
+        cells.update(SCALE)
+    if args.only:
+        cells = {args.only: {**CELLS, **SCALE}[args.only]}
+    print(f"{'cell':<12}{'turns':>10}{'wall s':>9}{'turns/s':>10}{'RSS MiB':>9}{'events':>10}{'hit':>8}"
+          f"{'preempt':>9}{'JCT mean s':>12}")
+    for name, spec in cells.items():
+        out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True,
+                             check=True)
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"{name:<12}{r['turns']:>10,}{r['wall_s']:>9.2f}{r['turns_per_s']:>10,}{r['peak_rss_mib']:>9,}"
+              f"{r['events']:>10,}{r['prefix_hit_rate']:>8.3f}{r['preemptions']:>9,}{r['jct_mean_s']:>12,.1f}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

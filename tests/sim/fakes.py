@@ -1,0 +1,31 @@
+"""A linear performance model whose iteration times are easy to compute by hand."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+class LinearPerf:
+    """Iteration time = ``a + b * tokens`` (tokens = prefill chunk tokens + one per decode)."""
+
+    def __init__(self, a: float = 0.01, b: float = 0.001) -> None:
+        self.a, self.b = a, b
+
+    def iteration_time_s(self, prefill: Sequence[tuple], decode_ctx: Sequence[int]) -> float:
+        return self.a + self.b * (sum(item[0] for item in prefill) + len(decode_ctx))
+
+    def decode_only_time_s(self, n_seqs: int, sum_ctx: int) -> float:
+        return self.a + self.b * n_seqs
+
+    def decode_steps_time_s(self, n_seqs: int, sum_ctx: int, k: int) -> float:
+        return k * (self.a + self.b * n_seqs)
+
+    def decode_steps_within(self, n_seqs: int, sum_ctx: int, horizon_s: float) -> int:
+        step = self.a + self.b * n_seqs
+        k = math.floor(horizon_s / step)
+        while k > 0 and k * step > horizon_s:
+            k -= 1
+        while (k + 1) * step <= horizon_s:
+            k += 1
+        return k

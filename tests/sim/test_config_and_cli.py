@@ -1,0 +1,84 @@
+"""Config validation, capacity errors before the run, and the simulate / catalog commands."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from agentreplay.cli import app
+from agentreplay.sim import CapacityError, SimConfig, simulate
+from agentreplay.sim.config import ConfigError, from_dict, load, to_toml
+from tests.conftest import ROOT
+from tests.factories import make_trace
+
+runner = CliRunner()
+BUNDLED = str(ROOT / "datasets" / "swebench-verified")
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"hardware": {"tp": 3}}, "[hardware] tp = 3 is invalid"),
+        ({"cache": {"gpu_memory_utilization": 1.5}}, "[cache] gpu_memory_utilization = 1.5 is invalid: in (0, 1]"),
+        ({"workload": {"arrival": "bursty"}}, "[workload] arrival = 'bursty' is invalid"),
+        ({"workload": {"concurency": 3}}, "unknown field(s) ['concurency']"),
+        ({"routerx": {}}, "unknown section(s) ['routerx']"),
+    ],
+)
+def test_bad_config_values_name_section_field_and_range(data, message) -> None:
+    with pytest.raises(ConfigError) as exc:
+        from_dict(data)
+    assert message in str(exc.value)
+
+
+def test_toml_round_trip(tmp_path) -> None:
+    cfg = SimConfig().replace(hardware={"gpu": "a100-80gb", "tp": 2}, workload={"concurrency": 8}, seed=4)
+    (tmp_path / "c.toml").write_text(to_toml(cfg))
+    assert load(tmp_path / "c.toml") == cfg
+
+
+def test_weights_that_do_not_fit_fail_before_the_run() -> None:
+    cfg = SimConfig().replace(hardware={"gpu": "rtx3090", "model": "llama-3.1-70b"})
+    with pytest.raises(CapacityError, match=r"weights .* GiB/rank .* exceed the budget"):
+        simulate(make_trace([[(100, 5, None)]]), cfg)
+
+
+def test_no_room_for_the_longest_request_fails_with_the_numbers() -> None:
+    cfg = SimConfig().replace(cache={"num_gpu_blocks": 4})
+    msg = r"4 KV blocks of 16 tokens .* longest request of the trace \(105 tokens = 7 blocks\)"
+    with pytest.raises(CapacityError, match=msg):
+        simulate(make_trace([[(100, 5, None)]]), cfg)
+
+
+def test_tp_must_divide_heads() -> None:
+    with pytest.raises(CapacityError, match="tp"):
+        simulate(make_trace([[(100, 5, None)]]), SimConfig().replace(hardware={"model": "toy", "tp": 8}))
+
+
+def test_simulate_cli_writes_outputs(tmp_path) -> None:
+    out = tmp_path / "sim"
+    res = runner.invoke(app, ["simulate", "--trace", BUNDLED, "--max-programs", "20", "--concurrency", "8",
+                              "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--out", str(out), "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert "simulation summary" in res.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["programs"] == 20
+    assert load(out / "config.toml").workload.concurrency == 8
+    for name in ("turns.parquet", "programs.parquet", "instances.parquet"):
+        assert (out / name).exists()
+
+
+def test_simulate_cli_bad_option_is_a_clear_error(tmp_path) -> None:
+    res = runner.invoke(app, ["simulate", "--trace", BUNDLED, "--tp", "3", "--out", str(tmp_path / "x")])
+    assert res.exit_code == 1 and "tp = 3 is invalid" in res.output
+    res = runner.invoke(app, ["simulate", "--trace", BUNDLED, "--gpu", "tpu9", "--out", str(tmp_path / "x")])
+    assert res.exit_code == 1 and "tpu9" in res.output
+
+
+def test_catalog_lists_gpus_and_models() -> None:
+    res = runner.invoke(app, ["catalog"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    for name in ("h100-sxm", "rtx3090", "b200", "llama-3.1-70b", "qwen3-30b-a3b"):
+        assert name in res.output

@@ -1,0 +1,111 @@
+"""Properties of whole replays: fast decode equals step by step, determinism, conservation, ordering."""
+
+from __future__ import annotations
+
+import filecmp
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentreplay.sim import SimConfig, simulate
+from agentreplay.sim.workload import compile_trace
+from agentreplay.trace.io import read_trace
+from tests.conftest import ROOT
+from tests.factories import make_trace
+from tests.sim.fakes import LinearPerf
+
+BUNDLED = ROOT / "datasets" / "swebench-verified"
+INT_COLS = ["instance", "cached_tokens", "cached_prefix_tokens", "recomputed_tokens", "preemptions",
+            "input_tokens", "output_tokens"]
+TIME_COLS = ["release_s", "first_scheduled_s", "first_token_s", "finish_s"]
+
+
+def assert_same_replay(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(a[INT_COLS], b[INT_COLS])
+    for col in TIME_COLS:
+        np.testing.assert_allclose(a[col], b[col], rtol=1e-9, atol=1e-9, err_msg=col)
+
+
+@pytest.fixture(scope="module")
+def bundled_head():
+    return compile_trace(read_trace(BUNDLED)).head(40)
+
+
+@pytest.mark.parametrize("blocks", [None, 6000])  # roomy, and tight enough to preempt
+def test_fast_decode_equals_step_by_step_on_real_programs(bundled_head, blocks) -> None:
+    cfg = SimConfig().replace(workload={"concurrency": 12}, cache={"num_gpu_blocks": blocks})
+    fast = simulate(bundled_head, cfg)
+    slow = simulate(bundled_head, cfg.replace(scheduler={"fast_decode": False}))
+    assert_same_replay(fast.turns, slow.turns)
+    assert fast.summary["engine"]["iterations"] == slow.summary["engine"]["iterations"]
+    assert fast.summary["engine"]["events"] < slow.summary["engine"]["events"]
+    if blocks:
+        assert fast.summary["preemptions"] > 0
+
+
+programs_st = st.lists(
+    st.lists(st.tuples(st.integers(1, 300), st.integers(1, 40), st.sampled_from([0.0, 0.05, 0.3, 1.0])),
+             min_size=1, max_size=4),
+    min_size=1, max_size=6,
+)
+
+
+def grow(programs):
+    """Make contexts append-only: each turn's prompt extends the previous prompt + output."""
+    out = []
+    for turns in programs:
+        ctx, rows = 0, []
+        for new, o, tool in turns:
+            rows.append((ctx + new, o, tool))
+            ctx += new + o
+        out.append(rows)
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs=programs_st, blocks=st.integers(60, 200), seqs=st.integers(1, 4), budget=st.integers(16, 256),
+       conc=st.integers(1, 4), prefix=st.sampled_from([0, 20, 40]))
+def test_random_traces_finish_in_order_and_fast_equals_slow(programs, blocks, seqs, budget, conc, prefix) -> None:
+    trace = make_trace(grow(programs), shared_prefix_tokens=prefix)
+    longest = max(i + o for turns in grow(programs) for i, o, _ in turns)
+    blocks = max(blocks, -(-longest // 16))
+    cfg = SimConfig().replace(cache={"num_gpu_blocks": blocks}, workload={"concurrency": conc},
+                              scheduler={"max_num_seqs": seqs, "max_num_batched_tokens": budget})
+    fast = simulate(trace, cfg, perf=LinearPerf())
+    slow = simulate(trace, cfg.replace(scheduler={"fast_decode": False}), perf=LinearPerf())
+    assert_same_replay(fast.turns, slow.turns)
+    t = fast.turns
+    assert t["finish_s"].notna().all()  # every released turn finished
+    assert (t["first_token_s"] >= t["release_s"]).all() and (t["finish_s"] >= t["first_token_s"]).all()
+    for _, g in t.groupby("program_id"):  # turn t+1 released only after turn t and its tool gap
+        prev_end = g["finish_s"].to_numpy()[:-1] + g["tool_s"].to_numpy()[:-1]
+        assert np.allclose(g["release_s"].to_numpy()[1:], prev_end)
+    assert int(t["output_tokens"].sum()) == int(trace.turns["output_tokens"].sum())
+    assert int(t["input_tokens"].sum()) == int(trace.turns["input_tokens"].sum())
+    assert (t["cached_tokens"] < t["input_tokens"]).all()
+
+
+def test_token_conservation_on_the_bundled_trace(bundled_head) -> None:
+    res = simulate(bundled_head, SimConfig().replace(workload={"concurrency": 16}))
+    assert res.summary["input_tokens"] == int(bundled_head.input_tokens.sum())
+    assert res.summary["output_tokens"] == int(bundled_head.output_tokens.sum())
+    assert res.summary["turns"] == bundled_head.n_turns
+
+
+def test_same_seed_gives_byte_identical_files(bundled_head, tmp_path) -> None:
+    cfg = SimConfig().replace(workload={"arrival": "poisson", "rate_per_s": 0.5}, seed=3)
+    simulate(bundled_head, cfg).write(tmp_path / "a")
+    simulate(bundled_head, cfg).write(tmp_path / "b")
+    for name in ("turns.parquet", "programs.parquet", "instances.parquet", "summary.json", "config.toml"):
+        assert filecmp.cmp(tmp_path / "a" / name, tmp_path / "b" / name, shallow=False), name
+
+
+def test_multi_instance_round_robin_spreads_turns() -> None:
+    trace = make_trace([[(100, 5, 0.1), (150, 5, None)]] * 4)
+    cfg = SimConfig().replace(hardware={"instances": 2}, router={"policy": "round-robin"},
+                              workload={"concurrency": 4}, cache={"num_gpu_blocks": 1000})
+    res = simulate(trace, cfg, perf=LinearPerf())
+    assert sorted(res.turns["instance"].unique().tolist()) == [0, 1]
