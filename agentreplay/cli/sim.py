@@ -12,20 +12,48 @@ from rich.table import Table
 from agentreplay.cli.app import app, console, fail
 
 
-def build_config(config: Path | None, overrides: dict[str, dict[str, Any]]) -> Any:
-    """The TOML file (or defaults) with the command-line options that were given applied on top."""
+def build_config(config: Path | None, overrides: dict[str, dict[str, Any]], preset: str | None = None) -> Any:
+    """The TOML file (or defaults), then the preset, then the command-line options that were given."""
+    from agentreplay.policy.presets import apply_preset
     from agentreplay.sim.config import ConfigError, SimConfig, load
 
     try:
         cfg = load(config) if config else SimConfig()
+        if preset:
+            cfg = apply_preset(cfg, preset)
         sections = {k: {f: v for f, v in fields.items() if v is not None} for k, fields in overrides.items()
                     if k != "seed"}
         cfg = cfg.replace(**{k: v for k, v in sections.items() if v})
         if overrides.get("seed") is not None:
             cfg = cfg.replace(seed=overrides["seed"])
-    except ConfigError as exc:
+    except (ConfigError, ValueError) as exc:
         raise fail(str(exc)) from None
     return cfg
+
+
+def common_overrides(gpu: str | None, model: str | None, dtype: str | None, tp: int | None, instances: int | None,
+                     router: str | None, arrival: str | None, concurrency: int | None, rate: float | None,
+                     max_programs: int | None, tools: str | None, tool_scale: float | None,
+                     tool_fixed: float | None, tool_model: Path | None, num_gpu_blocks: int | None,
+                     max_num_seqs: int | None, max_num_batched_tokens: int | None, queue: str | None,
+                     victim: str | None, retention: str | None, ttl: float | None, dram_gib: float | None,
+                     cxl_gib: float | None, inter_instance_gbps: float | None, decision_log: bool | None,
+                     seed: int | None) -> dict[str, Any]:
+    if tool_model is not None and tools is None:
+        tools = "generative"
+    return {
+        "hardware": {"gpu": gpu, "model": model, "dtype": dtype, "tp": tp, "instances": instances},
+        "router": {"policy": router, "inter_instance_gbps": inter_instance_gbps},
+        "workload": {"arrival": arrival, "concurrency": concurrency, "rate_per_s": rate, "max_programs": max_programs},
+        "tools": {"mode": tools, "scale": tool_scale, "fixed_s": tool_fixed,
+                  "model_path": str(tool_model) if tool_model else None},
+        "cache": {"num_gpu_blocks": num_gpu_blocks},
+        "scheduler": {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens},
+        "policy": {"queue": queue, "victim": victim, "retention": retention, "ttl_s": ttl,
+                   "decision_log": decision_log},
+        "tiers": {"dram_gib": dram_gib, "cxl_gib": cxl_gib},
+        "seed": seed,
+    }
 
 
 def print_summary(s: dict[str, Any], title: str = "simulation summary") -> None:
@@ -46,6 +74,12 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary") -> None:
                                      f"{s['prefix_hit_rate_shared_prefix']:.3f}, own history "
                                      f"{s['prefix_hit_rate_own_history']:.3f})")
     table.add_row("preemptions / recomputed tokens", f"{s['preemptions']:,} / {s['recomputed_tokens']:,}")
+    if "policy" in s:
+        p = s["policy"]
+        table.add_row("policies", f"router {p['router']}, queue {p['queue']}, victim {p['victim']}, "
+                                  f"retention {p['retention']}")
+        table.add_row("affinity breaks / KV bytes moved", f"{s['affinity_breaks']:,} / "
+                                                          f"{s['bytes_moved_total'] / 1e9:,.1f} GB")
     console.print(table)
 
 
@@ -53,22 +87,37 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary") -> None:
 def simulate(
     trace: Annotated[Path, typer.Option("--trace", "-t", help="Canonical trace folder.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")],
+    preset: Annotated[str | None, typer.Option(help="vllm | sglang | autellix | continuum | infercept | "
+                                                    "lmcache-offload | agent-affinity")] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU catalog name (see `agentreplay catalog`).")] = None,
     model: Annotated[str | None, typer.Option(help="Model catalog name.")] = None,
     dtype: Annotated[str | None, typer.Option(help="bf16 | fp8")] = None,
     tp: Annotated[int | None, typer.Option(help="Tensor-parallel degree.")] = None,
     instances: Annotated[int | None, typer.Option(help="Number of instances.")] = None,
-    router: Annotated[str | None, typer.Option(help="round-robin | least-loaded")] = None,
+    router: Annotated[str | None, typer.Option(help="round-robin | least-loaded | session-affinity | cache-aware "
+                                                    "| autellix")] = None,
     arrival: Annotated[str | None, typer.Option(help="closed | poisson | trace")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Programs in flight (closed loop).")] = None,
     rate: Annotated[float | None, typer.Option(help="Programs per second (poisson).")] = None,
     max_programs: Annotated[int | None, typer.Option(help="Replay only the first N programs.")] = None,
-    tools: Annotated[str | None, typer.Option(help="replay | fixed | scale")] = None,
-    tool_scale: Annotated[float | None, typer.Option(help="Multiplier for --tools scale.")] = None,
+    tools: Annotated[str | None, typer.Option(help="replay | fixed | scale | generative")] = None,
+    tool_scale: Annotated[float | None, typer.Option(help="Multiplier for --tools scale / generative.")] = None,
     tool_fixed: Annotated[float | None, typer.Option(help="Seconds per gap for --tools fixed.")] = None,
+    tool_model: Annotated[Path | None, typer.Option(help="Tool model JSON (fit-tools); implies generative.")] = None,
     num_gpu_blocks: Annotated[int | None, typer.Option(help="KV blocks per instance (overrides memory model).")] = None,
     max_num_seqs: Annotated[int | None, typer.Option(help="vLLM max_num_seqs.")] = None,
     max_num_batched_tokens: Annotated[int | None, typer.Option(help="vLLM max_num_batched_tokens.")] = None,
+    queue: Annotated[str | None, typer.Option(help="fcfs | program-fcfs | plas | continuum")] = None,
+    victim: Annotated[str | None, typer.Option(help="most-recent | lowest-priority | age-aware")] = None,
+    retention: Annotated[str | None, typer.Option(help="lru | evict | ttl | continuum | offload | infercept | "
+                                                       "oracle")] = None,
+    ttl: Annotated[float | None, typer.Option(help="Pin length for --retention ttl (s).")] = None,
+    dram_gib: Annotated[float | None, typer.Option(help="Host DRAM tier per instance (GiB).")] = None,
+    cxl_gib: Annotated[float | None, typer.Option(help="CXL tier per instance (GiB).")] = None,
+    inter_instance_gbps: Annotated[float | None, typer.Option(help="KV transfer bandwidth between instances.")]
+    = None,
+    decision_log: Annotated[bool | None, typer.Option("--decision-log/--no-decision-log",
+                                                      help="Write decisions.jsonl.")] = None,
     seed: Annotated[int | None, typer.Option(help="Random seed.")] = None,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="TOML config; options override it.")] = None,
     quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
@@ -82,15 +131,10 @@ def simulate(
     from agentreplay.sim import simulate as run_simulate
     from agentreplay.trace.io import TraceError, read_trace
 
-    cfg = build_config(config, {
-        "hardware": {"gpu": gpu, "model": model, "dtype": dtype, "tp": tp, "instances": instances},
-        "router": {"policy": router},
-        "workload": {"arrival": arrival, "concurrency": concurrency, "rate_per_s": rate, "max_programs": max_programs},
-        "tools": {"mode": tools, "scale": tool_scale, "fixed_s": tool_fixed},
-        "cache": {"num_gpu_blocks": num_gpu_blocks},
-        "scheduler": {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens},
-        "seed": seed,
-    })
+    cfg = build_config(config, common_overrides(
+        gpu, model, dtype, tp, instances, router, arrival, concurrency, rate, max_programs, tools, tool_scale,
+        tool_fixed, tool_model, num_gpu_blocks, max_num_seqs, max_num_batched_tokens, queue, victim, retention, ttl,
+        dram_gib, cxl_gib, inter_instance_gbps, decision_log, seed), preset)
     try:
         tr = read_trace(trace)
     except TraceError as exc:
@@ -100,7 +144,7 @@ def simulate(
                       TimeElapsedColumn(), console=console, disable=quiet, transient=True) as bar:
             task = bar.add_task("programs", total=tr.programs.shape[0])
             result = run_simulate(tr, cfg, progress=lambda done, total: bar.update(task, completed=done, total=total))
-    except (CapacityError, ValueError) as exc:
+    except (CapacityError, ValueError, OSError) as exc:
         raise fail(str(exc)) from None
     result.write(out)
     print_summary(result.summary)

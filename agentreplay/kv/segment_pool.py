@@ -55,6 +55,9 @@ class Segment:
     present: int
     ref: int = 0
     run: Run | None = None
+    #: blocks cut off by a touch while earlier references (a pin, an offload write, requests on the shared
+    #: prefix) still held them; no longer part of the segment, they go to the queue at the next release
+    held_stale: int = 0
 
     @property
     def cached_blocks(self) -> int:
@@ -166,6 +169,13 @@ class SegmentPool:
 
         Blocks of ``seg`` beyond the hit (history the request's prompt no longer matches, or beyond what the
         request can hit) lose their identity: they stay in the queue where they were, as anonymous blocks.
+        If ``seg`` is already held, the blocks beyond the hit stay referenced by the earlier holders only: a pin
+        or an offload write keeping the previous call's history of a divergent turn, or other requests holding
+        the shared prefix when this request's hit stops inside it (``max_hit`` below the prefix, prefix caching
+        off), where vLLM computes duplicates of those blocks. They leave the segment now (the request's new
+        blocks take their place) and are freed, as anonymous blocks at the queue tail, at the next
+        :meth:`release` (vLLM frees them when their holder drops its references; the scheduler drops a pin
+        right after admitting the program's next call).
         """
         keep_to = seg.base + hit
         if seg.ref == 0 and seg.run is not None:
@@ -178,7 +188,9 @@ class SegmentPool:
                 self.queue.blocks -= run.count - stale
                 run.count = stale
             seg.run = None
-        seg.present = min(seg.present, keep_to) if seg.ref == 0 else seg.present
+        elif seg.ref > 0 and keep_to < seg.present:
+            seg.held_stale += seg.present - keep_to
+        seg.present = min(seg.present, keep_to)
         seg.ref += 1
 
     def allocate(self, n: int) -> None:
@@ -213,6 +225,9 @@ class SegmentPool:
         if seg.ref <= 0:
             raise RuntimeError(f"release of segment {seg.key!r} with ref {seg.ref}")
         seg.ref -= 1
+        if seg.held_stale:  # above the segment's blocks, so freed first (reverse order)
+            self.queue.append(Run(seg.held_stale, None))
+            seg.held_stale = 0
         if seg.ref == 0 and seg.present > seg.base:
             seg.run = Run(seg.present - seg.base, seg)
             self.queue.append(seg.run)
@@ -244,6 +259,7 @@ class SegmentPool:
         for seg in self.segments.values():
             assert seg.ref >= 0, f"negative ref on {seg.key!r}"
             assert seg.present >= seg.base, f"present below base on {seg.key!r}"
+            assert seg.held_stale >= 0 and (seg.ref > 0 or not seg.held_stale), f"held_stale on {seg.key!r}"
             if seg.ref > 0:
                 assert seg.run is None, f"held segment {seg.key!r} has blocks in the free queue"
             elif seg.run is not None:

@@ -61,8 +61,7 @@ class IterationPricer(Protocol):
     """What the engine needs from a performance model (this one, or e.g. a measured table)."""
 
     def iteration_time_s(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> float: ...
-    def decode_only_time_s(self, n_seqs: int, sum_ctx: int) -> float: ...
-    def decode_steps_time_s(self, n_seqs: int, sum_ctx: int, k: int) -> float: ...
+    def decode_coeffs(self, n_seqs: int) -> tuple[float, float]: ...
 
 
 def _linear(k_in: int, n_out: int, peak: float, w_bytes: int, bw: float) -> tuple[float, float, float]:
@@ -254,6 +253,12 @@ class PerfModel:
     def breakdown(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> dict[str, float]:
         """Seconds per operator (all :data:`OPERATORS`, summed over layers) for the same iteration."""
         return dict(zip(OPERATORS, self._terms(*self._summarise(prefill, decode_ctx)), strict=True))
+
+    def decode_coeffs(self, n_seqs: int) -> tuple[float, float]:
+        """``(A, c)`` with decode-only iteration time ``A + c * sum_ctx`` for ``n_seqs`` sequences. The engine
+        prices every decode-only step as ``A + c * sum_ctx`` so that a run of k steps summed one by one gives
+        bit-identical times whether or not it is fast-forwarded."""
+        return self.decode_only_time_s(n_seqs, 0), self._c_key
 
     def decode_only_time_s(self, n_seqs: int, sum_ctx: int) -> float:
         """Seconds for an iteration of ``n_seqs`` decodes whose contexts sum to ``sum_ctx`` tokens

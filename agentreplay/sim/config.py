@@ -7,14 +7,19 @@ allowed range. Defaults follow vLLM v1 where it has one (cited per field).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 Arrival = Literal["closed", "poisson", "trace"]
-ToolMode = Literal["replay", "fixed", "scale"]
-RouterName = Literal["round-robin", "least-loaded"]
+ToolMode = Literal["replay", "fixed", "scale", "generative"]
+RouterName = Literal["round-robin", "least-loaded", "session-affinity", "cache-aware", "autellix"]
+QueueName = Literal["fcfs", "program-fcfs", "plas", "continuum"]
+VictimName = Literal["most-recent", "lowest-priority", "age-aware"]
+RetentionName = Literal["lru", "evict", "ttl", "continuum", "offload", "infercept", "oracle"]
+LoadMetric = Literal["requests", "tokens"]
 Dtype = Literal["bf16", "fp8"]
 
 
@@ -112,26 +117,117 @@ class WorkloadConfig:
 
 @dataclass(frozen=True, slots=True)
 class ToolConfig:
-    """Tool-gap durations: ``replay`` (trace), ``fixed`` (``fixed_s`` every gap), ``scale`` (trace x ``scale``)."""
+    """Tool-gap durations: ``replay`` (trace), ``fixed`` (``fixed_s`` every gap), ``scale`` (trace x ``scale``),
+    ``generative`` (sampled from a fitted tool model, ``agentreplay fit-tools``; ``scale`` and ``class_scale``
+    multiply its draws)."""
 
     mode: ToolMode = "replay"
     fixed_s: float = 1.0  #: seconds per gap in fixed mode
-    scale: float = 1.0  #: multiplier in scale mode
+    scale: float = 1.0  #: multiplier in scale and generative modes
+    model_path: str | None = None  #: tool-model JSON for generative mode
+    class_scale: dict[str, float] | None = None  #: per-class multipliers in generative mode, e.g. {test = 2.0}
 
     def __post_init__(self) -> None:
         _literal("tools", "mode", self.mode, ToolMode)
         _check(self.fixed_s >= 0, "tools", "fixed_s", self.fixed_s, ">= 0")
         _check(self.scale >= 0, "tools", "scale", self.scale, ">= 0")
+        _check(self.mode != "generative" or bool(self.model_path), "tools", "model_path", self.model_path,
+               "a tool-model JSON path when mode = 'generative'")
+        for cls, k in (self.class_scale or {}).items():
+            _check(isinstance(k, int | float) and k >= 0, "tools", f"class_scale.{cls}", k, ">= 0")
 
 
 @dataclass(frozen=True, slots=True)
 class RouterConfig:
-    """How a released turn picks an instance."""
+    """How a released turn picks an instance (see :mod:`agentreplay.sim.router` for each policy's source).
+
+    Cache-aware defaults are the SGLang router's (sgl-model-gateway ``CacheAware`` policy as logged at start-up:
+    cache_threshold 0.3, balance_abs_threshold 64, balance_rel_threshold 1.5, eviction_interval_secs 60,
+    max_tree_size 2**26); its tree is kept in tokens here instead of characters."""
 
     policy: RouterName = "least-loaded"
+    load_metric: LoadMetric = "requests"  #: least-loaded: outstanding requests or outstanding tokens
+    affinity_max_outstanding: int = 64  #: session-affinity: leave home when it has more requests than this
+    inter_instance_gbps: float = 0.0  #: KV transfer bandwidth between instances on a move (0 = re-prefill)
+    cache_threshold: float = 0.3  #: cache-aware: minimum prefix match ratio to follow the cache
+    balance_abs_threshold: int = 64  #: cache-aware: imbalance if max - min load exceeds this ...
+    balance_rel_threshold: float = 1.5  #: ... and max load exceeds min load times this
+    eviction_interval_s: float = 60.0  #: cache-aware: LRU pruning period of the approximate trees
+    max_tree_tokens: int = 2**26  #: cache-aware: per-instance tree size kept after pruning
+    autellix_long_tokens: int = 2048  #: autellix: new (uncached) prompt tokens above which a call goes home
 
     def __post_init__(self) -> None:
         _literal("router", "policy", self.policy, RouterName)
+        _literal("router", "load_metric", self.load_metric, LoadMetric)
+        _check(self.affinity_max_outstanding >= 1, "router", "affinity_max_outstanding",
+               self.affinity_max_outstanding, ">= 1")
+        _check(self.inter_instance_gbps >= 0, "router", "inter_instance_gbps", self.inter_instance_gbps, ">= 0")
+        _check(0 <= self.cache_threshold <= 1, "router", "cache_threshold", self.cache_threshold, "in [0, 1]")
+        _check(self.balance_abs_threshold >= 0, "router", "balance_abs_threshold", self.balance_abs_threshold,
+               ">= 0")
+        _check(self.balance_rel_threshold >= 1, "router", "balance_rel_threshold", self.balance_rel_threshold,
+               ">= 1")
+        _check(self.eviction_interval_s > 0, "router", "eviction_interval_s", self.eviction_interval_s, "> 0")
+        _check(self.max_tree_tokens >= 1, "router", "max_tree_tokens", self.max_tree_tokens, ">= 1")
+        _check(self.autellix_long_tokens >= 0, "router", "autellix_long_tokens", self.autellix_long_tokens, ">= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """Per-instance scheduling and KV-retention policies (sources in :mod:`agentreplay.policy`).
+
+    Where the source gives no value (Autellix's queue boundaries, Continuum's quantile) the default is ours and
+    documented in the policy's docstring."""
+
+    queue: QueueName = "fcfs"  #: waiting-queue order
+    victim: VictimName = "most-recent"  #: which running request a recompute preemption evicts
+    retention: RetentionName = "lru"  #: what happens to a program's KV during its tool gap
+    ttl_s: float = 5.0  #: ttl: static pin length
+    continuum_variant: Literal["paper", "code"] = "paper"  #: continuum: TTL from the tool CDF, or fixed 2 s pin
+    continuum_quantile: float = 0.8  #: continuum (paper): TTL = this quantile of the tool's observed durations
+    continuum_max_ttl_s: float = 30.0  #: continuum (paper): never pin longer than this
+    continuum_code_pin_s: float = 2.0  #: continuum (code): pin length when the tool's running mean <= it
+    unpin_on_pressure: bool = True  #: release pins (oldest first) when a waiting request cannot be admitted
+    plas_quanta_tokens: tuple[int, ...] = (16_384, 65_536, 262_144)  #: PLAS: MLFQ level boundaries (service)
+    plas_starvation_s: float = 30.0  #: PLAS: a call waiting longer than this is promoted to the top level
+    decision_log: bool = False  #: keep a per-decision log (router, admission, preemption, retention)
+
+    def __post_init__(self) -> None:
+        _literal("policy", "queue", self.queue, QueueName)
+        _literal("policy", "victim", self.victim, VictimName)
+        _literal("policy", "retention", self.retention, RetentionName)
+        _check(self.ttl_s >= 0, "policy", "ttl_s", self.ttl_s, ">= 0")
+        _check(self.continuum_variant in ("paper", "code"), "policy", "continuum_variant", self.continuum_variant,
+               "paper or code")
+        _check(0 < self.continuum_quantile <= 1, "policy", "continuum_quantile", self.continuum_quantile, "in (0, 1]")
+        _check(self.continuum_max_ttl_s >= 0, "policy", "continuum_max_ttl_s", self.continuum_max_ttl_s, ">= 0")
+        _check(self.continuum_code_pin_s >= 0, "policy", "continuum_code_pin_s", self.continuum_code_pin_s, ">= 0")
+        q = tuple(self.plas_quanta_tokens)
+        _check(len(q) >= 1 and all(a < b for a, b in itertools.pairwise(q)) and q[0] > 0, "policy",
+               "plas_quanta_tokens", self.plas_quanta_tokens, "a strictly increasing list of positive integers")
+        object.__setattr__(self, "plas_quanta_tokens", q)
+        _check(self.plas_starvation_s > 0, "policy", "plas_starvation_s", self.plas_starvation_s, "> 0")
+
+
+@dataclass(frozen=True, slots=True)
+class TierConfig:
+    """Host memory tiers below HBM, per instance (LMCache-style CPU offload; CXL expansion).
+
+    Defaults: host DRAM reached over PCIe Gen5 x16 (~50 GB/s usable of 64 GB/s), CXL Type-3 memory at ~25 GB/s
+    per device with ~0.5 us extra latency (published CXL memory-expander figures). Capacity 0 disables a tier."""
+
+    dram_gib: float = 0.0  #: host DRAM for KV per instance, GiB
+    dram_gbps: float = 50.0  #: host link (PCIe) bandwidth, GB/s, shared by concurrent transfers
+    dram_latency_us: float = 10.0  #: per-transfer setup latency, microseconds
+    cxl_gib: float = 0.0  #: CXL memory per instance, GiB (used when DRAM is full, or alone)
+    cxl_gbps: float = 25.0
+    cxl_latency_us: float = 20.0
+
+    def __post_init__(self) -> None:
+        for name in ("dram_gib", "cxl_gib", "dram_latency_us", "cxl_latency_us"):
+            _check(getattr(self, name) >= 0, "tiers", name, getattr(self, name), ">= 0")
+        for name in ("dram_gbps", "cxl_gbps"):
+            _check(getattr(self, name) > 0, "tiers", name, getattr(self, name), "> 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +247,8 @@ class SimConfig:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     tools: ToolConfig = field(default_factory=ToolConfig)
     router: RouterConfig = field(default_factory=RouterConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    tiers: TierConfig = field(default_factory=TierConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     seed: int = 0
 
@@ -223,6 +321,10 @@ def to_toml(cfg: SimConfig) -> str:
                 lines.append(f"# {k} = (unset: default)")
             elif isinstance(v, bool):
                 lines.append(f"{k} = {'true' if v else 'false'}")
+            elif isinstance(v, dict):
+                lines.append(f"{k} = {{ " + ", ".join(f"{a} = {b!r}" for a, b in v.items()) + " }")
+            elif isinstance(v, tuple | list):
+                lines.append(f"{k} = {list(v)!r}")
             elif isinstance(v, str):
                 lines.append(f'{k} = "{v}"')
             else:

@@ -19,11 +19,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from agentreplay.kv.segment_pool import SegmentPool
 from agentreplay.perf.model import IterationPricer
+from agentreplay.policy.retention import GapContext, Retention
 from agentreplay.sim.engine import PHASE_COMPLETE, PHASE_SCHEDULE, Engine
 from agentreplay.sim.request import Request
+from agentreplay.sim.residency import Residency
 from agentreplay.sim.scheduler import Scheduler, StepPlan, held_blocks
 
 _STABLE_STOPS = frozenset({"empty", "max_seqs", "no_budget", "no_blocks"})
@@ -31,13 +36,41 @@ _STABLE_STOPS = frozenset({"empty", "max_seqs", "no_budget", "no_blocks"})
 
 @dataclass(slots=True)
 class _Run:
-    """A committed batch of decode steps: started at ``t0`` with context sum ``sum_ctx``, ``steps`` long."""
+    """A committed batch of decode steps: started at ``t0`` with context sum ``sum_ctx``, ``steps`` long.
+    Step i costs ``a + c * (sum_ctx + i * n)``."""
 
     t0: float
     n: int
     sum_ctx: int
     steps: int
     ctx0: list[int]  # computed tokens of each running request before the first step
+    a: float
+    c: float
+
+    _ends: np.ndarray | None = None  # completion time of every step, computed once per run
+
+    def _all_ends(self) -> np.ndarray:
+        """Step completion times, summed one step at a time in order (``np.add.accumulate`` is sequential),
+        so they are bit-identical to single decode steps priced as ``a + c * sum_ctx``."""
+        if self._ends is None:
+            s = self.sum_ctx + self.n * np.arange(self.steps, dtype=np.int64)
+            steps = self.a + self.c * s.astype(np.float64)
+            self._ends = np.add.accumulate(np.concatenate(([self.t0], steps)))[1:]
+        return self._ends
+
+    def end_of_step(self, j: int) -> float:
+        """Completion time of step ``j`` (1-based)."""
+        if self._ends is None and j < 16:
+            t, s, a, c, n = self.t0, self.sum_ctx, self.a, self.c, self.n
+            for _ in range(j):
+                t += a + c * s
+                s += n
+            return t
+        return float(self._all_ends()[j - 1])
+
+    def steps_done_by(self, now: float) -> int:
+        """The step in progress at ``now`` (1-based); a step ending exactly at ``now`` counts as that one."""
+        return min(self.steps, int(np.searchsorted(self._all_ends(), now, side="left")) + 1)
 
 
 @dataclass(slots=True)
@@ -53,7 +86,9 @@ class InstanceStats:
 class Instance:
     def __init__(self, index: int, engine: Engine, perf: IterationPricer, pool: SegmentPool, scheduler: Scheduler,
                  on_finish: Callable[[Request], None], *, fast_decode: bool = True,
-                 on_sample: Callable[[Instance], None] | None = None) -> None:
+                 on_sample: Callable[[Instance], None] | None = None, retention: Retention | None = None,
+                 residency: Residency | None = None,
+                 log: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.index = index
         self.engine = engine
         self.perf = perf
@@ -62,6 +97,12 @@ class Instance:
         self.on_finish = on_finish
         self.on_sample = on_sample
         self.fast_decode = fast_decode
+        self.retention = retention
+        self.residency = residency
+        self.log = log
+        if residency is not None:
+            residency.on_ready = self._wake
+            residency.on_release = scheduler.release_segments
         self.stats = InstanceStats()
         self._busy = False
         self._wake_pending = False
@@ -85,6 +126,7 @@ class Instance:
     # ---- events ------------------------------------------------------------------------------------------------
     def submit(self, r: Request) -> None:
         r.instance = self.index
+        r.pinned = self.residency is not None and r.program in self.residency.pins
         self.sched.waiting.append(r)
         if not self._busy:
             self._wake()
@@ -100,9 +142,15 @@ class Instance:
         self._wake_pending = False
         if self._busy:
             return
-        plan = self.sched.schedule()
+        plan = self.sched.schedule(self.engine.now)
         self.stats.preemptions += len(plan.preempted)
+        if self.log is not None:
+            for r in plan.preempted:
+                self.log({"t": self.engine.now, "event": "preempt", "instance": self.index,
+                          "program": r.program, "turn": r.turn_idx, "victim_policy": self.sched.victim.name})
         if plan.empty:
+            if any(r.loading for r in self.sched.waiting):
+                return  # a load completion wakes the instance
             if self.sched.waiting:
                 raise RuntimeError(f"instance {self.index}: {len(self.sched.waiting)} waiting requests cannot be "
                                    f"admitted into an empty engine ({self.pool.num_blocks} blocks)")
@@ -121,8 +169,12 @@ class Instance:
             self._start_run(plan)
             return
         ctx = [r.computed for r in plan.decode]
-        prefill = [(n, before, before + n == r.total_tokens) for r, n, before in plan.prefill]
-        dt = self.perf.iteration_time_s(prefill, ctx)
+        if plan.prefill:
+            prefill = [(n, before, before + n == r.total_tokens) for r, n, before in plan.prefill]
+            dt = self.perf.iteration_time_s(prefill, ctx)
+        else:  # decode-only: the same arithmetic as a fast-forwarded run (see _Run)
+            a, c = self.perf.decode_coeffs(len(ctx))
+            dt = a + c * sum(ctx)
         self._run = None
         self.engine.at(now + dt, PHASE_COMPLETE, self._complete, self._gen)
 
@@ -146,25 +198,21 @@ class Instance:
                     else:
                         hi = mid
                 k = lo
-        run = _Run(self.engine.now, n, sum(ctx0), k, ctx0)
+        a, c = self.perf.decode_coeffs(n)
+        run = _Run(self.engine.now, n, sum(ctx0), k, ctx0, a, c)
         self._run = run
-        self.engine.at(run.t0 + self.perf.decode_steps_time_s(n, run.sum_ctx, k), PHASE_COMPLETE, self._complete,
-                       self._gen)
+        self.engine.at(run.end_of_step(k), PHASE_COMPLETE, self._complete, self._gen)
 
     def _truncate_run(self) -> None:
         """A request arrived mid-run: end the run at the end of the step in progress."""
         run = self._run
         assert run is not None
-        elapsed = self.engine.now - run.t0
-        done = self.perf.decode_steps_within(run.n, run.sum_ctx, elapsed)  # steps fully finished by now
-        j = done if done >= 1 and self.perf.decode_steps_time_s(run.n, run.sum_ctx, done) >= elapsed else done + 1
-        j = max(1, min(j, run.steps))
-        if j == run.steps:
+        j = max(1, run.steps_done_by(self.engine.now))
+        if j >= run.steps:
             return
         run.steps = j
         self._gen += 1
-        self.engine.at(run.t0 + self.perf.decode_steps_time_s(run.n, run.sum_ctx, j), PHASE_COMPLETE,
-                       self._complete, self._gen)
+        self.engine.at(run.end_of_step(j), PHASE_COMPLETE, self._complete, self._gen)
 
     def _complete(self, gen: int) -> None:
         if gen != self._gen:
@@ -192,12 +240,56 @@ class Instance:
         self._busy = False
         for r in finished:
             self.sched.running.remove(r)
-            self.sched.release(r)
+            self._retain(r)
             r.finish_s = now
         for r in finished:
             self.on_finish(r)
         if self.sched.running or self.sched.waiting:
             self._wake()
+
+    def _retain(self, r: Request) -> None:
+        """Apply the retention policy to a finished call's KV (the program's last call is simply released)."""
+        sched = self.sched
+        if r.last or self.retention is None:
+            sched.release(r)
+            return
+        res = self.residency
+        bs = self.pool.block_size
+        blocks = max(0, r.computed // bs - r.base)
+        swap_s = None
+        if res is not None and res.tiers:
+            swap_s = 2 * blocks * res.block_bytes / res.tiers[0].link.bytes_per_s
+        ctx = GapContext(now_s=self.engine.now, context_blocks=blocks, used_blocks=self.pool.used_blocks,
+                         recompute_s=self.perf.iteration_time_s([(max(1, r.computed), 0)], ()),
+                         swap_s=swap_s, true_gap_s=r.next_gap_s)
+        d = self.retention.decide(r, ctx)
+        action = d.action
+        if action in ("pin", "offload") and res is None:
+            action = "release"
+        if action == "release":
+            sched.release(r)
+        elif action == "drop":
+            sched.release(r)
+            self.pool.drop(r.prog)
+        elif action == "pin":
+            assert res is not None
+            sched.free_partial(r)
+            res.pin(r, d.ttl_s)
+        else:
+            assert res is not None
+            sched.free_partial(r)
+
+            def written() -> None:
+                sched.release_segments(r)
+                self._wake()
+
+            if not res.offload(r, written):
+                sched.release_segments(r)
+                action = "release"
+        if self.log is not None:
+            self.log({"t": self.engine.now, "event": "retention", "instance": self.index, "program": r.program,
+                      "turn": r.turn_idx, "policy": self.retention.name, "action": action, "ttl_s": d.ttl_s,
+                      "reason": d.reason, "tool_class": r.tool_class})
 
     def _emit(self, r: Request, now: float, finished: list[Request]) -> None:
         r.generated += 1

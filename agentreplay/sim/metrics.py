@@ -37,6 +37,7 @@ class Recorder:
         self.turn_cached_prefix = np.zeros(n, dtype=np.int64)
         self.turn_recomputed = np.zeros(n, dtype=np.int64)
         self.turn_preemptions = np.zeros(n, dtype=np.int32)
+        self.turn_reloaded = {src: np.zeros(n, dtype=np.int64) for src in ("dram", "cxl", "remote")}
         self.turn_tool_s = np.full(n, np.nan)
         self.program_arrival_s = np.full(m, np.nan)
         self.program_finish_s = np.full(m, np.nan)
@@ -55,6 +56,8 @@ class Recorder:
         self.turn_cached_prefix[t] = r.cached_prefix_tokens
         self.turn_recomputed[t] = r.recomputed_tokens
         self.turn_preemptions[t] = r.preemptions
+        for src, n in r.reloaded_tokens.items():
+            self.turn_reloaded[src][t] = n
 
     def sample(self, inst: Any) -> None:
         """Instance time series, at most one sample per ``interval_s`` per instance."""
@@ -90,7 +93,11 @@ class Recorder:
             "output_tokens": out,
             "cached_tokens": self.turn_cached,
             "cached_prefix_tokens": self.turn_cached_prefix,
-            "computed_prompt_tokens": w.input_tokens - self.turn_cached,
+            "reloaded_dram_tokens": self.turn_reloaded["dram"],
+            "reloaded_cxl_tokens": self.turn_reloaded["cxl"],
+            "reloaded_remote_tokens": self.turn_reloaded["remote"],
+            "computed_prompt_tokens": w.input_tokens - self.turn_cached - self.turn_reloaded["dram"]
+            - self.turn_reloaded["cxl"] - self.turn_reloaded["remote"],
             "recomputed_tokens": self.turn_recomputed,
             "preemptions": self.turn_preemptions,
             "tool_s": self.turn_tool_s,
@@ -159,5 +166,7 @@ def summarize(turns: pd.DataFrame, programs: pd.DataFrame) -> dict[str, Any]:
         "prefix_hit_rate_shared_prefix": cached_prefix / inp if inp else 0.0,
         "prefix_hit_rate_own_history": (cached - cached_prefix) / inp if inp else 0.0,
         "recomputed_tokens": int(turns["recomputed_tokens"].sum()),
+        "reloaded_tokens": {src: int(turns[f"reloaded_{src}_tokens"].sum()) for src in ("dram", "cxl", "remote")},
+        "computed_prompt_tokens": int(turns["computed_prompt_tokens"].sum()),
         "preemptions": int(turns["preemptions"].sum()),
     }

@@ -9,16 +9,18 @@ trace's ``arrival_s``, shifted so the first program arrives at 0).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from agentreplay.kv.segment_pool import Segment
+from agentreplay.policy.retention import ToolStats
 from agentreplay.sim.config import WorkloadConfig
 from agentreplay.sim.engine import PHASE_RELEASE, Engine
 from agentreplay.sim.instance import Instance
 from agentreplay.sim.metrics import Recorder
-from agentreplay.sim.request import Request
+from agentreplay.sim.request import ProgramInfo, Request
 from agentreplay.sim.router import Router
 from agentreplay.sim.tools import ToolModel
 from agentreplay.sim.workload import Workload
@@ -27,7 +29,8 @@ from agentreplay.sim.workload import Workload
 class Orchestrator:
     def __init__(self, engine: Engine, workload: Workload, cfg: WorkloadConfig, tools: ToolModel, router: Router,
                  instances: Sequence[Instance], recorder: Recorder, rng_arrivals: np.random.Generator,
-                 rng_tools: np.random.Generator, block_size: int) -> None:
+                 rng_tools: np.random.Generator, block_size: int, tool_stats: ToolStats | None = None,
+                 log: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.engine = engine
         self.w = workload
         self.cfg = cfg
@@ -40,6 +43,10 @@ class Orchestrator:
         self.bs = block_size
         self._next_program = 0
         self.done_programs = 0
+        self.tool_stats = tool_stats if tool_stats is not None else ToolStats()
+        self.log = log
+        self.infos: list[ProgramInfo | None] = [None] * workload.n_programs
+        self.affinity_breaks = 0
 
     def start(self) -> None:
         n = self.w.n_programs
@@ -70,12 +77,16 @@ class Orchestrator:
 
     def _arrive(self, p: int) -> None:
         self.rec.program_arrival_s[p] = self.engine.now
+        pid = self.w.prefix_ids[p]
+        self.infos[p] = ProgramInfo(self.engine.now, prefix_key=pid,
+                                    prefix_tokens=int(self.w.prefix_tokens[p]) if pid is not None else 0)
         self._release(int(self.w.turn_start[p]))
 
     def _segments(self, inst: Instance, p: int) -> tuple[Segment | None, Segment, int]:
         base = int(self.w.prefix_tokens[p]) // self.bs
         pid = self.w.prefix_ids[p]
-        pfx = inst.pool.segment(("prefix", pid, base), 0) if pid is not None and base > 0 else None
+        shared = pid is not None and base > 0 and inst.sched.prefix_caching
+        pfx = inst.pool.segment(("prefix", pid, base), 0) if shared else None
         if pfx is None:
             base = 0
         prog = inst.pool.segment(("prog", p), base)
@@ -85,24 +96,42 @@ class Orchestrator:
         w = self.w
         p = int(np.searchsorted(w.turn_start, turn, side="right") - 1)
         now = self.engine.now
+        info = self.infos[p]
+        assert info is not None
+        last = turn == int(w.turn_start[p + 1]) - 1
         r = Request(turn=turn, program=p, turn_idx=turn - int(w.turn_start[p]), prompt=int(w.input_tokens[turn]),
                     target_out=int(w.output_tokens[turn]), reuse=int(w.reused_tokens[turn]), pfx=None,
-                    prog=None, base=0, release_s=now)  # type: ignore[arg-type]
-        i = self.router.pick(r, self.instances)
+                    prog=None, base=0, release_s=now, info=info, tool_class=w.tool_class[turn],  # type: ignore[arg-type]
+                    last=last)
+        if not last:
+            r.next_gap_s = self.tools.gap_s(turn, self.rng_tools)
+        i = self.router.pick(r, self.instances, now)
+        if info.home >= 0 and i != info.home:
+            info.affinity_breaks += 1
+            self.affinity_breaks += 1
+        if self.log is not None:
+            self.log({"t": now, "event": "route", "program": p, "turn": r.turn_idx, "instance": i,
+                      "router": self.router.name, "home": info.home, "prompt": r.prompt})
+        info.home = i
         inst = self.instances[i]
         r.pfx, r.prog, r.base = self._segments(inst, p)
         inst.submit(r)
 
     def on_turn_done(self, r: Request) -> None:
         self.rec.record_turn(r)
+        r.info.service_tokens += (r.prompt - r.cached_tokens) + r.target_out
         w = self.w
-        last = r.turn == int(w.turn_start[r.program + 1]) - 1
-        if last:
+        if r.last:
             self.rec.program_finish_s[r.program] = self.engine.now
             self.done_programs += 1
             if self.cfg.arrival == "closed" and self._next_program < w.n_programs:
                 self._arrive_next()
             return
-        gap = self.tools.gap_s(r.turn, self.rng_tools)
+        gap = r.next_gap_s
         self.rec.turn_tool_s[r.turn] = gap
-        self.engine.at(self.engine.now + gap, PHASE_RELEASE, self._release, r.turn + 1)
+        self.engine.at(self.engine.now + gap, PHASE_RELEASE, self._tool_done, (r.turn, r.tool_class, gap))
+
+    def _tool_done(self, arg: tuple[int, str, float]) -> None:
+        turn, tool_class, gap = arg
+        self.tool_stats.observe(tool_class, gap)
+        self._release(turn + 1)

@@ -1,56 +1,200 @@
-"""Routers: which instance a released turn goes to. One small class per policy, a name-keyed registry.
+"""Routers: which instance a released call goes to. One small class per policy, a name-keyed registry.
 
-The simulator's agent-aware routers (session affinity, SGLang cache-aware, Autellix) build on this interface.
+Every router sees the call (program, prompt, reuse) and the instances' load; it returns an index. A call sent
+to another instance than the program's previous call is an *affinity break* (counted by the orchestrator for
+every router); session affinity with an inter-instance link makes the move a KV transfer
+(``Request.migrate_from``), otherwise the new instance re-prefills whatever it does not have cached.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
+from agentreplay.sim.config import RouterConfig
 from agentreplay.sim.instance import Instance
 from agentreplay.sim.request import Request
 
 
+@dataclass(slots=True)
+class RouterStats:
+    migrations_with_transfer: int = 0  #: session-affinity moves that transfer KV between instances
+
+
 class Router(Protocol):
     name: str
+    stats: RouterStats
 
-    def pick(self, r: Request, instances: Sequence[Instance]) -> int: ...
+    def pick(self, r: Request, instances: Sequence[Instance], now: float) -> int: ...
+
+
+def _load(inst: Instance, metric: str) -> int:
+    return inst.outstanding if metric == "requests" else inst.outstanding_tokens
+
+
+def least_loaded(instances: Sequence[Instance], metric: str = "requests") -> int:
+    """Index of the instance with the least load; ties to the lowest index (deterministic)."""
+    best, best_load = 0, None
+    for i, inst in enumerate(instances):
+        load = _load(inst, metric)
+        if best_load is None or load < best_load:
+            best, best_load = i, load
+    return best
 
 
 class RoundRobin:
-    """Instances in turn, whatever their load (vLLM production-stack / Kubernetes service default)."""
+    """Instances in turn, whatever their load (Kubernetes service / vLLM production-stack default)."""
 
     name = "round-robin"
 
-    def __init__(self) -> None:
+    def __init__(self, cfg: RouterConfig) -> None:
         self._next = 0
+        self.stats = RouterStats()
 
-    def pick(self, r: Request, instances: Sequence[Instance]) -> int:
+    def pick(self, r: Request, instances: Sequence[Instance], now: float) -> int:
         i = self._next % len(instances)
         self._next += 1
         return i
 
 
 class LeastLoaded:
-    """Fewest outstanding requests (queued + running); ties to the lowest index (deterministic)."""
+    """Fewest outstanding requests (queued + running), or fewest outstanding tokens (``load_metric``)."""
 
     name = "least-loaded"
 
-    def pick(self, r: Request, instances: Sequence[Instance]) -> int:
-        best, best_load = 0, None
-        for i, inst in enumerate(instances):
-            load = inst.outstanding
-            if best_load is None or load < best_load:
-                best, best_load = i, load
-        return best
+    def __init__(self, cfg: RouterConfig) -> None:
+        self.metric = cfg.load_metric
+        self.stats = RouterStats()
+
+    def pick(self, r: Request, instances: Sequence[Instance], now: float) -> int:
+        return least_loaded(instances, self.metric)
 
 
-ROUTERS = {"round-robin": RoundRobin, "least-loaded": LeastLoaded}
+class SessionAffinity:
+    """Program -> home instance (chosen least-loaded at its first call); later calls go home unless home has
+    more than ``affinity_max_outstanding`` requests, in which case the call goes to the least-loaded instance,
+    which becomes the new home (an affinity break; the KV moves over ``inter_instance_gbps`` if configured).
+    The sticky-session routing of vLLM production-stack's session router and llm-d's session affinity."""
+
+    name = "session-affinity"
+
+    def __init__(self, cfg: RouterConfig) -> None:
+        self.cfg = cfg
+        self.stats = RouterStats()
+
+    def pick(self, r: Request, instances: Sequence[Instance], now: float) -> int:
+        home = r.info.home
+        if home < 0:
+            return least_loaded(instances, self.cfg.load_metric)
+        if instances[home].outstanding < self.cfg.affinity_max_outstanding:
+            return home
+        target = least_loaded(instances, self.cfg.load_metric)
+        if target != home and self.cfg.inter_instance_gbps > 0:
+            r.migrate_from = home
+            self.stats.migrations_with_transfer += 1
+        return target
 
 
-def make_router(name: str) -> Router:
+class CacheAware:
+    """SGLang router ``cache_aware`` policy (sgl-model-gateway ``policies/cache_aware.rs``).
+
+    Per instance an approximate prefix tree of the prompts routed there (here: per program, the longest
+    prompt sent, plus the shared prefixes seen; tokens instead of characters). If the load is imbalanced
+    (``max - min > balance_abs_threshold`` and ``max > min * balance_rel_threshold``, load = outstanding
+    requests) the call goes to the least-loaded instance; otherwise to the instance with the longest prefix
+    match if ``match / prompt > cache_threshold``, else to the instance with the smallest tree (most free
+    cache). The routed prompt is inserted into the chosen instance's tree. Every ``eviction_interval_s`` each
+    tree larger than ``max_tree_tokens`` drops least-recently-used programs until it fits."""
+
+    name = "cache-aware"
+
+    def __init__(self, cfg: RouterConfig) -> None:
+        self.cfg = cfg
+        self.stats = RouterStats()
+        self.trees: list[OrderedDict[int, int]] = []
+        self.prefixes: list[set[Any]] = []
+        self.sizes: list[int] = []
+        self._next_prune = cfg.eviction_interval_s
+
+    def _ensure(self, n: int) -> None:
+        while len(self.trees) < n:
+            self.trees.append(OrderedDict())
+            self.prefixes.append(set())
+            self.sizes.append(0)
+
+    def _prune(self, now: float) -> None:
+        while now >= self._next_prune:
+            self._next_prune += self.cfg.eviction_interval_s
+            for i, tree in enumerate(self.trees):
+                while self.sizes[i] > self.cfg.max_tree_tokens and tree:
+                    _, n = tree.popitem(last=False)
+                    self.sizes[i] -= n
+
+    def match(self, i: int, r: Request) -> int:
+        """Tokens of ``r``'s prompt that instance ``i``'s tree would match."""
+        m = 0
+        prefix_key = r.info.prefix_key
+        if prefix_key is not None and prefix_key in self.prefixes[i]:
+            m = r.info.prefix_tokens
+        seen = self.trees[i].get(r.program, 0)
+        if seen:
+            m = max(m, min(seen, r.reuse))
+        return min(m, r.prompt)
+
+    def pick(self, r: Request, instances: Sequence[Instance], now: float) -> int:
+        n = len(instances)
+        self._ensure(n)
+        self._prune(now)
+        loads = [inst.outstanding for inst in instances]
+        lo, hi = min(loads), max(loads)
+        if hi - lo > self.cfg.balance_abs_threshold and hi > lo * self.cfg.balance_rel_threshold:
+            target = loads.index(lo)
+        else:
+            matches = [self.match(i, r) for i in range(n)]
+            best = max(range(n), key=lambda i: (matches[i], -i))
+            if r.prompt and matches[best] / r.prompt > self.cfg.cache_threshold:
+                target = best
+            else:
+                target = min(range(n), key=lambda i: (self.sizes[i], i))
+        tree = self.trees[target]
+        old = tree.pop(r.program, 0)
+        tree[r.program] = max(old, r.prompt)
+        self.sizes[target] += tree[r.program] - old
+        if r.info.prefix_key is not None:
+            self.prefixes[target].add(r.info.prefix_key)
+        return target
+
+
+class Autellix:
+    """Autellix's load balancer (Autellix §5): calls with long prompts go to the program's previous instance
+    (data locality: its KV is there), short ones to the least-loaded instance. The threshold
+    (``autellix_long_tokens``, default 2048 prompt tokens) is ours; agent prompts are almost all long, so on
+    agent traces this behaves like session affinity without a capacity limit."""
+
+    name = "autellix"
+
+    def __init__(self, cfg: RouterConfig) -> None:
+        self.cfg = cfg
+        self.stats = RouterStats()
+
+    def pick(self, r: Request, instances: Sequence[Instance], now: float) -> int:
+        if r.info.home >= 0 and r.prompt > self.cfg.autellix_long_tokens:
+            return r.info.home
+        return least_loaded(instances, self.cfg.load_metric)
+
+
+ROUTERS: dict[str, Callable[[RouterConfig], Router]] = {
+    "round-robin": RoundRobin, "least-loaded": LeastLoaded, "session-affinity": SessionAffinity,
+    "cache-aware": CacheAware, "autellix": Autellix,
+}
+
+
+def make_router(cfg: RouterConfig | str) -> Router:
+    if isinstance(cfg, str):
+        cfg = RouterConfig(policy=cfg)  # type: ignore[arg-type]
     try:
-        return ROUTERS[name]()
+        return ROUTERS[cfg.policy](cfg)
     except KeyError:
-        raise ValueError(f"unknown router {name!r}; known: {sorted(ROUTERS)}") from None
+        raise ValueError(f"unknown router {cfg.policy!r}; known: {sorted(ROUTERS)}") from None

@@ -19,12 +19,17 @@ import pandas as pd
 import pyarrow as pa
 
 from agentreplay.kv.segment_pool import SegmentPool
+from agentreplay.kv.tiers import HostTier, Link
 from agentreplay.perf import IterationPricer, PerfModel, kv_capacity, load_gpu, load_model
+from agentreplay.policy.queue import make_queue_order
+from agentreplay.policy.retention import ToolStats, make_retention
+from agentreplay.policy.victim import make_victim
 from agentreplay.sim.config import SimConfig, to_toml
 from agentreplay.sim.engine import Engine
 from agentreplay.sim.instance import Instance
 from agentreplay.sim.metrics import Recorder, summarize
 from agentreplay.sim.orchestrator import Orchestrator
+from agentreplay.sim.residency import GIB, Residency
 from agentreplay.sim.router import make_router
 from agentreplay.sim.scheduler import Scheduler
 from agentreplay.sim.tools import make_tools
@@ -53,6 +58,7 @@ class SimResult:
     instances: pd.DataFrame
     summary: dict[str, Any]
     config: SimConfig
+    decisions: list[dict[str, Any]] | None = None
 
     def write(self, out_dir: str | os.PathLike[str]) -> dict[str, Path]:
         """Write turns/programs/instances.parquet, summary.json and config.toml (Parquet atomically)."""
@@ -62,8 +68,11 @@ class SimResult:
             "programs": pa.Table.from_pandas(self.programs, preserve_index=False),
             "instances": pa.Table.from_pandas(self.instances, preserve_index=False),
         })
-        for name, text in (("summary.json", json.dumps(self.summary, indent=2, sort_keys=True) + "\n"),
-                           ("config.toml", to_toml(self.config))):
+        texts = [("summary.json", json.dumps(self.summary, indent=2, sort_keys=True) + "\n"),
+                 ("config.toml", to_toml(self.config))]
+        if self.decisions is not None:
+            texts.append(("decisions.jsonl", "".join(json.dumps(d, sort_keys=True) + "\n" for d in self.decisions)))
+        for name, text in texts:
             tmp = out / f".{name}.tmp"
             tmp.write_text(text)
             os.replace(tmp, out / name)
@@ -124,13 +133,37 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
         if progress is not None and r.turn == int(workload.turn_start[r.program + 1]) - 1:
             progress(orch_ref[0].done_programs, workload.n_programs)
 
+    model_spec = load_model(hw.model)
+    block_bytes = cfg.cache.block_size * model_spec.kv_bytes_per_token("bf16", hw.tp) * hw.tp  # all TP ranks
+    decisions: list[dict[str, Any]] | None = [] if cfg.policy.decision_log else None
+    log = decisions.append if decisions is not None else None
+    tool_stats = ToolStats()
+    order, victim = make_queue_order(cfg.policy), make_victim(cfg.policy)
+    retention = make_retention(cfg.policy, tool_stats)
+    fabric = Link("fabric", engine, cfg.router.inter_instance_gbps, 0.0) if cfg.router.inter_instance_gbps > 0 \
+        else None
+    links: list[Link] = [] if fabric is None else [fabric]
+
+    def remote(r: Any) -> tuple[SegmentPool, Link] | None:
+        return None if fabric is None else (instances[r.migrate_from].pool, fabric)
+
+    tc = cfg.tiers
     for i in range(hw.instances):
         pool = SegmentPool(plan.num_gpu_blocks, cfg.cache.block_size)
-        sched = Scheduler(pool, plan.max_num_seqs, plan.max_num_batched_tokens, cfg.cache.enable_prefix_caching)
+        tiers: list[HostTier] = []
+        for name, gib, gbps, lat_us in (("dram", tc.dram_gib, tc.dram_gbps, tc.dram_latency_us),
+                                        ("cxl", tc.cxl_gib, tc.cxl_gbps, tc.cxl_latency_us)):
+            if gib > 0:
+                link = Link(f"{name}{i}", engine, gbps, lat_us * 1e-6)
+                links.append(link)
+                tiers.append(HostTier(name, int(gib * GIB) // block_bytes, link))
+        residency = Residency(engine, pool, block_bytes, tiers, remote, cfg.policy.unpin_on_pressure)
+        sched = Scheduler(pool, plan.max_num_seqs, plan.max_num_batched_tokens, cfg.cache.enable_prefix_caching,
+                          order=order, victim=victim, residency=residency)
         instances.append(Instance(i, engine, pricer, pool, sched, on_finish, fast_decode=cfg.scheduler.fast_decode,
-                                  on_sample=rec.sample))
-    orch = Orchestrator(engine, workload, cfg.workload, make_tools(cfg.tools, workload), make_router(cfg.router.policy),
-                        instances, rec, rng_arrivals, rng_tools, cfg.cache.block_size)
+                                  on_sample=rec.sample, retention=retention, residency=residency, log=log))
+    orch = Orchestrator(engine, workload, cfg.workload, make_tools(cfg.tools, workload), make_router(cfg.router),
+                        instances, rec, rng_arrivals, rng_tools, cfg.cache.block_size, tool_stats, log)
     orch_ref.append(orch)
     orch.start()
     engine.run()
@@ -139,7 +172,15 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
         raise RuntimeError(f"simulation ended with {unfinished} unfinished programs (a bug: please report)")
     turns = rec.turns_frame()
     programs = rec.programs_frame(turns)
+    programs["migrations"] = [0 if info is None else info.affinity_breaks for info in orch.infos]
     summary = summarize(turns, programs)
+    summary["policy"] = {"router": cfg.router.policy, "queue": cfg.policy.queue, "victim": cfg.policy.victim,
+                         "retention": cfg.policy.retention}
+    summary["affinity_breaks"] = orch.affinity_breaks
+    summary["bytes_moved"] = {link.name: link.bytes_moved for link in links}
+    summary["bytes_moved_total"] = sum(link.bytes_moved for link in links)
+    summary["pinned_block_s"] = sum(inst.residency.pinned_block_s for inst in instances if inst.residency)
+    summary["unpins_on_pressure"] = sum(inst.residency.unpins_on_pressure for inst in instances if inst.residency)
     summary["cluster"] = {"instances": hw.instances, "gpu": hw.gpu, "model": hw.model, "dtype": hw.dtype, "tp": hw.tp,
                           "num_gpu_blocks": plan.num_gpu_blocks, "kv_blocks_from": plan.kv_source,
                           "max_num_seqs": plan.max_num_seqs, "max_num_batched_tokens": plan.max_num_batched_tokens}
@@ -147,4 +188,4 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
                          "iterations": sum(i.stats.iterations for i in instances),
                          "decode_runs": sum(i.stats.decode_runs for i in instances),
                          "busy_s_per_instance": [i.stats.busy_s for i in instances]}
-    return SimResult(turns, programs, rec.instances_frame(), summary, cfg)
+    return SimResult(turns, programs, rec.instances_frame(), summary, cfg, decisions)

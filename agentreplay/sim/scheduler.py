@@ -10,7 +10,12 @@ Follows ``vllm/v1/core/sched/scheduler.py::Scheduler.schedule`` (V1 always uses 
 2. Only if nothing was preempted in this step, waiting requests are admitted in queue order while the token
    budget lasts and fewer than ``max_num_seqs`` run: prefix-cache lookup (longest run of cached full blocks,
    at most ``prompt - 1`` tokens, ``KVCacheManager.get_computed_blocks``), then all-or-nothing allocation for
-   the first chunk; the first request that cannot be allocated stops admission (FCFS).
+   the first chunk; the first request that cannot be allocated stops admission (FCFS). Requests whose KV is
+   still arriving from another tier are skipped (vLLM ``WAITING_FOR_REMOTE_KVS``).
+
+Policy hooks: the waiting order (:mod:`agentreplay.policy.queue`; FCFS keeps vLLM's deque semantics), the
+preemption victim (:mod:`agentreplay.policy.victim`), and the instance's :class:`~agentreplay.sim.residency.
+Residency` (pins released under memory pressure before anything is preempted; loads from host tiers).
 
 The decision is returned as data (:class:`StepPlan`); :class:`~agentreplay.sim.instance.Instance` prices and
 applies it.
@@ -18,12 +23,16 @@ applies it.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from agentreplay.kv.segment_pool import SegmentPool
 from agentreplay.sim.request import Request
+
+if TYPE_CHECKING:
+    from agentreplay.policy.queue import QueueOrder
+    from agentreplay.policy.victim import VictimPolicy
+    from agentreplay.sim.residency import Residency
 
 StopReason = Literal["empty", "max_seqs", "no_budget", "no_blocks", "preempted"]
 
@@ -49,17 +58,25 @@ def held_blocks(tokens: int, base: int, block_size: int) -> int:
 
 
 class Scheduler:
-    """Queues and the per-step decision. Owns ``waiting`` (deque) and ``running`` (admission order)."""
+    """Queues and the per-step decision. Owns ``waiting`` (queue order) and ``running`` (admission order)."""
 
     def __init__(self, pool: SegmentPool, max_num_seqs: int, max_num_batched_tokens: int,
-                 enable_prefix_caching: bool = True) -> None:
+                 enable_prefix_caching: bool = True, *, order: QueueOrder | None = None,
+                 victim: VictimPolicy | None = None, residency: Residency | None = None) -> None:
+        from agentreplay.policy.queue import Fcfs
+        from agentreplay.policy.victim import MostRecent
+
         self.pool = pool
         self.bs = pool.block_size
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.prefix_caching = enable_prefix_caching
-        self.waiting: deque[Request] = deque()
+        self.order = order or Fcfs()
+        self.victim = victim or MostRecent()
+        self.residency = residency
+        self.waiting: list[Request] = []
         self.running: list[Request] = []
+        self.now = 0.0
 
     # ---- block bookkeeping shared with the instance ------------------------------------------------------
     def grow_to(self, r: Request, tokens: int) -> None:
@@ -73,24 +90,43 @@ class Scheduler:
             self.pool.grow(r.prog, full)
         r.partial = 1 if tokens % self.bs and full >= r.base else 0
 
-    def release(self, r: Request) -> None:
-        """Free everything ``r`` holds, in vLLM's reverse order (partial block, history, shared prefix)."""
+    def free_partial(self, r: Request) -> None:
+        """Bring the history segment up to date and free the partial last block (pins keep the rest)."""
         self.grow_to(r, r.computed)
         self.pool.free_anonymous(r.partial)
         r.partial = 0
+
+    def release_segments(self, r: Request) -> None:
         self.pool.release(r.prog)
         if r.pfx is not None:
             self.pool.release(r.pfx)
+
+    def release(self, r: Request) -> None:
+        """Free everything ``r`` holds, in vLLM's reverse order (partial block, history, shared prefix)."""
+        self.free_partial(r)
+        self.release_segments(r)
 
     def preempt(self, r: Request) -> None:
         self.running.remove(r)
         self.release(r)
         r.computed = 0
+        r.held = False
         r.preemptions += 1
-        self.waiting.appendleft(r)
+        if self.order.sorted:
+            self.waiting.append(r)
+        else:
+            self.waiting.insert(0, r)
+
+    def _room(self, need: int, evictable: int, program: int) -> bool:
+        """Is there room for ``need`` new blocks? Releases pins of other programs under pressure first."""
+        while not self.pool.can_allocate(need, evictable):
+            if self.residency is None or not self.residency.release_oldest_pin(exclude=program):
+                return False
+        return True
 
     # ---- the step ------------------------------------------------------------------------------------------
-    def schedule(self) -> StepPlan:
+    def schedule(self, now: float = 0.0) -> StepPlan:
+        self.now = now
         plan = StepPlan()
         budget = self.max_num_batched_tokens
         pool, bs = self.pool, self.bs
@@ -117,15 +153,17 @@ class Scheduler:
             n = min(r.prompt + r.generated - r.computed, budget)
             need = held_blocks(r.computed + n, r.base, bs) - held_blocks(r.computed, r.base, bs)
             self_preempted = False
-            while need > pool.free_blocks:
-                victim = running[-1]
+            while not self._room(need, 0, r.program):
+                # victims come from the not-yet-scheduled part (vLLM FCFS pops the tail; its priority mode
+                # may also pick an already scheduled request and unschedule it, which we do not model)
+                victim = self.victim.pick(running[i:], self.order, now)
                 self.preempt(victim)
                 plan.preempted.append(victim)
                 if victim is r:
                     self_preempted = True
                     break
             if self_preempted:
-                break
+                break  # vLLM: "No more request to schedule"
             pool.allocate(need)
             if r.is_decoding:
                 plan.decode.append(r)
@@ -142,42 +180,78 @@ class Scheduler:
     def _admit(self, plan: StepPlan, budget: int) -> StopReason:
         pool, bs = self.pool, self.bs
         waiting, running = self.waiting, self.running
-        while waiting:
+        if self.order.sorted and len(waiting) > 1:
+            now = self.now
+            waiting.sort(key=lambda r: self.order.key(r, now))
+        i = 0
+        while i < len(waiting):
             if len(running) >= self.max_num_seqs:
                 return "max_seqs"
             if budget <= 0:
                 return "no_budget"
-            r = waiting[0]
+            r = waiting[i]
+            if r.loading:
+                i += 1
+                continue
+            if r.held:  # KV arrived from another tier: blocks for the loaded part are already held
+                n = min(r.total_tokens - r.computed, budget)
+                need = held_blocks(r.computed + n, r.base, bs) - held_blocks(r.computed, r.base, bs)
+                if not self._room(need, 0, r.program):
+                    return "no_blocks"
+                pool.allocate(need)
+                r.held = False
+                del waiting[i]
+                running.append(r)
+                plan.admitted.append(r)
+                plan.prefill.append((r, n, r.computed))
+                budget -= n
+                continue
             total = r.total_tokens
             max_hit = (total - 1) // bs  # vLLM recomputes at least the last token
             pfx_hit = prog_hit = 0
+            bound = max_hit
             if self.prefix_caching:
                 if r.pfx is not None:
                     pfx_hit = max(0, min(r.pfx.present, r.base, max_hit))
+                bound = min(max_hit, total // bs if r.admitted else r.reuse // bs)
                 if pfx_hit == r.base:  # chained hashes: history blocks hit only after the whole prefix
-                    bound = min(max_hit, total // bs if r.admitted else r.reuse // bs)
                     prog_hit = pool.hit_blocks(r.prog, bound)
             hit_tokens = (pfx_hit + prog_hit) * bs
-            n = min(total - hit_tokens, budget)
-            new_blocks = (r.base - pfx_hit) + max(0, -(-(hit_tokens + n) // bs) - r.base - prog_hit)
+            ext_source, ext_blocks, link = ("", 0, None)
+            if self.residency is not None and pfx_hit == r.base and self.prefix_caching:
+                ext_source, ext_blocks, link = self.residency.external_hit(r, r.base + prog_hit, bound)
             evictable = (pool.evictable(r.pfx, pfx_hit) if r.pfx is not None else 0) + \
                 pool.evictable(r.prog, prog_hit)
-            if not pool.can_allocate(new_blocks, evictable):
+            if ext_blocks > 0:
+                n = 0  # load first; compute in a later step (vLLM allocates the external tokens' slots now)
+                new_blocks = (r.base - pfx_hit) + ext_blocks
+            else:
+                n = min(total - hit_tokens, budget)
+                new_blocks = (r.base - pfx_hit) + max(0, -(-(hit_tokens + n) // bs) - r.base - prog_hit)
+            if not self._room(new_blocks, evictable, r.program):
                 return "no_blocks"
-            waiting.popleft()
             if r.pfx is not None:
                 pool.touch(r.pfx, pfx_hit)
             pool.touch(r.prog, prog_hit)
             pool.allocate(new_blocks)
             if r.pfx is not None:
                 pool.grow(r.pfx, r.base)
+            if self.residency is not None:
+                self.residency.consume_pin(r)
             r.computed = hit_tokens
             if not r.admitted:
                 r.admitted = True
                 r.cached_tokens = hit_tokens
                 r.cached_prefix_tokens = pfx_hit * bs
             else:
-                r.recomputed_tokens += total - hit_tokens
+                r.recomputed_tokens += total - hit_tokens - ext_blocks * bs
+            if ext_blocks > 0:
+                assert self.residency is not None and link is not None
+                r.held = True
+                self.residency.load(r, ext_source, ext_blocks, link)
+                i += 1
+                continue
+            del waiting[i]
             running.append(r)
             plan.admitted.append(r)
             plan.prefill.append((r, n, hit_tokens))

@@ -15,6 +15,9 @@ class LinearPerf:
     def iteration_time_s(self, prefill: Sequence[tuple], decode_ctx: Sequence[int]) -> float:
         return self.a + self.b * (sum(item[0] for item in prefill) + len(decode_ctx))
 
+    def decode_coeffs(self, n_seqs: int) -> tuple[float, float]:
+        return self.a + self.b * n_seqs, 0.0
+
     def decode_only_time_s(self, n_seqs: int, sum_ctx: int) -> float:
         return self.a + self.b * n_seqs
 

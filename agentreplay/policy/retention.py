@@ -1,0 +1,197 @@
+"""Tool-gap KV retention: what happens to a program's KV when its call ends and its tool starts.
+
+Each policy returns a :class:`Decision`: ``release`` (vLLM: blocks join the LRU free queue, still hit-able),
+``drop`` (forget them now), ``pin`` for ``ttl_s`` seconds (``inf`` = until the next call), or ``offload``
+(write to host memory, LMCache-style). Policies that learn tool durations see every finished gap through
+:class:`ToolStats` (online: what a real system could know at that moment).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from agentreplay.sim.config import PolicyConfig
+from agentreplay.sim.request import Request
+
+Action = Literal["release", "drop", "pin", "offload"]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: Action
+    ttl_s: float = math.inf
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class ToolStats:
+    """Observed tool durations per class, in completion order (sorted copies for quantiles)."""
+
+    sorted_s: dict[str, list[float]] = field(default_factory=dict)
+    sums: dict[str, float] = field(default_factory=dict)
+
+    def observe(self, tool_class: str, duration_s: float) -> None:
+        bisect.insort(self.sorted_s.setdefault(tool_class, []), duration_s)
+        self.sums[tool_class] = self.sums.get(tool_class, 0.0) + duration_s
+
+    def count(self, tool_class: str) -> int:
+        return len(self.sorted_s.get(tool_class, ()))
+
+    def mean(self, tool_class: str) -> float | None:
+        n = self.count(tool_class)
+        return self.sums[tool_class] / n if n else None
+
+    def quantile(self, tool_class: str, q: float) -> float | None:
+        xs = self.sorted_s.get(tool_class)
+        if not xs:
+            return None
+        return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]
+
+
+@dataclass(frozen=True, slots=True)
+class GapContext:
+    """What a retention policy may look at when a call ends (all per instance)."""
+
+    now_s: float
+    context_blocks: int  #: blocks of the program's history held by the finished call
+    used_blocks: int  #: blocks in use on the instance (the running batch's memory)
+    recompute_s: float  #: estimated time to prefill the program's context again
+    swap_s: float | None  #: time to write the context to host memory and back (None: no tier)
+    true_gap_s: float  #: the actual tool duration (only the oracle may use it)
+
+
+class Retention(Protocol):
+    name: str
+
+    def decide(self, r: Request, ctx: GapContext) -> Decision: ...
+
+
+class Lru:
+    """vLLM automatic prefix caching: free the blocks; they stay cached until the LRU reuses them."""
+
+    name = "lru"
+
+    def decide(self, r: Request, ctx: GapContext) -> Decision:
+        return Decision("release")
+
+
+class Evict:
+    """Drop the program's KV at the end of every call (no reuse across tool calls; lower bound)."""
+
+    name = "evict"
+
+    def decide(self, r: Request, ctx: GapContext) -> Decision:
+        return Decision("drop")
+
+
+class StaticTtl:
+    """Pin the program's KV for a fixed ``ttl_s`` after each call (agent-affinity / static TTL baseline)."""
+
+    name = "ttl"
+
+    def __init__(self, ttl_s: float) -> None:
+        self.ttl_s = ttl_s
+
+    def decide(self, r: Request, ctx: GapContext) -> Decision:
+        return Decision("pin", self.ttl_s, f"static ttl {self.ttl_s:g} s")
+
+
+class ContinuumTtl:
+    """Continuum (arXiv 2511.02230): pin for a TTL chosen from the tool's duration distribution.
+
+    ``paper`` variant: TTL = the ``continuum_quantile`` of the durations observed so far for this tool class,
+    pinned only if at most ``continuum_max_ttl_s`` (a longer pin holds memory more than a recompute costs);
+    no pin before 5 observations of the class. ``code`` variant (the authors' released vLLM fork): pin for
+    a fixed ``continuum_code_pin_s`` (2 s) when the tool's running mean is at most that long, else release.
+    The quantile and cap are our choices (the paper derives the TTL from the CDF without fixed numbers)."""
+
+    name = "continuum"
+
+    def __init__(self, cfg: PolicyConfig, stats: ToolStats) -> None:
+        self.cfg = cfg
+        self.stats = stats
+
+    def decide(self, r: Request, ctx: GapContext) -> Decision:
+        cls = r.tool_class
+        if self.cfg.continuum_variant == "code":
+            mean = self.stats.mean(cls)
+            if mean is not None and mean <= self.cfg.continuum_code_pin_s:
+                return Decision("pin", self.cfg.continuum_code_pin_s, f"{cls} mean {mean:.2f} s")
+            return Decision("release", reason=f"{cls} mean {mean}")
+        if self.stats.count(cls) < 5:
+            return Decision("release", reason=f"{cls}: too few observations")
+        ttl = self.stats.quantile(cls, self.cfg.continuum_quantile)
+        assert ttl is not None
+        if ttl <= self.cfg.continuum_max_ttl_s:
+            return Decision("pin", ttl, f"{cls} p{self.cfg.continuum_quantile * 100:.0f} = {ttl:.2f} s")
+        return Decision("release", reason=f"{cls} ttl {ttl:.1f} s above cap")
+
+
+class Offload:
+    """LMCache-style: write the program's KV to host memory at the end of each call, reload on the next."""
+
+    name = "offload"
+
+    def decide(self, r: Request, ctx: GapContext) -> Decision:
+        return Decision("offload") if ctx.swap_s is not None else Decision("release", reason="no host tier")
+
+
+def _min_waste(gap_s: float, ctx: GapContext) -> Decision:
+    """InferCept (Abhyankar et al., ICML 2024, §4) memory waste, in block-seconds, of each choice:
+    preserve = gap x context blocks; discard = recompute time x blocks in use (the batch waits on the
+    recompute); swap = swap out + in time x blocks in use (without InferCept's pipelining, an upper bound)."""
+    preserve = gap_s * ctx.context_blocks
+    discard = ctx.recompute_s * max(ctx.used_blocks, ctx.context_blocks)
+    options = [(preserve, "pin"), (discard, "drop")]
+    if ctx.swap_s is not None:
+        options.append((ctx.swap_s * max(ctx.used_blocks, ctx.context_blocks), "offload"))
+    _waste, action = min(options)
+    return Decision(action, math.inf, f"waste preserve {preserve:.0f} discard {discard:.0f} -> {action}")  # type: ignore[arg-type]
+
+
+class InferCept:
+    """InferCept: per interception, the choice with the least estimated waste, the gap estimated as the
+    running mean of the tool class (the paper profiles each augmentation type); no estimate -> discard."""
+
+    name = "infercept"
+
+    def __init__(self, stats: ToolStats) -> None:
+        self.stats = stats
+
+    def decide(self, r: Request, ctx: GapContext) -> Decision:
+        est = self.stats.mean(r.tool_class)
+        if est is None:
+            return Decision("release", reason="no estimate yet")
+        return _min_waste(est, ctx)
+
+
+class Oracle:
+    """Knows the true gap and applies the same waste rule: a bound on what gap prediction can buy."""
+
+    name = "oracle"
+
+    def decide(self, r: Request, ctx: GapContext) -> Decision:
+        d = _min_waste(ctx.true_gap_s, ctx)
+        return Decision(d.action, ctx.true_gap_s if d.action == "pin" else math.inf, d.reason)
+
+
+def make_retention(cfg: PolicyConfig, stats: ToolStats) -> Retention:
+    name = cfg.retention
+    if name == "lru":
+        return Lru()
+    if name == "evict":
+        return Evict()
+    if name == "ttl":
+        return StaticTtl(cfg.ttl_s)
+    if name == "continuum":
+        return ContinuumTtl(cfg, stats)
+    if name == "offload":
+        return Offload()
+    if name == "infercept":
+        return InferCept(stats)
+    if name == "oracle":
+        return Oracle()
+    raise ValueError(f"unknown retention policy {name!r}")
