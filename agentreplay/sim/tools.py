@@ -58,6 +58,11 @@ def make_tools(cfg: ToolConfig, workload: Workload) -> ToolModel:
     """The tool model of ``cfg``; replay and scale fail early if a non-final turn has no duration."""
     if cfg.mode == "fixed":
         return FixedTools(cfg.fixed_s)
+    if cfg.mode == "generative":
+        from agentreplay.sim.tools_generative import GenerativeTools
+
+        assert cfg.model_path is not None
+        return GenerativeTools(workload, cfg.model_path, scale=cfg.scale, class_scale=cfg.class_scale)
     last = np.zeros(workload.n_turns, dtype=bool)
     last[workload.turn_start[1:] - 1] = True
     missing = np.isnan(workload.tool_s) & ~last
