@@ -1,0 +1,140 @@
+"""``sweep`` and ``report sweep`` commands: parse, call :mod:`agentreplay.sweep`, render what it returns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from agentreplay.cli.app import app, console, err, fail
+
+report_app = typer.Typer(name="report", help="Render reports from output folders.", no_args_is_help=True)
+app.add_typer(report_app, name="report")
+
+
+class _ProgressBar:
+    """:class:`agentreplay.sweep.SweepProgress` drawn with rich: cells done / failed, elapsed, ETA."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._task: Any = None
+        self._failed = 0
+
+    def start(self, total: int, skipped: int, todo: int) -> None:
+        if skipped:
+            console.print(f"{skipped} of {total} cells already done in the output folder: skipped")
+        self._task = self._progress.add_task("cells", total=todo, failed=0)
+
+    def retry(self, cell: Any, error: str) -> None:
+        err.print(f"[yellow]retrying[/] {cell.cell_id} ({escape(cell.label)}): {escape(error)}")
+
+    def done(self, row: dict[str, Any]) -> None:
+        if row["status"] != "ok":
+            self._failed += 1
+            err.print(f"[red]failed[/] {row['cell_id']} ({escape(row['label'])}) after {row['attempts']} attempts: "
+                      f"{escape(row['error'])}")
+        self._progress.update(self._task, advance=1, failed=self._failed)
+
+
+@app.command()
+def sweep(
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Sweep spec TOML (\\[sweep], \\[base], "
+                                              "\\[grid], \\[\\[zip]]; see examples/sweep-small.toml).")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (results/, sweep.json).")] = None,
+    workers: Annotated[int | None, typer.Option(help="Local worker processes (default: one per CPU).")] = None,
+    scheduler_address: Annotated[str | None, typer.Option(
+        help="Run on a Dask distributed cluster, e.g. tcp://10.0.0.5:8786 (workers need agentreplay installed "
+             "and the trace path readable).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List the cells (and which are done); run nothing.")]
+    = False,
+    quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+) -> None:
+    """Run every cell of a parameter sweep and stream one row per cell to OUT/results/ (Parquet).
+
+    Cells already ok in OUT are skipped, so rerunning resumes; a failed cell is retried once, then recorded with
+    status failed; the command exits 1 if any cell failed (after running the rest).
+
+    Example: agentreplay sweep examples/sweep-small.toml --out out/sweep-small --workers 4
+
+    Then: agentreplay query "select label, jct_mean_s from results order by 2" --data out/sweep-small
+    """
+    from agentreplay.sweep import SpecError, load_spec, make_executor, run_sweep
+    from agentreplay.sweep.store import ResultStore
+
+    try:
+        spec = load_spec(spec_path)
+    except SpecError as exc:
+        raise fail(escape(str(exc))) from None
+    if dry_run:
+        status = ResultStore(out / "results", spec.params).status if out and (out / "results").is_dir() else {}
+        table = Table(title=f"{len(spec.cells)} cells, trace {spec.trace}")
+        for col in ("cell_id", "label", "seed", "on disk"):
+            table.add_column(col)
+        for c in spec.cells:
+            table.add_row(c.cell_id, escape(c.label), str(c.seed), status.get(c.cell_id, "-"))
+        console.print(table)
+        return
+    if out is None:
+        raise fail("--out is required (except with --dry-run)")
+    if workers is not None and workers < 1:
+        raise fail(f"--workers {workers} is invalid: >= 1")
+    if workers is not None and scheduler_address:
+        err.print("[yellow]note:[/] --workers is ignored with --scheduler-address (the cluster has its workers)")
+    try:
+        executor = make_executor(workers, scheduler_address)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise fail(escape(f"cannot start the executor ({scheduler_address or 'local pool'}): {exc}")) from None
+    console.print(f"sweep: {len(spec.cells)} cells on {executor.description}")
+    with executor, Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                            MofNCompleteColumn(), TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(),
+                            TextColumn("ETA"), TimeRemainingColumn(), console=console, disable=quiet) as bar:
+        try:
+            outcome = run_sweep(spec, out, executor, progress=_ProgressBar(bar))
+        except SpecError as exc:
+            raise fail(escape(str(exc))) from None
+    table = Table(title=f"sweep {spec_path}", show_header=False)
+    table.add_row("cells", f"{outcome.total:,} ({outcome.skipped:,} already done)")
+    table.add_row("run now", f"{outcome.ok:,} ok, {outcome.failed:,} failed, {outcome.retried:,} retried")
+    table.add_row("wall time", f"{outcome.wall_s:,.1f} s")
+    console.print(table)
+    console.print(f"wrote {out}/results/ (query: agentreplay query \"select * from results\" --data {out}), "
+                  f"{out}/sweep.json, {out}/base-config.toml")
+    if outcome.failed:
+        err.print(f"[bold red]{outcome.failed} cell(s) failed[/]; their rows have status 'failed' and the error. "
+                  "Rerun the same command to retry them.")
+        raise typer.Exit(1)
+
+
+@report_app.command("sweep")
+def report_sweep(
+    sweep_dir: Annotated[Path, typer.Argument(help="Output folder of `agentreplay sweep`.")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Report folder (default: SWEEP_DIR/report).")]
+    = None,
+) -> None:
+    """Render a sweep's report: Markdown and a self-contained HTML page with the figures the grid supports.
+
+    Example: agentreplay report sweep out/sweep-small
+    """
+    import duckdb
+
+    from agentreplay.sweep.report import write_report
+
+    try:
+        report, paths = write_report(sweep_dir, out)
+    except (FileNotFoundError, ValueError, duckdb.Error) as exc:
+        raise fail(escape(str(exc))) from None
+    for f in report.figures:
+        if f.skipped:
+            console.print(f"[dim]figure skipped[/] {f.title}: {escape(f.skipped)}")
+    console.print(f"wrote {paths['markdown']}, {paths['html']} and {len(paths) - 2} figure(s)")
