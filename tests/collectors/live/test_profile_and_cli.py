@@ -1,0 +1,90 @@
+"""The iteration profiler against the fake server, and the ``drive`` / ``drive-profile`` commands."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import pandas as pd
+import pyarrow.parquet as pq
+from typer.testing import CliRunner
+
+import agentreplay.cli.drive  # noqa: F401  (registers the commands until app.py imports it)
+from agentreplay.cli import app
+from agentreplay.trace.io import write_trace
+from collectors.live.client import StreamResult
+from collectors.live.endpoint import DriveOptions
+from collectors.live.profile import ProfileOptions, decode_step_s, profile_async
+from collectors.measured.schema import TABLES
+from tests.collectors.live.fake_server import FakeServer, ThreadedFakeServer
+from tests.factories import make_trace
+
+runner = CliRunner()
+
+
+def test_profile_measures_prefill_and_decode_iterations(tmp_path) -> None:
+    prof = ProfileOptions(prefill_sizes=(16, 512, 2000, 4096), repeats=3, batch_sizes=(1, 4), contexts=(32, 2045),
+                          decode_tokens=8)
+
+    async def go():
+        async with FakeServer(ttft_s=0.001, prefill_s_per_token=2e-5, token_delay_s=0.004, decode_s_per_seq=0.003,
+                              max_model_len=2048) as srv:
+            return srv, await profile_async(srv.url, tmp_path, options=DriveOptions(gpu="RTX 4090"), profile=prof)
+
+    srv, res = asyncio.run(go())
+    assert all(s.lcp == 0 for s in srv.seen[1:])  # distinct prompts: no prefix-cache hit
+    comp = res.tables["component"]
+    pre = comp[comp["op"] == "prefill_iteration"]
+    assert pre["num_tokens"].tolist() == [16, 512, 2000]  # 4096 > max_model_len: skipped
+    assert pre["seconds"].is_monotonic_increasing
+    assert (pre["scope"] == "model").all() and (pre["phase"] == "prefill").all() and (pre["batch_size"] == 1).all()
+    dec = comp[comp["op"] == "decode_iteration"]
+    assert dec["batch_size"].tolist() == [1, 4] and dec["context_tokens"].tolist() == [36, 36]
+    one, four = dec["seconds"].tolist()
+    assert 0.005 < one < 0.012 and 0.013 < four < 0.03 and four > one  # 4 ms + 3 ms per running sequence
+    assert any("2045" in s for s in res.skipped)
+    assert pq.read_schema(tmp_path / "component.parquet").remove_metadata() == TABLES["component"]
+    cell = pd.read_parquet(tmp_path / "cells.parquet").iloc[0]
+    assert cell["cell_id"] == "live-profile/rtx4090/fake-model-1b" and cell["kind"] == "component"
+    assert json.loads(cell["config_json"])["engine"]["num_gpu_blocks"] == 4096
+
+
+def test_decode_step_uses_the_common_window_only() -> None:
+    a = StreamResult(0, 0, 1.0, 2.0, 0, chunks=[(1.0, 1), (1.5, 1), (1.6, 1), (1.7, 2), (2.0, 1)])
+    b = StreamResult(0, 0, 1.5, 3.0, 0, chunks=[(1.5, 1), (1.6, 1), (1.7, 1), (3.0, 1)])
+    step, windowed = decode_step_s([a, b])  # window [1.5, 2.0]: 0.1, 0.05, 0.05, 0.3 (a); 0.1, 0.1 (b)
+    assert windowed and abs(step - 0.1) < 1e-9
+
+
+def test_drive_cli_end_to_end(tmp_path) -> None:
+    trace_dir, out = tmp_path / "trace", tmp_path / "out"
+    write_trace(trace_dir, make_trace([[(30, 3, 0.01), (50, 2, None)]] * 3, shared_prefix_tokens=8))
+    with ThreadedFakeServer() as srv:
+        r = runner.invoke(app, ["drive", "--endpoint", srv.url, "--trace", str(trace_dir), "--out", str(out),
+                                "--concurrency", "2", "--tools", "fixed", "--tool-fixed", "0.005", "--quiet",
+                                "--token-scale", "2", "--metrics-interval", "0"])
+        assert r.exit_code == 0, r.output
+        assert "live run" in r.output and "prefix hit rate" in r.output
+        assert [len(s.tokens) for s in srv.turns] == [60, 60, 100, 100, 60, 100] or \
+            sorted(len(s.tokens) for s in srv.turns) == [60, 60, 60, 100, 100, 100]
+        r = runner.invoke(app, ["drive-profile", "--endpoint", srv.url, "--out", str(tmp_path / "prof"),
+                                "--prefill-sizes", "16,64", "--batch-sizes", "1,2", "--contexts", "16",
+                                "--decode-tokens", "4", "--repeats", "1"])
+        assert r.exit_code == 0, r.output
+        assert "decode_iteration" in r.output
+    cells = pd.read_parquet(out / "cells.parquet")
+    assert json.loads(cells["config_json"].iloc[0])["driver"]["workload_label"] == "trace"
+    assert len(pd.read_parquet(out / "requests.parquet")) == 6
+
+
+def test_drive_cli_reports_an_unreachable_endpoint(tmp_path) -> None:
+    trace_dir = tmp_path / "trace"
+    write_trace(trace_dir, make_trace([[(30, 3, None)]]))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = runner.invoke(app, ["drive", "--endpoint", f"http://127.0.0.1:{port}/v1", "--trace", str(trace_dir), "--out",
+                            str(tmp_path / "out"), "--tools", "fixed"])
+    assert r.exit_code == 1
+    assert f"cannot reach http://127.0.0.1:{port}/v1/models" in r.output
