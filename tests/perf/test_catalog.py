@@ -143,8 +143,9 @@ def test_every_gpu_loads_consistently(name: str) -> None:
     assert g.has_fp8 == (g.architecture != "ampere"), "fp8 tensor cores exist from Ada on"
     assert 0 < g.usable_memory_gib <= g.memory_gib
     assert g.bf16_tflops > 0 and g.mem_bandwidth_gbps > 0 and g.interconnect_bw_gbps > 0
-    assert 0.5 <= g.efficiency.compute_efficiency <= 0.8
-    assert 0.75 <= g.efficiency.bandwidth_efficiency <= 0.95
+    # within the bounds `agentreplay calibrate` fits in (validation/calibrate.py)
+    assert 0.2 <= g.efficiency.compute_efficiency <= 1.0
+    assert 0.3 <= g.efficiency.bandwidth_efficiency <= 1.0
 
 
 GPU_ENTRY = """
@@ -165,9 +166,15 @@ def test_user_gpu_file_uses_packaged_defaults(tmp_path) -> None:
     path = tmp_path / "gpus.toml"
     path.write_text(GPU_ENTRY.format(arch="ada"))
     g = load_gpu("my-gpu", path)
-    packaged = load_gpu("a6000").efficiency
+    import tomllib
+    from pathlib import Path
+
+    import agentreplay.perf
+
+    catalog = Path(agentreplay.perf.__file__).parent / "catalog" / "gpus.toml"
+    defaults = tomllib.loads(catalog.read_text())["defaults"]["efficiency"]
     assert g.efficiency.compute_efficiency == 0.5
-    assert g.efficiency.bandwidth_efficiency == packaged.bandwidth_efficiency
+    assert g.efficiency.bandwidth_efficiency == defaults["bandwidth_efficiency"]
     assert g.fp8_tflops == 0 and g.usable_memory_gib == 31.5
 
 

@@ -1,0 +1,91 @@
+"""``calibrate`` and ``validate``: thin shells over :mod:`validation.calibrate` and :mod:`validation.validate`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from agentreplay.cli.app import app, console, fail
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None or v != v else f"{v:.1f}"  # None / NaN -> "-"
+
+
+@app.command()
+def calibrate(
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the calibrated gpus.toml here (and "
+                                             "calibration.json beside it) instead of the packaged catalog.")] = None,
+    measured: Annotated[list[Path] | None, typer.Option("--measured", help="Extra profile folder (repeatable); "
+                                                        "format auto-detected.")] = None,
+    no_defaults: Annotated[bool, typer.Option("--no-default-sources", help="Use only --measured paths, not "
+                                              "../shared/measurements.")] = False,
+) -> None:
+    """Fit the performance model's per-GPU efficiencies to the measured component profiles.
+
+    Example: agentreplay calibrate            (rewrites agentreplay/perf/catalog/gpus.toml efficiency tables)
+    """
+    from validation.calibrate import mape_table, run
+    from validation.measured import load
+
+    try:
+        data = load([str(p) for p in measured or []], defaults=not no_defaults, kinds=("component",))
+        summary = run(data, out)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    table = Table(title="calibrated efficiencies (fitted parameters; the rest keep their catalog value)")
+    for col in ("gpu", "fitted", "points cal/val", "op MAPE % cal", "op MAPE % val"):
+        table.add_column(col)
+    for g, v in summary["gpus"].items():
+        eff = "\n".join(f"{k} = {v['efficiency'][k]:.4g}" for k in v["fitted"])
+        if v["calibrated_from"]:
+            eff = f"(from {v['calibrated_from']})\n{eff}"
+        pts = v["points"]
+        table.add_row(g, eff, f"{pts['calibration']}/{pts['validation']}", _pct(v["mape_pct"]["calibration"]),
+                      _pct(v["mape_pct"]["validation"]))
+    console.print(table)
+    ops = mape_table(summary["_ops"]).reset_index()
+    t2 = Table(title="operator fit error, MAPE % (per GPU and operator group)")
+    for col in ops.columns:
+        t2.add_column(str(col))
+    for row in ops.itertuples(index=False):
+        t2.add_row(*(_pct(x) if isinstance(x, float) or x is None else str(x) for x in row))
+    console.print(t2)
+    console.print(f"wrote {out or 'the packaged catalog'} and calibration.json")
+
+
+@app.command()
+def validate(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Report folder.")] = Path("reports/latest"),
+    measured: Annotated[list[Path] | None, typer.Option("--measured", help="Extra measured source (repeatable); "
+                                                        "format auto-detected by the registered collectors.")] = None,
+    no_defaults: Annotated[bool, typer.Option("--no-default-sources", help="Use only --measured paths, not "
+                                              "../shared/measurements.")] = False,
+    quick: Annotated[bool, typer.Option(help="Skip the agent-JCT replay (the slowest cell).")] = False,
+    catalog: Annotated[Path | None, typer.Option(help="GPU catalog TOML to validate (default: packaged).")] = None,
+) -> None:
+    """Simulate every measured cell and compare: errors.parquet, report.md, report.html.
+
+    Example: agentreplay validate --out reports/validation
+    """
+    from validation.validate import run
+
+    try:
+        s = run(out, [str(p) for p in measured or []], defaults=not no_defaults, quick=quick, catalog=catalog)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    table = Table(title="validation headline (signed error %, MAPE % for components)", show_header=False)
+    for g, v in s.get("component_mape_pct", {}).items():
+        table.add_row(f"component {g}", f"calibration {_pct(v['calibration'])} / validation {_pct(v['validation'])}")
+    for m, v in s.get("vllm_run_pct", {}).items():
+        table.add_row(f"vLLM run {m}", f"{v:+.1f}")
+    if "llmperf_rtx3090_bf16_throughput_pct" in s:
+        v = s["llmperf_rtx3090_bf16_throughput_pct"]["mean_signed"]
+        table.add_row("LLMPerf RTX 3090 BF16 throughput", f"{v:+.1f}")
+    for m, v in s.get("agent_jct_pct", {}).items():
+        table.add_row(f"agent {m}", f"{v:+.1f}")
+    console.print(table)
+    console.print(f"wrote {out}/errors.parquet, {out}/report.md, {out}/report.html")

@@ -1,0 +1,99 @@
+"""``agentreplay validate``: the report on small subsets of the real measured data (a copied vLLM run given with
+``--measured``, one GPU profile folder), its error table and its self-contained HTML."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import agentreplay.cli.validate  # noqa: F401  (registers the commands)
+from agentreplay.cli.app import app
+from tests.conftest import shared_path
+from validation import validate as V
+from validation.measured import collect_path
+
+VLLM_RUN = ("measurements", "serving-vllm-llmservingsim")
+RTX4090_PROFILE = ("measurements", "profiles-llmservingsim", "profiler", "perf", "RTX4090")
+
+
+def check_errors(df: pd.DataFrame) -> None:
+    assert list(df.columns) == V.COLUMNS
+    assert set(df["role"]) <= {"calibration", "validation"}
+    assert np.allclose(df["rel_error"], df["simulated"] / df["measured"] - 1.0)
+    assert (df["measured"] > 0).all() and (df["simulated"] > 0).all()
+
+
+def check_report(out: Path, heatmap: str) -> None:
+    md = (out / "report.md").read_text()
+    assert "## Headline figures" in md and "![parity.png](parity.png)" in md
+    for name in ("parity.png", heatmap):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") >= 2 and "<table>" in html
+    assert 'src="parity.png"' not in html and "src='parity.png'" not in html  # embedded, not linked
+
+
+@pytest.fixture(scope="module")
+def vllm_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, object]:
+    src = shared_path(*VLLM_RUN)
+    root = tmp_path_factory.mktemp("vllm")
+    copy = root / "copied-run"
+    shutil.copytree(src / "bench", copy / "bench")
+    out = root / "report"
+    res = CliRunner().invoke(app, ["validate", "--out", str(out), "--measured", str(copy), "--no-default-sources",
+                                   "--quick"])
+    return out, copy, res
+
+
+def test_measured_path_is_detected_and_validated(vllm_report: tuple[Path, Path, object]) -> None:
+    out, copy, res = vllm_report
+    assert res.exit_code == 0, res.output  # type: ignore[attr-defined]
+    summary = json.loads((out / "summary.json").read_text())
+    assert [o["collector"] for o in summary["sources"]] == ["vllm-run"]
+    assert summary["sources"][0]["path"] == str(copy)
+    df = pd.read_parquet(out / "errors.parquet")
+    check_errors(df)
+    assert set(df["source"]) == {"vllm-run"} and set(df["role"]) == {"validation"}
+    metrics = set(df["metric"])
+    for m in ("ttft", "tpot", "e2e"):
+        assert {f"{m}_mean_s", f"{m}_p50_s", f"{m}_p90_s", f"{m}_p99_s"} <= metrics
+    assert set(summary["vllm_run_pct"]) >= {"ttft_mean_s", "tpot_mean_s", "e2e_mean_s"}
+    row = df[df["metric"] == "ttft_mean_s"].iloc[0]
+    assert summary["vllm_run_pct"]["ttft_mean_s"] == pytest.approx(row["rel_error"] * 100)
+
+
+def test_vllm_report_files(vllm_report: tuple[Path, Path, object]) -> None:
+    out, _, _ = vllm_report
+    check_report(out, "heatmap_end_to_end.png")
+    assert (out / "cdf_vllm-run.png").exists()
+    assert "cdf_vllm-run.png" in (out / "report.md").read_text()
+
+
+def test_component_subset_has_both_roles(tmp_path: Path) -> None:
+    src = shared_path(*RTX4090_PROFILE)
+    summary = V.run(tmp_path, [str(src)], defaults=False, quick=True)
+    df = pd.read_parquet(tmp_path / "errors.parquet")
+    check_errors(df)
+    assert set(df["role"]) == {"calibration", "validation"}  # RTX 4090: token split of its only (TP=1) cell
+    lt = df[df["metric"] == "layer_time_s"]
+    assert set(lt.loc[lt["num_tokens"] > 512, "role"]) == {"validation"}
+    assert set(lt.loc[lt["num_tokens"] <= 512, "role"]) == {"calibration"}
+    assert set(summary["component_mape_pct"]) == {"rtx4090"}
+    ops = pd.read_parquet(tmp_path / "component_ops.parquet")
+    assert {"qkv_proj", "attention_decode"} <= set(ops["group"])
+    check_report(tmp_path, "heatmap_components.png")
+
+
+def test_unrecognised_measured_path(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("nothing to see")
+    with pytest.raises(ValueError, match="no registered measured-data collector"):
+        collect_path(tmp_path)
+    res = CliRunner().invoke(app, ["validate", "--out", str(tmp_path / "o"), "--measured", str(tmp_path),
+                                   "--no-default-sources"])
+    assert res.exit_code == 1

@@ -1,0 +1,384 @@
+"""Fit the performance model's per-GPU efficiencies to measured component profiles (``agentreplay calibrate``).
+
+What is fitted, per GPU with profiles (bounded least squares on log time, ``scipy.optimize.least_squares``):
+``compute_efficiency``, ``bandwidth_efficiency``, ``kernel_overhead_us`` (operator profiles),
+``attn_prefill_efficiency`` / ``attn_decode_efficiency`` (only where attention was profiled in that phase) and
+``allreduce_efficiency`` / ``allreduce_latency_us`` (only where a single-node all-reduce was profiled). Every
+other parameter keeps its catalog value (``framework_overhead_ms`` / ``per_seq_overhead_us`` are engine costs
+that isolated kernel profiles cannot see). No fp8 profile exists, so there is no per-dtype fit: fp8 runs use the
+same efficiencies at the fp8 peak. One parameter set per GPU, no per-cell knobs.
+
+The split (:data:`SPLIT`, :func:`role`) keeps calibration and validation cells apart; only ``calibration`` rows
+enter the fit. GPUs without profiles take the kernel-level efficiencies of :data:`NEAREST` (marked
+``calibrated_from`` in the catalog comments and in ``calibration.json``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from agentreplay.perf import Efficiency, GpuSpec, list_gpus, load_gpu
+from validation import components as C
+from validation.measured import Measured
+
+TOKEN_SPLIT: Final = 512
+SPLIT: Final = {
+    "calibration": "LLMServingSim (v0, perf) and Vidur operator profiles of TP=1 cells; Vidur all-reduce on one "
+                   "DGX node over 2 and 8 GPUs. A GPU whose only profile cells are TP=1 (RTX 4090) has its cell "
+                   f"split by operating point: num_tokens <= {TOKEN_SPLIT} calibrates.",
+    "validation": "TP>1 operator-profile cells (other GEMM shapes), num_tokens > 512 of a split cell, the 4-GPU "
+                  "all-reduce, every Splitwise whole-model iteration, every end-to-end run.",
+}
+FIT_PARAMS: Final = ("compute_efficiency", "bandwidth_efficiency", "kernel_overhead_us", "attn_prefill_efficiency",
+                     "attn_decode_efficiency", "allreduce_efficiency", "allreduce_latency_us")
+BOUNDS: Final = {"compute_efficiency": (0.2, 1.0), "bandwidth_efficiency": (0.3, 1.0),
+                 "kernel_overhead_us": (0.0, 50.0), "attn_prefill_efficiency": (0.05, 1.0),
+                 "attn_decode_efficiency": (0.05, 1.0), "allreduce_efficiency": (0.05, 1.0),
+                 "allreduce_latency_us": (0.0, 200.0)}
+KERNEL_PARAMS: Final = FIT_PARAMS[:5]  #: what a GPU without profiles borrows from its nearest profiled GPU
+NEAREST: Final = {"h200": "h100-sxm", "b200": "h100-sxm", "a100-40gb": "a100-80gb", "l40s": "rtx4090"}
+#: Compared but not fitted: HF-eager elementwise modules run as several unfused kernels each (RMSNorm: casts,
+#: pow, mean, rsqrt, two muls; rotary: slices, neg, cat, muls, adds), unlike the fused kernels of the serving
+#: engines the model prices; fitting them would inflate kernel_overhead_us for every GEMM.
+#: The same holds for HF's module attention (not the paged FlashAttention kernels of serving engines: its fit gave
+#: H100 13% of the bf16 peak where vLLM's kernels reach 30-50%).
+FIT_EXCLUDE: Final = frozenset(("llmservingsim-v0", g) for g in ("layernorm", "rotary_emb", "act_fn", "embedding",
+                                                                   "final_layernorm", "attention_prefill"))
+SHARE_FLOOR: Final = 0.01  #: smallest weight share of an operator in the fit
+ROBUST_SCALE: Final = 0.1  #: soft-L1 loss scale on log-time residuals (10%): HF eager elementwise outliers
+#: Fixed starting point (typical published values; the fit also starts from the middle of the box), so a re-run
+#: does not depend on what a previous calibration wrote.
+START: Final = {"compute_efficiency": 0.7, "bandwidth_efficiency": 0.85, "kernel_overhead_us": 2.0,
+                "attn_prefill_efficiency": 0.45, "attn_decode_efficiency": 0.7, "allreduce_efficiency": 0.75,
+                "allreduce_latency_us": 10.0}
+
+
+def role(cell_id: str, tp: int, num_tokens: int | None, tp1_only_gpu: bool) -> str:
+    """``calibration`` or ``validation`` for one component point (see :data:`SPLIT`)."""
+    src = C.source_of(cell_id)
+    if src == "splitwise":
+        return "validation"
+    if "/network/" in cell_id:
+        return "calibration" if tp in (2, 8) else "validation"
+    if tp != 1:
+        return "validation"
+    if tp1_only_gpu and num_tokens is not None and num_tokens > TOKEN_SPLIT:
+        return "validation"
+    return "calibration"
+
+
+@dataclass(slots=True)
+class ComponentData:
+    """Every component point with its role and model context, for one set of measured cells."""
+
+    ops: pd.DataFrame  #: op_points rows + gpu, tp, role
+    iterations: pd.DataFrame  #: Splitwise rows + gpu, tp, role
+    allreduce: pd.DataFrame  #: all-reduce rows + gpu, role
+    specs: dict[str, object]  #: cell_id -> ModelSpec (one-layer for ops, full for iterations)
+    tps: dict[str, int]
+    cells: pd.DataFrame
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def component_data(measured: Measured) -> ComponentData:
+    cells = measured.table("cells")
+    cells = cells[cells["kind"] == "component"].reset_index(drop=True)
+    comp = measured.table("component")
+    ops, skipped = C.op_points(cells, comp)
+    info = cells.set_index("cell_id")
+    ops["gpu"] = ops["cell_id"].map(info["gpu"])
+    ops["tp"] = ops["cell_id"].map(info["tp"]).astype(int)
+    tp1_only = {g for g, d in ops.groupby("gpu") if (d["tp"] == 1).all()}
+    ops["role"] = [role(c, t, n, g in tp1_only) for c, t, n, g in
+                   zip(ops["cell_id"], ops["tp"], ops["num_tokens"], ops["gpu"], strict=True)]
+    specs: dict[str, object] = {}
+    for cid in ops["cell_id"].unique():
+        specs[cid] = C.one_layer(C.model_spec(info.loc[cid])[0])
+    sw = [cid for cid in cells["cell_id"] if C.source_of(cid) == "splitwise"]
+    usable = []
+    for cid in sw:
+        spec, why = C.model_spec(info.loc[cid])
+        gpu = info.loc[cid, "gpu"]
+        if gpu is None or (isinstance(gpu, float) and np.isnan(gpu)):
+            skipped.append((cid, f"GPU {info.loc[cid, 'gpu_raw']!r} is not a catalog operating point"))
+        elif spec is None:
+            skipped.append((cid, why))
+        else:
+            specs[cid] = spec
+            usable.append(cid)
+    it = C.iteration_points(comp, usable)
+    it["gpu"] = it["cell_id"].map(info["gpu"])
+    it["tp"] = it["cell_id"].map(info["tp"]).astype(int)
+    it["role"] = "validation"
+    ar = C.allreduce_points(cells, comp)
+    ar["gpu"] = ar["cell_id"].map(info["gpu"])
+    ar["role"] = [role(c, t, None, False) for c, t in zip(ar["cell_id"], ar["tp"], strict=True)]
+    tps = {cid: int(info.loc[cid, "tp"]) for cid in specs}
+    return ComponentData(ops, it, ar, specs, tps, cells, skipped)
+
+
+def predict(data: ComponentData, gpu: GpuSpec, eff: Efficiency) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Model seconds for the op, iteration and all-reduce rows of ``gpu``."""
+    o = data.ops[data.ops["gpu"] == gpu.name].reset_index(drop=True)
+    i = data.iterations[data.iterations["gpu"] == gpu.name].reset_index(drop=True)
+    a = data.allreduce[data.allreduce["gpu"] == gpu.name].reset_index(drop=True)
+    return (C.predict_ops(o, gpu, data.specs, data.tps, eff),  # type: ignore[arg-type]
+            C.predict_iterations(i, gpu, data.specs, data.tps, eff),  # type: ignore[arg-type]
+            C.predict_allreduce(a, gpu, eff))
+
+
+@dataclass(slots=True)
+class GpuFit:
+    gpu: str
+    efficiency: Efficiency
+    fitted: tuple[str, ...]  #: parameters fitted (the rest kept their catalog value)
+    prior: Efficiency
+    n_points: int
+    cost: float
+    calibrated_from: str | None = None
+    fit_ids: tuple[str, ...] = ()  #: point_id of every row that entered the fit
+
+
+def layer_share(o: pd.DataFrame) -> np.ndarray:
+    """Each op row's share of the measured decoder-layer time at its (cell, num_tokens), in [SHARE_FLOOR, 1];
+    1 for attention rows and where no whole layer was measured. Weights the fit towards what dominates a layer
+    (GEMMs) rather than towards microsecond elementwise kernels."""
+    layer = (o[o["per_layer"] & (o["probe"] == "tokens")].assign(t=lambda d: d["measured_s"] * d["mult"])
+             .groupby(["cell_id", "num_tokens"])["t"].sum())
+    key = pd.MultiIndex.from_arrays([o["cell_id"], o["num_tokens"]])
+    tot = layer.reindex(key).to_numpy()
+    share = np.where(np.isnan(tot) | o["group"].str.startswith("attention").to_numpy(), 1.0,
+                     o["measured_s"].to_numpy() / np.where(np.isnan(tot), 1.0, tot))
+    return np.clip(share, SHARE_FLOOR, 1.0)
+
+
+#: Fit stages: each family of operators fits its own parameters, earlier stages' values held fixed, so that e.g.
+#: the fixed cost of attention kernels does not leak into the per-kernel overhead of every GEMM.
+STAGES: Final = (
+    ("dense", ("compute_efficiency", "bandwidth_efficiency", "kernel_overhead_us")),
+    ("attention", ("attn_prefill_efficiency", "attn_decode_efficiency")),
+    ("allreduce", ("allreduce_efficiency", "allreduce_latency_us")),
+)
+
+
+def fit_rows(data: ComponentData, gpu: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The calibration rows of ``gpu`` that enter the fit (op rows without :data:`FIT_EXCLUDE`, all-reduce)."""
+    o = data.ops[(data.ops["gpu"] == gpu) & (data.ops["role"] == "calibration")]
+    o = o[[(C.source_of(c), g) not in FIT_EXCLUDE for c, g in zip(o["cell_id"], o["group"], strict=True)]]
+    a = data.allreduce[(data.allreduce["gpu"] == gpu) & (data.allreduce["role"] == "calibration")]
+    return o.reset_index(drop=True), a.reset_index(drop=True)
+
+
+def _stage(o: pd.DataFrame, a: pd.DataFrame, gpu: GpuSpec, data: ComponentData, base: Efficiency,
+           params: list[str], time_weighted: bool = False) -> tuple[Efficiency, float]:
+    """Bounded soft-L1 least squares of log(model) - log(measured) over ``params``. Weights: each curve (cell x
+    operator group) counts about equally; within it, points by sqrt(share of the layer time / points in the
+    curve), or with ``time_weighted`` by sqrt(time / the curve's total time), i.e. squared relative error
+    weighted by time (attention: a 10 us point weighs what it costs in an iteration, not what a 10 ms one does)."""
+    curve = pd.concat([o["cell_id"] + "|" + o["group"], a["cell_id"] + "|ar"], ignore_index=True)
+    if time_weighted:
+        t = pd.Series(np.concatenate([o["measured_s"].to_numpy(dtype=float),
+                                      a["measured_s"].to_numpy(dtype=float)]))
+        w = np.sqrt((t / t.groupby(curve).transform("sum")).to_numpy())
+    else:
+        share = np.concatenate([layer_share(o), np.ones(len(a))])
+        w = np.sqrt(share / curve.map(curve.value_counts()).to_numpy(dtype=float))
+    meas = np.log(np.concatenate([o["measured_s"].to_numpy(dtype=float),
+                                  a["measured_s"].to_numpy(dtype=float)]))
+
+    def eff_of(x: np.ndarray) -> Efficiency:
+        return dataclasses.replace(base, **{p: float(v) for p, v in zip(params, x, strict=True)})
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        e = eff_of(x)
+        pred = np.concatenate([C.predict_ops(o, gpu, data.specs, data.tps, e),  # type: ignore[arg-type]
+                               C.predict_allreduce(a, gpu, e)])
+        return w * (np.log(np.maximum(pred, 1e-12)) - meas)
+
+    lo = np.array([BOUNDS[p][0] for p in params])
+    hi = np.array([BOUNDS[p][1] for p in params])
+    best = None
+    for start in (np.clip([START[p] for p in params], lo + 1e-6, hi - 1e-6), (lo + hi) / 2):
+        r = least_squares(resid, start, bounds=(lo, hi), loss="soft_l1", f_scale=ROBUST_SCALE, x_scale="jac",
+                          diff_step=1e-4, max_nfev=400)
+        if best is None or r.cost < best.cost:
+            best = r
+    assert best is not None
+    return eff_of(best.x), float(best.cost)
+
+
+def fit_gpu(data: ComponentData, gpu: GpuSpec, prior: Efficiency | None = None) -> GpuFit:
+    """Fit ``gpu``'s efficiencies on its calibration rows, stage by stage (:data:`STAGES`); a parameter without
+    data in its stage keeps the catalog value."""
+    prior = prior or gpu.efficiency
+    o, a = fit_rows(data, gpu.name)
+    is_att = o["group"].str.startswith("attention")
+    rows = {"dense": (o[~is_att].reset_index(drop=True), a.iloc[:0]),
+            "attention": (o[is_att].reset_index(drop=True), a.iloc[:0]), "allreduce": (o.iloc[:0], a)}
+    eff, fitted, cost = prior, [], 0.0
+    for stage, params in STAGES:
+        so, sa = rows[stage]
+        groups = set(so["group"])
+        active = [p for p in params if (stage != "attention" and len(so) + len(sa))
+                  or f"attention_{p.split('_')[1]}" in groups]
+        if not active:
+            continue
+        eff, c = _stage(so, sa, gpu, data, eff, active, time_weighted=stage == "attention")
+        fitted += active
+        cost += c
+    if not fitted:
+        raise ValueError(f"{gpu.name}: no calibration points")
+    ids = tuple(o["point_id"]) + tuple(a["point_id"])
+    return GpuFit(gpu.name, eff, tuple(fitted), prior, len(ids), cost, fit_ids=ids)
+
+
+def calibrate(measured: Measured, catalog: str | Path | None = None) -> tuple[dict[str, GpuFit], ComponentData]:
+    """Fit every catalog GPU that has calibration points; borrow for the others (:data:`NEAREST`)."""
+    data = component_data(measured)
+    known = set(list_gpus(catalog))
+    have = sorted(set(data.ops.loc[data.ops["role"] == "calibration", "gpu"]) & known)
+    fits = {g: fit_gpu(data, load_gpu(g, catalog)) for g in have}
+    for g, src in NEAREST.items():
+        if g in known and g not in fits and src in fits:
+            prior = load_gpu(g, catalog).efficiency
+            borrowed = tuple(p for p in KERNEL_PARAMS if p in fits[src].fitted)
+            eff = dataclasses.replace(prior, **{p: getattr(fits[src].efficiency, p) for p in borrowed})
+            fits[g] = GpuFit(g, eff, borrowed, prior, 0, 0.0, calibrated_from=src)
+    return fits, data
+
+
+# ---------------------------------------------------------------------------------------------- error tables
+def mape(err: pd.Series) -> float:
+    return float(np.mean(np.abs(err)) * 100) if len(err) else float("nan")
+
+
+def op_errors(data: ComponentData, effs: dict[str, Efficiency]) -> pd.DataFrame:
+    """Per-operator-group rows with the model's prediction under ``effs`` and the signed relative error."""
+    parts = []
+    for g in sorted(set(data.ops["gpu"]) & set(effs)):
+        gpu = dataclasses.replace(load_gpu(g), efficiency=effs[g])
+        o = data.ops[data.ops["gpu"] == g].reset_index(drop=True)
+        parts.append(o.assign(predicted_s=C.predict_ops(o, gpu, data.specs, data.tps, effs[g])))  # type: ignore
+    out = pd.concat(parts, ignore_index=True) if parts else data.ops.assign(predicted_s=np.nan)
+    out["rel_error"] = out["predicted_s"] / out["measured_s"] - 1
+    return out
+
+
+def mape_table(ops: pd.DataFrame) -> pd.DataFrame:
+    """MAPE (%) per GPU, operator group and role."""
+    t = ops.groupby(["gpu", "group", "role"])["rel_error"].apply(mape).unstack("role")
+    return t.reindex(columns=["calibration", "validation"])
+
+
+# ---------------------------------------------------------------------------------------------- writing
+_FMT = {"kernel_overhead_us": 3, "allreduce_latency_us": 3}
+
+
+def _block(fit: GpuFit, old_lines: list[str]) -> list[str]:
+    """The new ``[gpu."x".efficiency]`` table: fitted keys first, then the old lines for keys not fitted."""
+    head = f'[gpu."{fit.gpu}".efficiency]'
+    if fit.calibrated_from:
+        note = (f'# calibrated_from = "{fit.calibrated_from}": no profile of this GPU; kernel-level efficiencies '
+                f"of {fit.calibrated_from} (agentreplay calibrate)")
+    else:
+        note = (f"# calibrated by `agentreplay calibrate` on {fit.n_points} component points "
+                "(split and fit errors: calibration.json)")
+    lines = [head, note]
+    for p in fit.fitted:
+        v = getattr(fit.efficiency, p)
+        lines.append(f"{p} = {round(v, _FMT.get(p, 4))!r}")
+    dropping = False
+    for ln in old_lines:
+        if dropping and ln[:1].isspace() and ln.strip().startswith("#"):
+            continue  # continuation comment of a dropped key
+        key = ln.split("=", 1)[0].strip()
+        dropping = ln.startswith("# calibrat") or key in fit.fitted
+        if not dropping:
+            lines.append(ln)
+    return lines
+
+
+def write_catalog(fits: dict[str, GpuFit], src: Path, dst: Path) -> None:
+    """Rewrite the efficiency tables of ``src`` (a gpus.toml) for the fitted GPUs into ``dst``; everything
+    else (specs, comments, other GPUs) is kept byte for byte."""
+    lines = src.read_text().splitlines()
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        m = re.fullmatch(r'\[gpu\."([^"]+)"\.efficiency\]\s*', lines[i])
+        if m and m.group(1) in fits:
+            j = i + 1
+            while j < len(lines) and lines[j].strip() and not lines[j].startswith("["):
+                j += 1
+            out.extend(_block(fits[m.group(1)], lines[i + 1:j]))
+            i = j
+            continue
+        m = re.fullmatch(r'\[gpu\."([^"]+)"\]\s*', lines[i])
+        if m and m.group(1) in fits and f'[gpu."{m.group(1)}".efficiency]' not in lines:
+            j = i + 1  # no efficiency table yet: add one after the GPU's table
+            while j < len(lines) and lines[j].strip() and not lines[j].startswith("["):
+                j += 1
+            out.extend(lines[i:j])
+            out.extend(_block(fits[m.group(1)], []))
+            i = j
+            continue
+        out.append(lines[i])
+        i += 1
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    tmp.write_text("\n".join(out) + "\n")
+    tmp.replace(dst)
+
+
+def summary_json(fits: dict[str, GpuFit], ops: pd.DataFrame, data: ComponentData, measured: Measured) -> dict:
+    table = mape_table(ops)
+    gpus = {}
+    for g, f in sorted(fits.items()):
+        d = ops[ops["gpu"] == g]
+        gpus[g] = {
+            "efficiency": {k: round(v, 6) for k, v in dataclasses.asdict(f.efficiency).items()},
+            "fitted": list(f.fitted), "calibrated_from": f.calibrated_from,
+            "points": {r: int((d["role"] == r).sum()) for r in ("calibration", "validation")},
+            "mape_pct": {r: _num(mape(d.loc[d["role"] == r, "rel_error"])) for r in ("calibration", "validation")},
+            "mape_pct_by_group": {grp: {r: _num(v) for r, v in row.items()}
+                                  for grp, row in table.loc[g].iterrows()} if g in table.index.levels[0] else {},
+        }
+    return {"schema_version": 1, "split": SPLIT, "token_split": TOKEN_SPLIT, "fit_params": list(FIT_PARAMS),
+            "bounds": {k: list(v) for k, v in BOUNDS.items()}, "start": START, "robust_scale": ROBUST_SCALE,
+            "stages": {name: list(params) for name, params in STAGES},
+            "fit_excluded": sorted(f"{s}:{g}" for s, g in FIT_EXCLUDE),
+            "max_points_per_curve": C.MAX_POINTS, "gpus": gpus,
+            "skipped_cells": [{"cell_id": c, "reason": r} for c, r in data.skipped],
+            "sources": [{k: o[k] for k in ("path", "collector", "cells")} for o in measured.origins]}
+
+
+def _num(v: float) -> float | None:
+    """Rounded for the JSON file; None for NaN (strict JSON has no NaN)."""
+    return None if not np.isfinite(v) else round(float(v), 3)
+
+
+def packaged_catalog() -> Path:
+    return Path(__file__).resolve().parents[1] / "agentreplay" / "perf" / "catalog" / "gpus.toml"
+
+
+def run(measured: Measured, out: str | Path | None = None) -> dict:
+    """Calibrate, write the catalog (``out`` or the packaged gpus.toml) and ``calibration.json`` beside it;
+    return the summary (also what ``agentreplay calibrate`` prints)."""
+    src = packaged_catalog()
+    dst = Path(out) if out else src
+    fits, data = calibrate(measured)
+    ops = op_errors(data, {g: f.efficiency for g, f in fits.items()})
+    write_catalog(fits, src, dst)
+    summary = summary_json(fits, ops, data, measured)
+    (dst.parent / "calibration.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    summary["_ops"] = ops
+    return summary

@@ -1,0 +1,310 @@
+"""Measured component profiles mapped onto the performance model's operators, and the model's prediction of them.
+
+Each source names its operators its own way; :data:`GROUPS` maps them onto :data:`agentreplay.perf.OPERATORS`.
+A *group* is what the model prices as one operator: e.g. HF ``q_proj + k_proj + v_proj`` (three kernels) is the
+model's fused ``qkv_proj``. For every group the table gives the source operators summed, ``mult`` = how many
+times the measured quantity occurs per decoder layer (vLLM's ``layernorm`` row is the per-call mean of the two
+norms of a layer, so 2) and ``probe`` = which iteration the model prices it in.
+
+Model prediction of one measured occurrence (``PerfModel.breakdown`` of a one-layer copy of the model, so
+per-layer operators come out per layer):
+
+    predicted = breakdown[group] / mult + launches * kernel_overhead_us
+
+where ``launches`` = number of source operators summed (each is one timed kernel region). Probes:
+``tokens`` = one prefill chunk of ``num_tokens`` tokens, ``seqs`` = ``num_tokens`` one-token sequences that each
+emit a token (lm_head, sampler; also the HF lm_head, which runs on every input token), ``attn_prefill`` = one
+chunk of ``num_tokens`` over ``context_tokens`` cached tokens, ``attn_decode`` = ``batch_size`` decodes over
+``context_tokens`` each. Whole-model Splitwise iterations use ``PerfModel.iteration_time_s`` of the full model;
+all-reduce rows use the model's TP all-reduce term (``tp_comm`` of a one-layer model / its 3 collectives).
+
+Units: seconds everywhere, tokens, bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import pandas as pd
+
+from agentreplay.perf import Efficiency, GpuSpec, ModelSpec, PerfModel, list_models, load_gpu, load_model
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    group: str  #: model operator (agentreplay.perf.OPERATORS)
+    ops: tuple[str, ...]  #: source operators summed (all must be present at the point)
+    mult: int = 1  #: occurrences of the measured quantity per decoder layer
+    probe: str = "tokens"  #: tokens | seqs
+    per_layer: bool = True  #: part of one decoder layer (else once per forward)
+
+
+_LIN = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+GROUPS: Final[dict[str, tuple[Group, ...]]] = {
+    "llmservingsim-perf": (
+        Group("embedding", ("embedding",), per_layer=False),
+        Group("layernorm", ("layernorm",), mult=2),
+        *(Group(g, (g,)) for g in _LIN),
+        Group("rotary_emb", ("rotary_emb",)),
+        Group("act_fn", ("act_fn",)),
+        Group("final_layernorm", ("final_layernorm",), per_layer=False),
+        Group("lm_head", ("lm_head",), probe="seqs", per_layer=False),
+        Group("sampler", ("sampler",), probe="seqs", per_layer=False),
+    ),
+    "llmservingsim-v0": (
+        Group("embedding", ("embedding",), per_layer=False),
+        Group("layernorm", ("input_layernorm", "post_layernorm")),
+        Group("qkv_proj", ("q_proj", "k_proj", "v_proj")),
+        Group("rotary_emb", ("rope",)),
+        Group("attention_prefill", ("attn",)),
+        Group("o_proj", ("o_proj",)),
+        Group("gate_up_proj", ("gate_proj", "up_proj")),
+        Group("act_fn", ("act_fn",)),
+        Group("down_proj", ("down_proj",)),
+        Group("final_layernorm", ("final_layernorm",), per_layer=False),
+        Group("lm_head", ("lm_head",), probe="seqs", per_layer=False),  # HF: lm_head over every input token
+    ),
+    "vidur": (
+        Group("embedding", ("emb",), per_layer=False),
+        Group("layernorm", ("input_layernorm", "post_attention_layernorm", "add")),
+        Group("qkv_proj", ("attn_pre_proj",)),
+        Group("rotary_emb", ("attn_rope",)),
+        Group("o_proj", ("attn_post_proj",)),
+        Group("gate_up_proj", ("mlp_up_proj",)),
+        Group("act_fn", ("mlp_act",)),
+        Group("down_proj", ("mlp_down_proj",)),
+    ),
+}
+#: Qwen3's per-head q/k RMSNorm is priced inside the model's rotary_emb term.
+EXTRA_INTO: Final = {("llmservingsim-perf", "qk_norm"): "rotary_emb"}
+#: Source operators deliberately not compared, with the reason (shown in the report).
+NOT_MAPPED: Final = {
+    "expert.w1": "HF Mixtral expert loop: per-expert token counts not recorded",
+    "expert.w2": "HF Mixtral expert loop: per-expert token counts not recorded",
+    "expert.w3": "HF Mixtral expert loop: per-expert token counts not recorded",
+    "gate": "MoE router of the HF expert loop (compared only together with the experts)",
+}
+#: Measured curves not compared, with the reason.
+NOT_COMPARED: Final = {
+    ("llmservingsim-v0", "decode"): "v0 attention.csv decode rows: read as batch_size sequences each over "
+    "kv_cache_size tokens (collector docs), the fastest row would read its KV cache at {ratio:.1f}x the GPU's "
+    "memory bandwidth; the context semantics are ambiguous",
+}
+#: Points per cell and curve kept after deterministic subsampling (log-spaced over the measured range).
+MAX_POINTS: Final = 24
+
+
+def source_of(cell_id: str) -> str:
+    return cell_id.split("/", 1)[0]
+
+
+def subsample(values: Iterable[int], k: int = MAX_POINTS) -> list[int]:
+    """At most ``k`` of the distinct ``values``: the ones nearest a log-spaced grid over their range (always the
+    smallest and the largest). Deterministic."""
+    v = np.unique(np.asarray(list(values), dtype=np.int64))
+    if len(v) <= k:
+        return v.tolist()
+    grid = np.geomspace(max(v[0], 1), v[-1], k)
+    idx = np.unique(np.abs(np.log(np.maximum(v, 1))[None, :] - np.log(grid)[:, None]).argmin(axis=1))
+    return v[idx].tolist()
+
+
+# ---------------------------------------------------------------------------------------------- model specs
+_CATALOG_ALIASES: Final = {"llama-3-8b": "llama-3.1-8b", "llama-3-70b": "llama-3.1-70b"}
+
+
+def model_spec(cell: pd.Series) -> tuple[ModelSpec | None, str]:
+    """The model of a measured cell: the catalog entry, else the shapes the source recorded (Vidur), else None
+    with the reason. Llama-3 8B/70B share Llama-3.1's shapes."""
+    name = _CATALOG_ALIASES.get(str(cell["model"]), str(cell["model"]))
+    if name in list_models():
+        return load_model(name), "catalog"
+    cfg = json.loads(cell["config_json"]) if isinstance(cell.get("config_json"), str) else {}
+    need = ("n_embd", "n_expanded_embd", "n_head", "n_kv_head", "vocab_size")
+    if all(k in cfg for k in need):
+        if not cfg.get("use_gated_mlp", True):
+            return None, "non-gated MLP (the model prices gate+up SwiGLU MLPs)"
+        h, heads = int(cfg["n_embd"]), int(cfg["n_head"])
+        return ModelSpec(
+            name=str(cell["model"]), hf_repo=str(cfg.get("model_raw", "")), model_type="llama", hidden_size=h,
+            num_hidden_layers=1, num_attention_heads=heads, num_key_value_heads=int(cfg["n_kv_head"]),
+            head_dim=h // heads, intermediate_size=int(cfg["n_expanded_embd"]), vocab_size=int(cfg["vocab_size"]),
+            max_position_embeddings=4096, tie_word_embeddings=False), "source shapes"
+    return None, "model not in the catalog and no shapes recorded"
+
+
+def one_layer(spec: ModelSpec) -> ModelSpec:
+    return dataclasses.replace(spec, num_hidden_layers=1)
+
+
+# ---------------------------------------------------------------------------------------------- op points
+def op_points(cells: pd.DataFrame, comp: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
+    """Per-operator-group measured times of the LLMServingSim and Vidur profile cells (one row per cell, group
+    and operating point), subsampled; and the (cell_id, reason) of cells left out."""
+    rows, skipped = [], []
+    comp = comp[comp["cell_id"].isin(cells["cell_id"])]
+    by_cell = dict(tuple(comp.groupby("cell_id", sort=False)))
+    for _, cell in cells.iterrows():
+        src = source_of(cell["cell_id"])
+        cid = cell["cell_id"]
+        if src not in GROUPS or cid not in by_cell or str(cell["model"]) == "none":
+            continue
+        if cell["gpu"] is None or (isinstance(cell["gpu"], float) and np.isnan(cell["gpu"])):
+            skipped.append((cid, f"GPU {cell['gpu_raw']!r} not in the catalog"))
+            continue
+        spec, why = model_spec(cell)
+        if spec is None:
+            skipped.append((cid, why))
+            continue
+        c = by_cell[cid]
+        dense = c[c["op"] != "attention"]
+        table = dense.groupby(["op", "num_tokens"])["seconds"].median().unstack(0)
+        keep = subsample(table.index)
+        table = table.loc[keep]
+        for (s, extra), into in EXTRA_INTO.items():
+            if s == src and extra in table.columns:
+                table[into] = table[into] + table[extra]
+        for g in GROUPS[src]:
+            if not all(op in table.columns for op in g.ops):
+                continue
+            launches = len(g.ops) + sum(1 for (s, e), i in EXTRA_INTO.items()
+                                        if s == src and i == g.group and e in table.columns)
+            vals = table[list(g.ops)].sum(axis=1, min_count=len(g.ops)).dropna()
+            for n, sec in vals.items():
+                rows.append((cid, g.group, g.probe, int(n), 1, 0, float(sec), g.mult, launches, g.per_layer))
+        att = c[c["op"] == "attention"]
+        for phase, a in att.groupby("phase"):
+            if (src, phase) in NOT_COMPARED:
+                kv_bytes = spec.kv_bytes_per_token("bf16", int(cell["tp"])) / spec.num_hidden_layers
+                implied = (a["batch_size"] * a["context_tokens"] * kv_bytes / a["seconds"]).max()
+                ratio = float(implied) / (load_gpu(str(cell["gpu"])).mem_bandwidth_gbps * 1e9)
+                skipped.append((f"{cid} attention {phase}", NOT_COMPARED[(src, phase)].format(ratio=ratio)))
+                continue
+            a = a.groupby(["num_tokens", "batch_size", "context_tokens"])["seconds"].median().reset_index()
+            a = a.sort_values(["num_tokens", "context_tokens"], kind="stable").reset_index(drop=True)
+            if len(a) > 2 * MAX_POINTS:
+                a = a.iloc[np.unique(np.linspace(0, len(a) - 1, 2 * MAX_POINTS).round().astype(int))]
+            probe = "attn_prefill" if phase == "prefill" else "attn_decode"
+            for r in a.itertuples(index=False):
+                rows.append((cid, f"attention_{phase}", probe, int(r.num_tokens), int(r.batch_size),
+                             int(r.context_tokens), float(r.seconds), 1, 1, True))
+    cols = ["cell_id", "group", "probe", "num_tokens", "batch_size", "context_tokens", "measured_s", "mult",
+            "launches", "per_layer"]
+    df = pd.DataFrame(rows, columns=cols)
+    df["point_id"] = (df["cell_id"] + "|" + df["group"] + "|" + df["num_tokens"].astype(str) + "|"
+                      + df["batch_size"].astype(str) + "|" + df["context_tokens"].astype(str))
+    return df, skipped
+
+
+def iteration_points(comp: pd.DataFrame, cell_ids: Iterable[str]) -> pd.DataFrame:
+    """Whole-model Splitwise iterations: the median of the repeats per operating point."""
+    c = comp[comp["cell_id"].isin(list(cell_ids)) & comp["op"].isin(["prefill_iteration", "decode_iteration"])]
+    g = c.groupby(["cell_id", "op", "num_tokens", "batch_size", "context_tokens"])["seconds"].median()
+    out = g.reset_index().rename(columns={"op": "group", "seconds": "measured_s"})
+    out["probe"] = out["group"]
+    return out
+
+
+def allreduce_points(cells: pd.DataFrame, comp: pd.DataFrame) -> pd.DataFrame:
+    """Vidur all-reduce profiles of single-node NVSwitch (DGX) topologies: the ones the model's TP all-reduce
+    describes (multi-node and pairwise-bridge topologies are left out)."""
+    rows = []
+    for _, cell in cells.iterrows():
+        cfg = json.loads(cell["config_json"]) if isinstance(cell["config_json"], str) else {}
+        if cfg.get("collective") != "all_reduce" or not str(cfg.get("topology", "")).endswith("_dgx"):
+            continue
+        if cfg.get("devices_per_node") != cfg.get("num_workers"):
+            continue
+        c = comp[comp["cell_id"] == cell["cell_id"]]
+        g = c.groupby("bytes")["seconds"].median()
+        g = g.loc[subsample(g.index)]
+        rows.extend((cell["cell_id"], "all_reduce", "all_reduce", int(cfg["num_workers"]), int(b), float(s))
+                    for b, s in g.items())
+    df = pd.DataFrame(rows, columns=["cell_id", "group", "probe", "tp", "bytes", "measured_s"])
+    df["point_id"] = df["cell_id"] + "|all_reduce|" + df["bytes"].astype(str)
+    return df
+
+
+# ---------------------------------------------------------------------------------------------- predictions
+_AR_MODEL: Final = ModelSpec(name="allreduce-probe", hf_repo="", model_type="llama", hidden_size=64,
+                             num_hidden_layers=1, num_attention_heads=16, num_key_value_heads=16, head_dim=4,
+                             intermediate_size=64, vocab_size=64, max_position_embeddings=1 << 30,
+                             tie_word_embeddings=False)
+
+
+def _probe(pm: PerfModel, probe: str, n: int, b: int, ctx: int) -> dict[str, float]:
+    if probe == "tokens":
+        return pm.breakdown([(n, 0)], ())
+    if probe == "seqs":
+        return pm.breakdown((), [0] * n)
+    if probe == "attn_prefill":
+        return pm.breakdown([(n, ctx)], ())
+    if probe == "attn_decode":
+        return pm.breakdown((), [ctx] * b)
+    raise ValueError(f"unknown probe {probe!r}")
+
+
+def predict_ops(points: pd.DataFrame, gpu: GpuSpec, specs: dict[str, ModelSpec], tps: dict[str, int],
+                eff: Efficiency) -> np.ndarray:
+    """Model seconds for each row of :func:`op_points` (all rows on ``gpu``), with efficiencies ``eff``."""
+    out = np.empty(len(points))
+    k_s = eff.kernel_overhead_us * 1e-6
+    for cid, idx in points.groupby("cell_id", sort=False).indices.items():
+        pm = PerfModel(gpu, specs[cid], "bf16", tps[cid], efficiency=eff)
+        sub = points.iloc[idx]
+        cache: dict[tuple, dict[str, float]] = {}
+        for j, r in zip(idx, sub.itertuples(index=False), strict=True):
+            key = (r.probe, r.num_tokens, r.batch_size, r.context_tokens)
+            bd = cache.get(key)
+            if bd is None:
+                bd = cache[key] = _probe(pm, *key)
+            out[j] = bd[r.group] / r.mult + r.launches * k_s
+    return out
+
+
+def predict_iterations(points: pd.DataFrame, gpu: GpuSpec, specs: dict[str, ModelSpec], tps: dict[str, int],
+                       eff: Efficiency) -> np.ndarray:
+    """Model seconds of whole-model prefill / decode iterations (Splitwise rows)."""
+    out = np.empty(len(points))
+    for cid, idx in points.groupby("cell_id", sort=False).indices.items():
+        pm = PerfModel(gpu, specs[cid], "bf16", tps[cid], efficiency=eff)
+        for j, r in zip(idx, points.iloc[idx].itertuples(index=False), strict=True):
+            b = int(r.batch_size)
+            if r.group == "prefill_iteration":
+                out[j] = pm.iteration_time_s([(int(r.num_tokens) // b, 0)] * b, ())
+            else:
+                out[j] = pm.iteration_time_s((), [int(r.context_tokens)] * b)
+    return out
+
+
+def predict_allreduce(points: pd.DataFrame, gpu: GpuSpec, eff: Efficiency) -> np.ndarray:
+    """Model seconds of one all-reduce of ``bytes`` over ``tp`` GPUs: the model's ``tp_comm`` of a one-layer
+    model (3 all-reduces) for ``bytes / (2 * hidden)`` tokens, divided by 3."""
+    out = np.empty(len(points))
+    for tp, idx in points.groupby("tp", sort=False).indices.items():
+        pm = PerfModel(gpu, _AR_MODEL, "bf16", int(tp), efficiency=eff)
+        for j, nbytes in zip(idx, points["bytes"].to_numpy()[idx], strict=True):
+            tokens = max(1, round(int(nbytes) / (2 * _AR_MODEL.hidden_size)))
+            out[j] = pm.breakdown([(tokens, 0, False)], ())["tp_comm"] / 3
+    return out
+
+
+def layer_sums(points: pd.DataFrame, predicted: np.ndarray, source: dict[str, str]) -> pd.DataFrame:
+    """Per (cell, num_tokens): measured and predicted time of one decoder layer = sum over the per-layer token
+    groups of ``mult x`` time (only points where every per-layer group of the source was measured)."""
+    d = points.assign(predicted_s=predicted)
+    d = d[d["per_layer"] & (d["probe"] == "tokens")]
+    rows = []
+    for (cid, n), g in d.groupby(["cell_id", "num_tokens"], sort=False):
+        expected = {x.group for x in GROUPS[source[cid]] if x.per_layer}
+        present = set(g["group"])
+        if not expected <= present and not (expected - {"attention_prefill"}) <= present:
+            continue
+        rows.append((cid, int(n), float((g["measured_s"] * g["mult"]).sum()),
+                     float((g["predicted_s"] * g["mult"]).sum()), "+".join(sorted(present))))
+    return pd.DataFrame(rows, columns=["cell_id", "num_tokens", "measured_s", "predicted_s", "ops"])

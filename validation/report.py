@@ -1,0 +1,322 @@
+"""Validation report: headline figures, plots (helpers take an ``ax``), Markdown and a self-contained HTML page.
+
+Every number in the report is computed here from ``errors.parquet`` (and the per-request distributions of the
+simulated runs); nothing is typed in. Targets (from the validation brief) are thresholds, not results.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+from typing import Any, Final
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from validation import calibrate as K
+from validation import components as C
+from validation import e2e
+
+TARGETS: Final = {"component_validation_mape_pct": 5.0, "vllm_run_mean_pct": 10.0, "llmperf_throughput_pct": 10.0}
+COMPONENT_METRICS: Final = ("layer_time_s", "attention_prefill_s", "attention_decode_s", "lm_head_s", "all_reduce_s")
+ITERATION_METRICS: Final = ("prefill_iteration_s", "decode_iteration_s")
+_COLORS: Final = {"llmservingsim-v0": "tab:blue", "llmservingsim-perf": "tab:cyan", "vidur": "tab:green",
+                  "splitwise": "tab:olive", "vllm-run": "tab:red", "llmperf": "tab:purple", "agent-jct": "tab:orange"}
+
+
+def _mape(e: pd.Series) -> float:
+    return float(np.mean(np.abs(e)) * 100) if len(e) else float("nan")
+
+
+# ---------------------------------------------------------------------------------------------- headline
+def headline(df: pd.DataFrame, burst: pd.DataFrame | None = None) -> dict[str, Any]:
+    """The figures the brief asks for, computed from the error rows."""
+    out: dict[str, Any] = {"targets": TARGETS}
+    comp = df[df["metric"].isin(COMPONENT_METRICS)]
+    out["component_mape_pct"] = {}
+    for g, d in comp.groupby("gpu"):
+        v = d[d["role"] == "validation"]
+        att = v["metric"].str.startswith("attention")
+        out["component_mape_pct"][g] = {
+            **{r: _mape(d.loc[d["role"] == r, "rel_error"]) for r in ("calibration", "validation")},
+            "validation_layer_time": _mape(v.loc[v["metric"] == "layer_time_s", "rel_error"]),
+            "validation_attention": _mape(v.loc[att, "rel_error"]),
+            "validation_time_weighted": float((v["rel_error"].abs() * v["measured"]).sum() / v["measured"].sum()
+                                              * 100) if len(v) else float("nan")}
+    it = df[df["metric"].isin(ITERATION_METRICS)]
+    out["splitwise_mape_pct"] = {g: {**{f"{m} MAPE": _mape(d.loc[d["metric"] == m, "rel_error"])
+                                        for m in ITERATION_METRICS},
+                                     **{f"{m} median APE": float(d.loc[d["metric"] == m, "rel_error"].abs()
+                                                                 .median() * 100) for m in ITERATION_METRICS}}
+                                 for g, d in it.groupby("gpu")}
+    b1 = it[(it["metric"] == "decode_iteration_s") & (it["batch_size"] == 1)]
+    out["splitwise_decode_batch1_ms"] = {
+        g: {int(tp): {"measured": float(x["measured"].median() * 1e3), "simulated": float(x["simulated"].median()
+                                                                                          * 1e3)}
+            for tp, x in d.groupby("tp")} for g, d in b1.groupby("gpu")}
+    run = df[df["source"] == "vllm-run"]
+    out["vllm_run_pct"] = {m: float(run.loc[run["metric"] == m, "rel_error"].mean() * 100)
+                           for m in ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "throughput_output_tok_s")
+                           if (run["metric"] == m).any()}
+    lp = df[(df["source"] == "llmperf") & (df["gpu"] == "rtx3090") & (df["dtype"] == "bf16")]
+    tput = lp[lp["metric"] == "throughput_output_tok_s"]
+    if len(tput):
+        out["llmperf_rtx3090_bf16_throughput_pct"] = {
+            "mean_signed": float(tput["rel_error"].mean() * 100), "runs": len(tput),
+            "per_run": dict(zip(tput["cell_id"], (tput["rel_error"] * 100).round(2), strict=True))}
+    if burst is not None and len(burst):
+        b = burst[burst["metric"] == "throughput_output_tok_s"]
+        out["llmperf_rtx3090_bf16_burst_throughput_pct"] = float(b["rel_error"].mean() * 100)
+    ag = df[df["source"] == "agent-jct"]
+    if len(ag):
+        out["agent_jct_pct"] = dict(zip(ag["metric"], (ag["rel_error"] * 100).round(2), strict=True))
+        out["agent_caveat"] = e2e.AGENT_CAVEAT
+    return out
+
+
+def _verdict(err_pct: float, target: float) -> str:
+    if not np.isfinite(err_pct):
+        return "n/a"
+    return "met" if abs(err_pct) <= target else f"missed by {abs(err_pct) - target:.1f} pp"
+
+
+# ---------------------------------------------------------------------------------------------- plots
+def parity(ax: Any, df: pd.DataFrame) -> list[Any]:
+    """Measured vs simulated, log-log, one colour per source; hollow markers = calibration points."""
+    arts = []
+    d = df[(df["measured"] > 0) & (df["simulated"] > 0)]
+    for src, g in d.groupby("source"):
+        for role, marker in (("calibration", "o"), ("validation", "^")):
+            s = g[g["role"] == role]
+            if len(s):
+                face = "none" if role == "calibration" else _COLORS.get(src, "k")
+                arts.append(ax.scatter(s["measured"], s["simulated"], s=10, marker=marker, facecolors=face,
+                                       edgecolors=_COLORS.get(src, "k"), linewidths=0.6, alpha=0.6,
+                                       label=f"{src} ({role})"))
+    lo, hi = float(d[["measured", "simulated"]].min().min()), float(d[["measured", "simulated"]].max().max())
+    xs = np.array([lo, hi])
+    arts += ax.plot(xs, xs, "k-", lw=0.8) + ax.plot(xs, xs * 1.1, "k:", lw=0.6) + ax.plot(xs, xs / 1.1, "k:", lw=0.6)
+    ax.set(xscale="log", yscale="log", xlabel="measured (s)", ylabel="simulated (s)",
+           title="parity (dotted: +-10%)")
+    ax.legend(fontsize=6, loc="upper left", ncol=2)
+    return arts
+
+
+def heatmap(ax: Any, table: pd.DataFrame, title: str, vmax: float = 50.0) -> Any:
+    """Signed mean error (%) per row x column, red = simulator too slow, blue = too fast; value in each cell."""
+    im = ax.imshow(table.to_numpy(dtype=float), cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto")
+    ax.set_xticks(range(table.shape[1]), table.columns, rotation=60, ha="right", fontsize=6)
+    ax.set_yticks(range(table.shape[0]), table.index, fontsize=5)
+    for (i, j), v in np.ndenumerate(table.to_numpy(dtype=float)):
+        if np.isfinite(v):
+            ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=4.5)
+    ax.set_title(title, fontsize=8)
+    return im
+
+
+def cdf(ax: Any, measured: np.ndarray | None, simulated: np.ndarray, label: str) -> list[Any]:
+    arts = []
+    for vals, name, style in ((measured, "measured", "-"), (simulated, "simulated", "--")):
+        if vals is None:
+            continue
+        v = np.sort(np.asarray(vals, dtype=float)[np.isfinite(vals)])
+        arts += ax.plot(v, np.arange(1, len(v) + 1) / len(v), style, label=name)
+    ax.set(xlabel=label, ylabel="CDF", title=label)
+    ax.legend(fontsize=7)
+    return arts
+
+
+def _short(cid: str) -> str:
+    return cid.replace("llmservingsim-", "lss-").replace("results_small_all_corrected", "small") \
+        .replace("results_homelab_single", "homelab").replace("/swebench_llama70B_vllm", "")
+
+
+def _figures(out: Path, df: pd.DataFrame, dists: dict[str, dict[str, Any]]) -> dict[str, str]:
+    files: dict[str, str] = {}
+
+    def save(fig: Any, name: str) -> None:
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=130)
+        plt.close(fig)
+        files[name] = name
+
+    fig, ax = plt.subplots(figsize=(7, 6))
+    parity(ax, df)
+    save(fig, "parity.png")
+    comp = df[df["metric"].isin(COMPONENT_METRICS + ITERATION_METRICS)]
+    if len(comp):
+        t = comp.groupby([comp["cell_id"].map(_short) + " [" + comp["role"].str[:3] + "]", "metric"])[
+            "rel_error"].mean().unstack() * 100
+        fig, ax = plt.subplots(figsize=(6, max(3, 0.12 * len(t) + 1)))
+        fig.colorbar(heatmap(ax, t, "component cells: signed mean error (%)"), ax=ax, shrink=0.5)
+        save(fig, "heatmap_components.png")
+    e = df[~df["metric"].isin(COMPONENT_METRICS + ITERATION_METRICS)]
+    if len(e):
+        t = e.pivot_table(index=e["cell_id"].map(_short), columns="metric", values="rel_error") * 100
+        fig, ax = plt.subplots(figsize=(max(6, 0.3 * t.shape[1] + 2), max(3, 0.18 * len(t) + 1.5)))
+        fig.colorbar(heatmap(ax, t, "end-to-end cells: signed error (%)"), ax=ax, shrink=0.5)
+        save(fig, "heatmap_end_to_end.png")
+    for cid, d in dists.items():
+        if "measured" not in d:
+            continue
+        keys = [k for k in ("ttft_s", "tpot_s", "e2e_s", "jct_s") if k in d["simulated"]]
+        fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2), squeeze=False)
+        for ax, k in zip(axes[0], keys, strict=True):
+            cdf(ax, d["measured"].get(k), d["simulated"][k], k)
+        fig.suptitle(_short(cid), fontsize=8)
+        save(fig, f"cdf_{C.source_of(cid)}.png")
+    return files
+
+
+# ---------------------------------------------------------------------------------------------- text
+def _fmt(v: Any, floatfmt: str) -> str:
+    if isinstance(v, float | np.floating):
+        return "" if not np.isfinite(v) else format(float(v), floatfmt)
+    return "" if v is None or v is pd.NA else str(v)
+
+
+def _md(df: pd.DataFrame, floatfmt: str = ".2f") -> str:
+    """A pipe table (no tabulate dependency)."""
+    if not len(df):
+        return "(none)"
+    head = "| " + " | ".join(map(str, df.columns)) + " |"
+    sep = "|" + "|".join("---" for _ in df.columns) + "|"
+    body = ["| " + " | ".join(_fmt(v, floatfmt).replace("|", "/") for v in row) + " |"
+            for row in df.itertuples(index=False)]
+    return "\n".join([head, sep, *body])
+
+
+def _sections(df: pd.DataFrame, ops: pd.DataFrame, agg: dict[str, pd.DataFrame], s: dict[str, Any],
+              quick: bool) -> list[tuple[str, str]]:
+    comp = s["component_mape_pct"]
+    rows = [{"gpu": g, "calibration MAPE %": v["calibration"], "validation MAPE %": v["validation"],
+             "val. layer time %": v["validation_layer_time"], "val. attention %": v["validation_attention"],
+             "val. time-weighted %": v["validation_time_weighted"],
+             "target %": TARGETS["component_validation_mape_pct"],
+             "verdict": _verdict(v["validation"], TARGETS["component_validation_mape_pct"])} for g, v in comp.items()]
+    head = ["- Component cells (layer time, attention, lm_head, all-reduce), MAPE per GPU and role; the "
+            "time-weighted column is sum(|error| x measured) / sum(measured) over the validation points:\n\n"
+            f"{_md(pd.DataFrame(rows))}\n"]
+    if s.get("splitwise_mape_pct"):
+        sw = pd.DataFrame([{"gpu": g, **{f"{m} %": v[m] for m in v}} for g, v in s["splitwise_mape_pct"].items()])
+        scaling = "; ".join(f"{g}: " + ", ".join(f"TP{tp} {v['measured']:.1f} vs {v['simulated']:.1f}"
+                                                  for tp, v in sorted(d.items()))
+                            for g, d in s.get("splitwise_decode_batch1_ms", {}).items())
+        head.append(f"- Splitwise whole-model iterations (validation only):\n\n{_md(sw)}\n\n  Decode iteration "
+                    f"at batch 1, median measured vs simulated ms: {scaling}. The measured iteration hardly shrinks "
+                    "with TP while weight streaming per GPU does: a per-iteration floor of that engine that isolated "
+                    "kernel profiles (the calibration data) cannot show.\n")
+    t = TARGETS["vllm_run_mean_pct"]
+    for m, v in s.get("vllm_run_pct", {}).items():
+        head.append(f"- RTX 4090 vLLM run, {m}: {v:+.1f}% (target +-{t:.0f}%: {_verdict(v, t)})")
+    lp = s.get("llmperf_rtx3090_bf16_throughput_pct")
+    if lp:
+        t = TARGETS["llmperf_throughput_pct"]
+        head.append(f"- LLMPerf RTX 3090 BF16 output throughput: {lp['mean_signed']:+.1f}% mean over {lp['runs']} "
+                    f"runs (target +-{t:.0f}%: {_verdict(lp['mean_signed'], t)}); with all 64 requests at t = 0 "
+                    f"instead: {s.get('llmperf_rtx3090_bf16_burst_throughput_pct', float('nan')):+.1f}%")
+    fl = s.get("llmperf_ttft_below_compute_floor")
+    if fl:
+        head.append(f"- LLMPerf TTFT check: in {fl['below']} of {fl['cells']} simulated LLMPerf cells the measured "
+                    "mean TTFT is below the time a prefill of the mean prompt takes at the GPU's datasheet peak, so "
+                    "the measured TTFT cannot include a full prefill of prompts that size (prefix cache hits or a "
+                    "client-side TTFT definition); LLMPerf TTFT errors are not evidence about the model there.")
+    if s.get("agent_jct_pct"):
+        head.append("- Agent JCT (SWE-bench Verified, 64 in flight, Llama-3.1-70B TP4 H100): " + ", ".join(
+            f"{m} {v:+.1f}%" for m, v in s["agent_jct_pct"].items()) + f". Caveat: {s['agent_caveat']}.")
+    secs = [("Headline figures", "\n".join(head))]
+    secs.append(("Calibration / validation split", "\n".join(f"- **{k}**: {v}" for k, v in K.SPLIT.items()) + (
+        "\n- Operators compared but not fitted: " + ", ".join(sorted({g for _, g in K.FIT_EXCLUDE}))
+        + " of HF-eager (LLMServingSim v0) profiles (unfused kernels; see validation/calibrate.py FIT_EXCLUDE)."
+        + "\n- Source operators not compared: " + "; ".join(
+            f"{op} ({why})" for op, why in sorted(C.NOT_MAPPED.items())) + "."
+        f"\n- Deterministic subsampling: at most {C.MAX_POINTS} log-spaced token counts per operator curve and "
+        f"{2 * C.MAX_POINTS} evenly spaced points per attention curve; Splitwise repeats and profile repeats are "
+        "reduced to their median." + ("\n- --quick: the agent-JCT replay was skipped." if quick else ""))))
+    if len(ops):
+        t = K.mape_table(ops).round(1).reset_index()
+        secs.append(("Operator fit error (MAPE %, per GPU and operator group)", _md(t, ".1f")))
+    secs.append(("Aggregates: MAPE per source", _md(agg["source"])))
+    secs.append(("Aggregates: MAPE per metric", _md(agg["metric"])))
+    e = df[~df["metric"].isin(COMPONENT_METRICS + ITERATION_METRICS)]
+    if len(e):
+        cols = ["cell_id", "gpu", "dtype", "metric", "measured", "simulated", "rel_error"]
+        secs.append(("End-to-end cells", _md(e[cols].assign(rel_error=e["rel_error"] * 100)
+                                             .rename(columns={"rel_error": "error %"}), ".4g")))
+        notes = e.drop_duplicates("cell_id")[["cell_id", "note"]]
+        secs.append(("End-to-end replay notes", "\n".join(f"- `{c}`: {n}" for c, n in notes.itertuples(index=False))))
+    sk = pd.DataFrame(s.get("skipped", []))
+    secs.append(("Cells not compared", _md(sk)))
+    return secs
+
+
+def _img(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+def write(out: Path, df: pd.DataFrame, ops: pd.DataFrame, dists: dict[str, dict[str, Any]],
+          agg: dict[str, pd.DataFrame], summary: dict[str, Any], *, quick: bool = False) -> None:
+    """report.md (images as files beside it) and report.html (images embedded as base64 PNG)."""
+    files = _figures(out, df, dists)
+    secs = _sections(df, ops, agg, summary, quick)
+    n = df.groupby("role").size().to_dict()
+    intro = (f"Simulated vs measured, {len(df):,} comparisons ({n.get('calibration', 0):,} calibration, "
+             f"{n.get('validation', 0):,} validation) over {df['cell_id'].nunique()} cells. Signed error = "
+             "simulated / measured - 1; MAPE = mean |error|. Data: errors.parquet (one row per cell, metric and "
+             "operating point), component_ops.parquet (operator-level fit diagnostics).")
+    md = ["# agentreplay validation report", "", intro, ""]
+    for title, body in secs:
+        md += [f"## {title}", "", body, ""]
+    md += ["## Figures", ""] + [f"![{f}]({f})" for f in files]
+    tmp = out / ".report.md.tmp"
+    tmp.write_text("\n".join(md) + "\n")
+    os.replace(tmp, out / "report.md")
+    html = ["<!doctype html><html><head><meta charset='utf-8'><title>agentreplay validation</title><style>",
+            "body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;font-size:12px}"
+            "td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}</style></head><body>",
+            "<h1>agentreplay validation report</h1>", f"<p>{intro}</p>"]
+    for title, body in secs:
+        html.append(f"<h2>{title}</h2>" + _md_to_html(body))
+    html.append("<h2>Figures</h2>")
+    html += [f"<h3>{f}</h3><img alt='{f}' src='data:image/png;base64,{_img(out / f)}'>" for f in files]
+    html.append("</body></html>")
+    tmp = out / ".report.html.tmp"
+    tmp.write_text("\n".join(html) + "\n")
+    os.replace(tmp, out / "report.html")
+
+
+def _md_to_html(body: str) -> str:
+    """Minimal conversion of what :func:`_sections` emits: pipe tables and '- ' bullets; the rest as <p>."""
+    out, table, items = [], [], []
+
+    def flush() -> None:
+        if items:
+            out.append("<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>")
+            items.clear()
+        if table:
+            rows = [r.strip().strip("|").split("|") for r in table if not set(r.strip()) <= set("|:- ")]
+            cells = [f"<tr>{''.join(f'<t{x}>{c.strip()}</t{x}>' for c in r)}</tr>"
+                     for r, x in zip(rows, ["h"] + ["d"] * (len(rows) - 1), strict=True)]
+            out.append("<table>" + "".join(cells) + "</table>")
+            table.clear()
+    for line in body.splitlines():
+        s = line.strip()
+        if s.startswith("|"):
+            if items:
+                flush()
+            table.append(s)
+            continue
+        if table:
+            flush()
+        if s.startswith("- "):
+            items.append(s[2:].replace("**", ""))
+        elif s:
+            flush()
+            out.append(f"<p>{s}</p>")
+    flush()
+    return "\n".join(out)
