@@ -151,6 +151,12 @@ class Instance:
         if plan.empty:
             if any(r.loading for r in self.sched.waiting):
                 return  # a load completion wakes the instance
+            if self.residency is not None and (self.residency.writing or (
+                    not self.residency.unpin_on_pressure and self.residency.has_expiring_pins())):
+                return  # a write completion or a pin expiry frees blocks and wakes the instance
+            if self.sched.waiting and self.sched.relieve():
+                self._wake()
+                return
             if self.sched.waiting:
                 raise RuntimeError(f"instance {self.index}: {len(self.sched.waiting)} waiting requests cannot be "
                                    f"admitted into an empty engine ({self.pool.num_blocks} blocks)")
@@ -246,6 +252,18 @@ class Instance:
             self.on_finish(r)
         if self.sched.running or self.sched.waiting:
             self._wake()
+
+    def check_idle(self) -> None:
+        """Invariant check for an idle instance (nothing running or waiting): every block in use belongs to a
+        pin or a tier write in flight, and the pool's own invariants hold."""
+        assert not self.sched.running and not self.sched.waiting, "check_idle on a busy instance"
+        segs = {}
+        for r in self.residency.held_segments() if self.residency is not None else []:
+            segs[id(r.prog)] = r.prog
+            if r.pfx is not None:
+                segs[id(r.pfx)] = r.pfx
+        expected = sum(seg.present - seg.base + seg.held_stale for seg in segs.values())
+        self.pool.check(held_by_requests=expected)
 
     def _retain(self, r: Request) -> None:
         """Apply the retention policy to a finished call's KV (the program's last call is simply released)."""

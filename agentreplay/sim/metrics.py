@@ -47,6 +47,8 @@ class Recorder:
 
     def record_turn(self, r: Request) -> None:
         t = r.turn
+        if not np.isnan(self.turn_finish_s[t]):
+            raise RuntimeError(f"turn {t} of program {self.w.program_ids[r.program]!r} finished twice")
         self.turn_instance[t] = r.instance
         self.turn_release_s[t] = r.release_s
         self.turn_first_sched_s[t] = r.first_sched_s

@@ -33,6 +33,7 @@ class Pin:
     request: Request
     since_s: float
     gen: int
+    expires: bool
 
 
 class Residency:
@@ -51,6 +52,7 @@ class Residency:
         self._gen = 0
         self.on_ready: Callable[[], None] = lambda: None
         self.on_release: Callable[[Request], None] = lambda r: None  # scheduler.release
+        self.writing: dict[int, Request] = {}  # program -> call whose KV is being written to a tier
         self.pinned_block_s = 0.0  # integral of pinned blocks over time (memory held idle)
         self.unpins_on_pressure = 0
         self.log: Callable[[dict[str, Any]], None] | None = None
@@ -59,7 +61,7 @@ class Residency:
     def pin(self, r: Request, ttl_s: float) -> None:
         """Keep ``r``'s blocks (its partial last block is freed) for ``ttl_s`` seconds (inf: until reused)."""
         self._gen += 1
-        self.pins[r.program] = Pin(r, self.engine.now, self._gen)
+        self.pins[r.program] = Pin(r, self.engine.now, self._gen, math.isfinite(ttl_s))
         if math.isfinite(ttl_s):
             self.engine.at(self.engine.now + ttl_s, PHASE_RELEASE, self._expire, (r.program, self._gen))
 
@@ -81,9 +83,13 @@ class Residency:
         if r.program in self.pins:
             self.unpin(r.program)
 
-    def release_oldest_pin(self, exclude: int) -> bool:
-        """Under memory pressure: release the oldest pin of another program. False when there is none."""
-        if not self.unpin_on_pressure:
+    def has_expiring_pins(self) -> bool:
+        return any(p.expires for p in self.pins.values())
+
+    def release_oldest_pin(self, exclude: int, force: bool = False) -> bool:
+        """Under memory pressure: release the oldest pin of another program (always when ``force``, else only
+        with ``unpin_on_pressure``). False when there is none."""
+        if not (self.unpin_on_pressure or force):
             return False
         for program in self.pins:
             if program != exclude:
@@ -103,12 +109,18 @@ class Residency:
             return False
 
         def written() -> None:
+            self.writing.pop(r.program, None)
             for key, n in tier.put(r.program, blocks):
                 self._demote(tier, key, n)
             done()
 
+        self.writing[r.program] = r
         tier.link.start(blocks * self.block_bytes, written)
         return True
+
+    def held_segments(self) -> list[Request]:
+        """Calls whose segments this residency keeps referenced (pins and writes in flight)."""
+        return [p.request for p in self.pins.values()] + list(self.writing.values())
 
     def _demote(self, tier: HostTier, key: Any, blocks: int) -> None:
         """An entry evicted from DRAM moves down to the next tier if there is one (its link carries it)."""

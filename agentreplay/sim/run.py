@@ -170,6 +170,8 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
     unfinished = int(np.isnan(rec.program_finish_s).sum())
     if unfinished:
         raise RuntimeError(f"simulation ended with {unfinished} unfinished programs (a bug: please report)")
+    for inst in instances:
+        inst.check_idle()
     turns = rec.turns_frame()
     programs = rec.programs_frame(turns)
     programs["migrations"] = [0 if info is None else info.affinity_breaks for info in orch.infos]

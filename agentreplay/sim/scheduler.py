@@ -117,6 +117,20 @@ class Scheduler:
         else:
             self.waiting.insert(0, r)
 
+    def relieve(self) -> bool:
+        """Nothing runs and nothing waiting can be admitted: free memory held outside the running set (a pin,
+        else the blocks of the last waiting request holding loaded KV, which is reset as if preempted).
+        Returns False when there is nothing to free."""
+        if self.residency is not None and self.residency.release_oldest_pin(exclude=-1, force=True):
+            return True
+        for r in reversed(self.waiting):
+            if r.held and not r.loading:
+                self.release(r)
+                r.computed = 0
+                r.held = False
+                return True
+        return False
+
     def _room(self, need: int, evictable: int, program: int) -> bool:
         """Is there room for ``need`` new blocks? Releases pins of other programs under pressure first."""
         while not self.pool.can_allocate(need, evictable):
