@@ -5,8 +5,9 @@ Run from the project root:  python benchmarks/bench_sim.py [--scale] [--only NAM
 Each cell runs in a fresh subprocess so its peak RSS is its own. Cells:
 - core-1x: the 500 bundled programs (20,163 turns), closed loop 64 in flight, Llama-3.1-70B TP4 on H100, 1 instance
 - core-8x: the same on 8 instances (least-loaded routing)
-- with --scale: synthetic traces 10x and 100x larger (the bundled programs replicated under new ids, 64 x k
-  in flight on k instances... see SCALE below) to show that cost grows linearly in turns.
+- with --synth: 100,000 synthetic programs (``agentreplay.synth``, ~4 M turns) on 32 instances, 2,048 in flight
+- with --scale: the bundled programs replicated 10x and 100x under new ids, same cluster and concurrency (16 in
+  flight, one H100, Llama-3.1-8B), to show how cost grows with the number of turns.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ CELLS = {
     "core-1x": {"copies": 1, "instances": 1, "concurrency": 64, "model": "llama-3.1-70b", "tp": 4},
     "core-8x": {"copies": 1, "instances": 8, "concurrency": 64, "model": "llama-3.1-70b", "tp": 4},
 }
+SYNTH = {
+    "synth-100k": {"synthetic": 100_000, "instances": 32, "concurrency": 2048, "model": "llama-3.1-8b", "tp": 1},
+}
 SCALE = {
     "scale-1x": {"copies": 1, "instances": 1, "concurrency": 16, "model": "llama-3.1-8b", "tp": 1},
     "scale-10x": {"copies": 10, "instances": 1, "concurrency": 16, "model": "llama-3.1-8b", "tp": 1},
@@ -40,8 +44,13 @@ def run_cell(spec: dict) -> dict:
     from agentreplay.sim.workload import Workload, compile_trace
     from agentreplay.trace.io import read_trace
 
-    w = compile_trace(read_trace(ROOT / "datasets" / "swebench-verified"))
-    k = spec["copies"]
+    trace = read_trace(ROOT / "datasets" / "swebench-verified")
+    if spec.get("synthetic"):
+        from agentreplay.synth import synthesize
+
+        trace = synthesize(trace, spec["synthetic"], seed=0)
+    w = compile_trace(trace)
+    k = spec.get("copies", 1)
     if k > 1:
         n = w.n_turns
         w = Workload(
@@ -70,6 +79,7 @@ def run_cell(spec: dict) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scale", action="store_true", help="also run the 10x / 100x linear-scaling cells")
+    ap.add_argument("--synth", action="store_true", help="also run the 100,000-program synthetic cell")
     ap.add_argument("--only", help="run one cell by name")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -77,10 +87,12 @@ def main() -> None:
         print(json.dumps(run_cell(json.loads(args.child))))
         return
     cells = dict(CELLS)
+    if args.synth:
+        cells.update(SYNTH)
     if args.scale:
         cells.update(SCALE)
     if args.only:
-        cells = {args.only: {**CELLS, **SCALE}[args.only]}
+        cells = {args.only: {**CELLS, **SCALE, **SYNTH}[args.only]}
     print(f"{'cell':<12}{'turns':>10}{'wall s':>9}{'turns/s':>10}{'RSS MiB':>9}{'events':>10}{'hit':>8}"
           f"{'preempt':>9}{'JCT mean s':>12}")
     for name, spec in cells.items():

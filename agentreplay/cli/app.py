@@ -152,3 +152,4 @@ def _register() -> None:
 
 
 _register()
+

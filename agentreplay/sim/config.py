@@ -106,6 +106,7 @@ class WorkloadConfig:
     concurrency: int = 64  #: programs in flight (closed loop)
     rate_per_s: float = 0.1  #: program arrival rate (poisson)
     max_programs: int | None = None  #: replay only the first N programs of the trace
+    reuse_scale: float = 1.0  #: counterfactual: each turn reuses this fraction of what the trace says it reuses
 
     def __post_init__(self) -> None:
         _literal("workload", "arrival", self.arrival, Arrival)
@@ -113,6 +114,7 @@ class WorkloadConfig:
         _check(self.rate_per_s > 0, "workload", "rate_per_s", self.rate_per_s, "> 0")
         _check(self.max_programs is None or self.max_programs >= 1, "workload", "max_programs",
                self.max_programs, ">= 1 or unset")
+        _check(0.0 <= self.reuse_scale <= 1.0, "workload", "reuse_scale", self.reuse_scale, "in [0, 1]")
 
 
 @dataclass(frozen=True, slots=True)

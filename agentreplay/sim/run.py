@@ -118,6 +118,7 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
     workload = trace if isinstance(trace, Workload) else compile_trace(trace)
     if cfg.workload.max_programs is not None:
         workload = workload.head(cfg.workload.max_programs)
+    workload = workload.with_reuse_scale(cfg.workload.reuse_scale)
     plan = plan_cluster(cfg, workload)
     hw = cfg.hardware
     pricer = perf or PerfModel.from_names(hw.gpu, hw.model, dtype=hw.dtype, tp=hw.tp)

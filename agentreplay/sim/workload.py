@@ -6,6 +6,7 @@ Programs keep the trace's row order; turns are sorted by (program, turn_idx) and
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +38,12 @@ class Workload:
 
     def n_turns_of(self, p: int) -> int:
         return int(self.turn_start[p + 1] - self.turn_start[p])
+
+    def with_reuse_scale(self, k: float) -> Workload:
+        """Counterfactual prefix reuse: every turn's ``reused_tokens`` times ``k`` (rounded down)."""
+        if k == 1.0:
+            return self
+        return dataclasses.replace(self, reused_tokens=(self.reused_tokens * k).astype(np.int64))
 
     def head(self, n: int) -> Workload:
         """The first ``n`` programs."""
