@@ -164,10 +164,16 @@ class Scheduler:
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
-            n = min(r.prompt + r.generated - r.computed, budget)
-            need = held_blocks(r.computed + n, r.base, bs) - held_blocks(r.computed, r.base, bs)
+            c = r.computed
+            remaining = r.prompt + r.generated - c
+            if remaining == 1 and r.generated:  # decode: a new block exactly when c fills the last one
+                n = 1
+                need = 1 if c % bs == 0 and c >= r.base * bs else 0
+            else:
+                n = min(remaining, budget)
+                need = held_blocks(c + n, r.base, bs) - held_blocks(c, r.base, bs)
             self_preempted = False
-            while not self._room(need, 0, r.program):
+            while need > pool.free_blocks and not self._room(need, 0, r.program):
                 # victims come from the not-yet-scheduled part (vLLM FCFS pops the tail; its priority mode
                 # may also pick an already scheduled request and unschedule it, which we do not model)
                 victim = self.victim.pick(running[i:], self.order, now)
@@ -178,11 +184,12 @@ class Scheduler:
                     break
             if self_preempted:
                 break  # vLLM: "No more request to schedule"
-            pool.allocate(need)
-            if r.is_decoding:
+            if need:
+                pool.allocate(need)
+            if n == 1 and remaining == 1 and r.generated:
                 plan.decode.append(r)
             else:
-                plan.prefill.append((r, n, r.computed))
+                plan.prefill.append((r, n, c))
             budget -= n
             i += 1
         if plan.preempted:
