@@ -38,19 +38,39 @@ def _literal(section: str, name: str, value: Any, lit: Any) -> None:
 
 @dataclass(frozen=True, slots=True)
 class HardwareConfig:
-    """What one instance runs on. ``instances`` identical instances form the cluster."""
+    """What the instances run on: ``instances`` identical instances of ``gpu`` x ``tp``, or a heterogeneous
+    cluster given as ``groups`` of ``"GPU:TP:COUNT[:DTYPE]"`` (e.g. ``["h100-sxm:1:2", "a100-80gb:2:1"]``),
+    all serving ``model``."""
 
     gpu: str = "h100-sxm"  #: GPU catalog name (``agentreplay catalog``)
     model: str = "llama-3.1-8b"  #: model catalog name
     dtype: Dtype = "bf16"  #: weight and KV dtype
     tp: int = 1  #: tensor-parallel degree (GPUs per instance)
     instances: int = 1  #: number of instances (data-parallel replicas)
+    groups: tuple[str, ...] = ()  #: heterogeneous cluster; overrides gpu / tp / instances when set
 
     def __post_init__(self) -> None:
         _literal("hardware", "dtype", self.dtype, Dtype)
         _check(self.tp in (1, 2, 4, 8, 16), "hardware", "tp", self.tp, "1, 2, 4, 8 or 16")
         _check(isinstance(self.instances, int) and 1 <= self.instances <= 4096, "hardware", "instances",
                self.instances, "an integer in [1, 4096]")
+        object.__setattr__(self, "groups", tuple(self.groups))
+        for g in self.groups:
+            parts = str(g).split(":")
+            ok = len(parts) in (3, 4) and parts[1].isdigit() and int(parts[1]) in (1, 2, 4, 8, 16) \
+                and parts[2].isdigit() and int(parts[2]) >= 1 and (len(parts) == 3 or parts[3] in get_args(Dtype))
+            _check(ok, "hardware", "groups", g, "entries 'GPU:TP:COUNT[:DTYPE]' with TP in 1, 2, 4, 8, 16 and "
+                   "COUNT >= 1")
+
+    def instance_specs(self) -> list[tuple[str, int, str]]:
+        """``(gpu, tp, dtype)`` of every instance, in index order."""
+        if not self.groups:
+            return [(self.gpu, self.tp, self.dtype)] * self.instances
+        out = []
+        for g in self.groups:
+            parts = g.split(":")
+            out += [(parts[0], int(parts[1]), parts[3] if len(parts) == 4 else self.dtype)] * int(parts[2])
+        return out
 
 
 @dataclass(frozen=True, slots=True)

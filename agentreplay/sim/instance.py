@@ -165,6 +165,10 @@ class Instance:
         for r in plan.admitted:
             if r.first_sched_s < 0:
                 r.first_sched_s = now
+            if self.log is not None:
+                self.log({"t": now, "event": "admit", "instance": self.index, "program": r.program,
+                          "turn": r.turn_idx, "cached_tokens": r.cached_tokens, "preemptions": r.preemptions,
+                          "queue_policy": self.sched.order.name})
         self._busy = True
         self._t_start = now
         self._plan = plan

@@ -7,6 +7,7 @@ byte-identical output files.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -80,9 +81,20 @@ class SimResult:
         return paths
 
 
-def plan_cluster(cfg: SimConfig, workload: Workload | None = None) -> ClusterPlan:
-    """Resolve the KV block count and batching limits; fail with the numbers if the config cannot run."""
-    hw = cfg.hardware
+def plan_cluster(cfg: SimConfig, workload: Workload | None = None) -> list[ClusterPlan]:
+    """One :class:`ClusterPlan` per instance (instances of the same GPU / TP / dtype share one)."""
+    plans: dict[tuple[str, int, str], ClusterPlan] = {}
+    out = []
+    for spec in cfg.hardware.instance_specs():
+        if spec not in plans:
+            plans[spec] = plan_instance(cfg, *spec, workload=workload)
+        out.append(plans[spec])
+    return out
+
+
+def plan_instance(cfg: SimConfig, gpu_name: str, tp: int, dtype: str, workload: Workload | None = None) -> ClusterPlan:
+    """Resolve the KV block count and batching limits of one instance; fail with the numbers if it cannot run."""
+    hw = dataclasses.replace(cfg.hardware, gpu=gpu_name, tp=tp, dtype=dtype, groups=())
     try:
         gpu, model = load_gpu(hw.gpu), load_model(hw.model)
         model.validate_tp(hw.tp)
@@ -119,9 +131,13 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
     if cfg.workload.max_programs is not None:
         workload = workload.head(cfg.workload.max_programs)
     workload = workload.with_reuse_scale(cfg.workload.reuse_scale)
-    plan = plan_cluster(cfg, workload)
+    plans = plan_cluster(cfg, workload)
     hw = cfg.hardware
-    pricer = perf or PerfModel.from_names(hw.gpu, hw.model, dtype=hw.dtype, tp=hw.tp)
+    specs = hw.instance_specs()
+    pricers: dict[tuple[str, int, str], IterationPricer] = {}
+    for spec in specs:
+        if spec not in pricers:
+            pricers[spec] = perf or PerfModel.from_names(spec[0], hw.model, dtype=spec[2], tp=spec[1])  # type: ignore[arg-type]
     seeds = np.random.SeedSequence(cfg.seed).spawn(2)
     rng_arrivals, rng_tools = (np.random.default_rng(s) for s in seeds)
     engine = Engine()
@@ -135,7 +151,7 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
             progress(orch_ref[0].done_programs, workload.n_programs)
 
     model_spec = load_model(hw.model)
-    block_bytes = cfg.cache.block_size * model_spec.kv_bytes_per_token("bf16", hw.tp) * hw.tp  # all TP ranks
+    block_bytes = cfg.cache.block_size * model_spec.kv_bytes_per_token("bf16", 1)  # whole block, all TP ranks
     decisions: list[dict[str, Any]] | None = [] if cfg.policy.decision_log else None
     log = decisions.append if decisions is not None else None
     tool_stats = ToolStats()
@@ -149,7 +165,8 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
         return None if fabric is None else (instances[r.migrate_from].pool, fabric)
 
     tc = cfg.tiers
-    for i in range(hw.instances):
+    for i, spec in enumerate(specs):
+        plan, pricer = plans[i], pricers[spec]
         pool = SegmentPool(plan.num_gpu_blocks, cfg.cache.block_size)
         tiers: list[HostTier] = []
         for name, gib, gbps, lat_us in (("dram", tc.dram_gib, tc.dram_gbps, tc.dram_latency_us),
@@ -184,9 +201,13 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
     summary["bytes_moved_total"] = sum(link.bytes_moved for link in links)
     summary["pinned_block_s"] = sum(inst.residency.pinned_block_s for inst in instances if inst.residency)
     summary["unpins_on_pressure"] = sum(inst.residency.unpins_on_pressure for inst in instances if inst.residency)
-    summary["cluster"] = {"instances": hw.instances, "gpu": hw.gpu, "model": hw.model, "dtype": hw.dtype, "tp": hw.tp,
-                          "num_gpu_blocks": plan.num_gpu_blocks, "kv_blocks_from": plan.kv_source,
-                          "max_num_seqs": plan.max_num_seqs, "max_num_batched_tokens": plan.max_num_batched_tokens}
+    plan = plans[0]
+    summary["cluster"] = {"instances": len(specs), "gpu": specs[0][0], "model": hw.model, "dtype": specs[0][2],
+                          "tp": specs[0][1], "num_gpu_blocks": plan.num_gpu_blocks, "kv_blocks_from": plan.kv_source,
+                          "max_num_seqs": plan.max_num_seqs, "max_num_batched_tokens": plan.max_num_batched_tokens,
+                          "groups": list(hw.groups),
+                          "per_instance": [{"gpu": g, "tp": t, "dtype": d, "num_gpu_blocks": p.num_gpu_blocks}
+                                           for (g, t, d), p in zip(specs, plans, strict=True)]}
     summary["engine"] = {"events": engine.events_processed,
                          "iterations": sum(i.stats.iterations for i in instances),
                          "decode_runs": sum(i.stats.decode_runs for i in instances),

@@ -195,3 +195,18 @@ def test_every_program_finishes_under_every_preset(programs, blocks, preset, ins
     assert (t["cached_tokens"] + t["reloaded_dram_tokens"] + t["reloaded_cxl_tokens"] + t["reloaded_remote_tokens"]
             <= t["input_tokens"]).all()
     assert (t.loc[t["preemptions"] > 0, "finish_s"] >= t.loc[t["preemptions"] > 0, "first_token_s"]).all()
+
+
+def test_heterogeneous_cluster_and_decision_log(tmp_path) -> None:
+    base = SimConfig().replace(hardware={"model": "llama-3.1-8b", "groups": ("h100-sxm:1:2", "a100-80gb:2:1")},
+                               workload={"concurrency": 6}, router={"policy": "session-affinity"},
+                               policy={"retention": "ttl", "decision_log": True})
+    res = simulate(make_trace(AGENTS), base)
+    per = res.summary["cluster"]["per_instance"]
+    assert [p["gpu"] for p in per] == ["h100-sxm", "h100-sxm", "a100-80gb"]
+    assert per[0]["num_gpu_blocks"] != per[2]["num_gpu_blocks"]
+    assert set(res.turns["instance"]) <= {0, 1, 2}
+    events = {d["event"] for d in res.decisions}
+    assert {"route", "admit", "retention"} <= events
+    res.write(tmp_path)
+    assert (tmp_path / "decisions.jsonl").read_text().count("\n") == len(res.decisions)

@@ -1,0 +1,534 @@
+"""Measured-table pricing (:class:`TablePerfModel`) and the refined roofline it falls back to
+(:class:`RefinedPerfModel`). Times are seconds; token counts are tokens.
+
+**Refined roofline.** :class:`PerfModel` with a few more calibrated parameters (:class:`Refinement`, data in
+``catalog/roofline.toml``), each fixing one measured misfit of the single-efficiency roofline:
+
+- ``gemm_m_half_tokens``: GEMM compute efficiency saturates with the token count M,
+  ``eff(M) = compute_efficiency * M / (M + M_half)`` (tiles are padded, small-M GEMMs run few CTAs), i.e. the
+  compute time of a linear layer is ``FLOPs per token * (M + M_half) / (peak * compute_efficiency)``. Applies to
+  every GEMM (qkv, o, gate_up, down, MoE experts and router, LM head). Still linear in M, so decode-only
+  iterations keep the exact ``A(n) + c * sum_ctx`` form.
+- per-class fixed kernel costs: ``kernel_overhead_us`` for GEMM kernels, ``elementwise_kernel_us`` for norms,
+  rotary, SiLU, embedding, sampler and top-k, ``attn_kernel_us`` for the one attention kernel of a layer;
+- ``elementwise_bandwidth_efficiency``: the effective bandwidth of activation-sized elementwise kernels, as a
+  fraction of the DRAM bandwidth (may exceed 1: their operands are often L2-resident);
+- ``attn_prefill_kv_efficiency``: bandwidth efficiency of the cached-prefix KV read of a prefill chunk (prefill
+  kernels parallelise over query blocks, not over keys, so a short chunk over a long cache streams it with few
+  CTAs); ``attn_decode_seq_us``: a fixed cost per decoding sequence per layer (KV tile granularity, metadata).
+
+With every refinement at its default :class:`RefinedPerfModel` prices exactly like :class:`PerfModel`.
+
+**Table pricer.** :class:`TablePerfModel` prices each operator the measured table of a (GPU, model, TP) cell
+covers from the table, the rest (and points outside the table's range) from a fallback roofline:
+
+- dense operators: seconds per layer (per forward for embedding, final norm, LM head, sampler) of the whole
+  operator, kernel launches included, against tokens (sequences for LM head and sampler); monotone
+  piecewise-linear interpolation of log seconds in log tokens through the points (made non-decreasing by
+  isotonic regression in log space when the measurements are not);
+- prefill attention: one chunk of ``tokens`` over ``context`` cached tokens, per layer; bilinear in
+  (log tokens, log(1 + context)) on the grid of measured values (rows completed along context with the
+  fallback's shape, then made non-decreasing along both axes); an iteration sums its chunks;
+- decode attention, per layer: ``a(n) + c * sum_ctx``: ``c`` one constant and ``a`` one intercept per measured
+  batch size, fitted to the decode table by non-negative least squares on relative residuals; ``a`` is
+  interpolated like a dense operator. Decode-only iterations therefore cost exactly ``A(n) + c * sum_ctx``.
+- outside a table's range the value is anchored at the nearest table point and scaled by the fallback:
+  ``t(x) = t(x_edge) * R(x) / R(x_edge)`` (continuous, monotone). A table measured on another TP, model or
+  dtype is scaled point by point by the ratio of the target's to the source's roofline (``source=``).
+- fallback operators (TP collectives, MoE experts, framework and per-sequence overhead, and any operator the
+  table lacks) come from the fallback's :meth:`PerfModel.breakdown`, with the launches of covered kernels
+  removed from its ``kernel_overhead``.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from importlib import resources
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+
+from agentreplay.perf.catalog import Dtype, Efficiency, GpuSpec, ModelSpec, load_gpu, load_model
+from agentreplay.perf.model import OPERATORS, PerfModel, PrefillItem
+
+# ---------------------------------------------------------------------------------------------- kernels
+#: Kernel classes each operator launches (per layer, or per forward for :data:`PER_FORWARD`).
+KERNELS: Final[dict[str, tuple[str, ...]]] = {
+    "embedding": ("elementwise",), "layernorm": ("elementwise", "elementwise"), "qkv_proj": ("gemm",),
+    "rotary_emb": ("elementwise",), "attention_prefill": ("attention",), "attention_decode": ("attention",),
+    "o_proj": ("gemm",), "moe_router": ("gemm", "elementwise"), "gate_up_proj": ("gemm",),
+    "act_fn": ("elementwise",), "down_proj": ("gemm",), "final_layernorm": ("elementwise",), "lm_head": ("gemm",),
+    "sampler": ("elementwise",),
+}
+PER_FORWARD: Final = frozenset(("embedding", "final_layernorm", "lm_head", "sampler"))
+EMITTING: Final = frozenset(("lm_head", "sampler"))  #: priced by the number of sequences that emit a token
+_IDX: Final = {op: i for i, op in enumerate(OPERATORS)}
+
+
+def launch_s(pm: PerfModel, op: str) -> float:
+    """Seconds of fixed cost per kernel of operator ``op`` under ``pm`` (one per class in the refined model)."""
+    if isinstance(pm, RefinedPerfModel):
+        return pm.launch[KERNELS[op][0]]
+    return pm.efficiency.kernel_overhead_us * 1e-6
+
+
+def kernels_s(pm: PerfModel, op: str) -> float:
+    """Fixed launch seconds of all kernels of one occurrence of ``op`` under ``pm``."""
+    if isinstance(pm, RefinedPerfModel):
+        return sum(pm.launch[c] for c in KERNELS[op])
+    return len(KERNELS[op]) * pm.efficiency.kernel_overhead_us * 1e-6
+
+
+# ---------------------------------------------------------------------------------------------- refined roofline
+@dataclass(frozen=True, slots=True)
+class Refinement:
+    """Parameters of :class:`RefinedPerfModel` beyond :class:`Efficiency`; ``None`` = the Efficiency value it
+    refines (named per field). Units in the names."""
+
+    gemm_m_half_tokens: float = 0.0  #: tokens at which a GEMM reaches half of compute_efficiency
+    elementwise_kernel_us: float | None = None  #: per elementwise kernel (None: kernel_overhead_us)
+    elementwise_bandwidth_efficiency: float | None = None  #: (None: bandwidth_efficiency); may exceed 1 (L2)
+    attn_kernel_us: float | None = None  #: per attention kernel, per layer (None: kernel_overhead_us)
+    attn_prefill_kv_efficiency: float | None = None  #: prefix KV read in prefill (None: attn_decode_efficiency)
+    attn_decode_seq_us: float = 0.0  #: per decoding sequence per layer
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is None:
+                continue
+            if f.name.endswith("_efficiency") and not 0.0 < v <= 4.0:
+                raise ValueError(f"Refinement.{f.name}={v!r} must be in (0, 4]")
+            if v < 0.0:
+                raise ValueError(f"Refinement.{f.name}={v!r} must be >= 0")
+
+
+REFINEMENT_FIELDS: Final = tuple(f.name for f in fields(Refinement))
+_EFFICIENCY_FIELDS: Final = tuple(f.name for f in fields(Efficiency))
+
+
+class RefinedPerfModel(PerfModel):
+    """:class:`PerfModel` with the :class:`Refinement` terms (module docstring). Same invariants and API."""
+
+    def __init__(
+        self,
+        gpu: GpuSpec,
+        model: ModelSpec,
+        dtype: Dtype = "bf16",
+        tp: int = 1,
+        efficiency: Efficiency | None = None,
+        kv_dtype: Dtype = "bf16",
+        refinement: Refinement | None = None,
+    ) -> None:
+        super().__init__(gpu, model, dtype, tp, efficiency, kv_dtype)
+        r = refinement if refinement is not None else Refinement()
+        eff = self.efficiency
+        self.refinement = r
+        self._m_half = float(r.gemm_m_half_tokens)
+        if r.elementwise_bandwidth_efficiency is not None:
+            s = eff.bandwidth_efficiency / r.elementwise_bandwidth_efficiency
+            self._norm_tok *= s
+            self._rope_tok *= s
+            self._act_tok *= s
+            self._embed_tok *= s
+            self._final_norm_tok *= s
+            self._sampler_tok *= s
+        if r.attn_prefill_kv_efficiency is not None:
+            self._pf_prefix_s *= eff.attn_decode_efficiency / r.attn_prefill_kv_efficiency
+        self._dec_seq_s += self._layers * r.attn_decode_seq_us * 1e-6
+        k = eff.kernel_overhead_us
+        self.launch = {"gemm": k * 1e-6,
+                       "elementwise": (k if r.elementwise_kernel_us is None else r.elementwise_kernel_us) * 1e-6,
+                       "attention": (k if r.attn_kernel_us is None else r.attn_kernel_us) * 1e-6}
+        body = [op for op in KERNELS if op not in PER_FORWARD and op != "attention_decode"
+                and (op != "moe_router" or self._moe)]
+        self._kernel_layer_s = sum(kernels_s(self, op) for op in body)
+        self._kernel_fwd_s = kernels_s(self, "embedding") + kernels_s(self, "final_layernorm")
+        self._kernel_emit_s = kernels_s(self, "lm_head") + kernels_s(self, "sampler")
+
+    @classmethod
+    def from_names(cls, gpu: str, model: str, dtype: Dtype = "bf16", tp: int = 1,  # type: ignore[override]
+                   catalog: str | Path | None = None, refinements: str | Path | None = None,
+                   **kwargs: object) -> RefinedPerfModel:
+        """Build from catalog keys with the refinement of ``gpu`` in ``refinements`` (default: the packaged
+        ``catalog/roofline.toml``; a GPU without an entry prices like :class:`PerfModel`)."""
+        spec = load_gpu(gpu, catalog)
+        eff, ref = load_refinement(spec, refinements)
+        return cls(spec, load_model(model), dtype, tp, efficiency=eff, refinement=ref, **kwargs)  # type: ignore
+
+    def _gemm(self, op: tuple[float, float, float], tokens: int) -> float:
+        flop_s, weight_s, act_s = op
+        return max((tokens + self._m_half) * flop_s, weight_s + tokens * act_s)
+
+    def _terms(self, tokens: int, emit: int, seqs: int, pf_work: float, pf_prefix: int, pf_chunk: int,
+               n_dec: int, sum_ctx: int) -> tuple[float, ...]:
+        t = list(super()._terms(tokens, emit, seqs, pf_work, pf_prefix, pf_chunk, n_dec, sum_ctx))
+        if tokens == 0:
+            return tuple(t)
+        n_layers = self._layers
+        if self._m_half:
+            t[_IDX["qkv_proj"]] = n_layers * self._gemm(self._qkv, tokens)
+            t[_IDX["o_proj"]] = n_layers * self._gemm(self._o, tokens)
+            if self._moe:
+                e = self._n_experts
+                touched = e * (1.0 - (1.0 - self._experts_per_token / e) ** tokens)
+                pad = touched * self._m_half / self._experts_per_token  # per-expert M_half, in token copies
+                for name, (flop_s, weight_s, act_s) in (("gate_up_proj", self._gate_up), ("down_proj", self._down)):
+                    t[_IDX[name]] = n_layers * max((tokens + pad) * flop_s, touched * weight_s + tokens * act_s)
+                t[_IDX["moe_router"]] = n_layers * self._gemm(self._router, tokens)
+            else:
+                t[_IDX["gate_up_proj"]] = n_layers * self._gemm(self._gate_up, tokens)
+                t[_IDX["down_proj"]] = n_layers * self._gemm(self._down, tokens)
+            t[_IDX["lm_head"]] = self._gemm(self._lm_head, emit) if emit else 0.0
+        t[_IDX["kernel_overhead"]] = (n_layers * self._kernel_layer_s + self._kernel_fwd_s
+                                      + (self._kernel_emit_s if emit else 0.0))
+        return tuple(t)
+
+    def __repr__(self) -> str:
+        return f"Refined{super().__repr__()}"
+
+
+def _packaged(name: str) -> Path:
+    return Path(str(resources.files("agentreplay.perf").joinpath("catalog", name)))
+
+
+def refinement_path(catalog: str | Path | None = None) -> Path:
+    """``roofline.toml`` beside the GPU catalog ``catalog`` when it exists there, else the packaged one."""
+    if catalog is not None and (Path(catalog).parent / "roofline.toml").exists():
+        return Path(catalog).parent / "roofline.toml"
+    return _packaged("roofline.toml")
+
+
+def load_refinement(gpu: GpuSpec, path: str | Path | None = None) -> tuple[Efficiency, Refinement]:
+    """``(efficiency, refinement)`` of ``gpu`` from a ``roofline.toml`` (``[gpu."name"]`` tables holding
+    Efficiency keys, which override the GPU catalog's, and :class:`Refinement` keys). No entry: the catalog
+    efficiency and no refinement."""
+    p = Path(path) if path else _packaged("roofline.toml")
+    if not p.exists():
+        return gpu.efficiency, Refinement()
+    with open(p, "rb") as fh:
+        entry = dict(tomllib.load(fh).get("gpu", {}).get(gpu.name, {}))
+    unknown = set(entry) - set(_EFFICIENCY_FIELDS) - set(REFINEMENT_FIELDS)
+    if unknown:
+        raise ValueError(f"{p}: gpu.{gpu.name}: unknown field(s) {sorted(unknown)}")
+    eff = replace(gpu.efficiency, **{k: float(v) for k, v in entry.items() if k in _EFFICIENCY_FIELDS})
+    return eff, Refinement(**{k: float(v) for k, v in entry.items() if k in REFINEMENT_FIELDS})
+
+
+# ---------------------------------------------------------------------------------------------- interpolation
+def isotonic(y: np.ndarray) -> np.ndarray:
+    """Non-decreasing least-squares fit to ``y`` (pool adjacent violators, equal weights); ``y`` itself when
+    it is already non-decreasing."""
+    vals: list[float] = []
+    counts: list[int] = []
+    for v in np.asarray(y, dtype=float):
+        vals.append(float(v))
+        counts.append(1)
+        while len(vals) > 1 and vals[-2] > vals[-1]:
+            n = counts[-2] + counts[-1]
+            vals[-2] = (vals[-2] * counts[-2] + vals[-1] * counts[-1]) / n
+            counts[-2] = n
+            vals.pop()
+            counts.pop()
+    return np.repeat(vals, counts)
+
+
+class Curve:
+    """Monotone piecewise-linear interpolation of log seconds in log x through measured points (x > 0).
+    Repeated x are averaged in log space. Outside ``[lo, hi]`` the caller anchors (:meth:`at`)."""
+
+    __slots__ = ("hi", "lo", "lx", "ly")
+
+    def __init__(self, x: Sequence[float], seconds: Sequence[float]) -> None:
+        xs, s = np.asarray(x, dtype=float), np.asarray(seconds, dtype=float)
+        if len(xs) == 0 or len(xs) != len(s) or (xs <= 0).any() or (s <= 0).any():
+            raise ValueError("a curve needs as many x as seconds, at least one point, all > 0")
+        ux, inv = np.unique(xs, return_inverse=True)
+        ly = np.bincount(inv, weights=np.log(s)) / np.bincount(inv)
+        self.lx, self.ly = np.log(ux), isotonic(ly)
+        self.lo, self.hi = float(ux[0]), float(ux[-1])
+
+    def __call__(self, x: float) -> float:
+        """Interpolated seconds at ``x`` clamped to the range."""
+        return math.exp(float(np.interp(math.log(x), self.lx, self.ly)))
+
+    def at(self, x: float, ref: Callable[[float], float]) -> float:
+        """Seconds at ``x``; outside the range the edge value times ``ref(x) / ref(edge)``."""
+        if x < self.lo:
+            return self(self.lo) * ref(x) / ref(self.lo)
+        if x > self.hi:
+            return self(self.hi) * ref(x) / ref(self.hi)
+        return self(x)
+
+
+class Grid:
+    """Prefill attention per layer on (chunk tokens, cached context): see the module docstring."""
+
+    __slots__ = ("cols", "lg", "lr", "lu", "rows")
+
+    def __init__(self, tokens: Sequence[int], context: Sequence[int], seconds: Sequence[float],
+                 ref: Callable[[float, float], float]) -> None:
+        n, c, s = (np.asarray(v, dtype=float) for v in (tokens, context, seconds))
+        if len(n) == 0 or not len(n) == len(c) == len(s) or (n <= 0).any() or (c < 0).any() or (s <= 0).any():
+            raise ValueError("a prefill grid needs matching tokens (> 0), context (>= 0) and seconds (> 0)")
+        self.rows, self.cols = np.unique(n), np.unique(c)
+        g = np.empty((len(self.rows), len(self.cols)))
+        for i, r in enumerate(self.rows):
+            sel = n == r
+            cu, inv = np.unique(c[sel], return_inverse=True)
+            ly = isotonic(np.bincount(inv, weights=np.log(s[sel])) / np.bincount(inv))
+            for j, col in enumerate(self.cols):
+                if cu[0] <= col <= cu[-1]:
+                    g[i, j] = np.interp(np.log1p(col), np.log1p(cu), ly)
+                else:
+                    edge, ledge = (cu[0], ly[0]) if col < cu[0] else (cu[-1], ly[-1])
+                    g[i, j] = ledge + math.log(ref(r, col) / ref(r, edge))
+        g = np.maximum.accumulate(np.maximum.accumulate(g, axis=1), axis=0)
+        self.lg, self.lr, self.lu = g, np.log(self.rows), np.log1p(self.cols)
+
+    def _inside(self, tokens: float, context: float) -> float:
+        x, u = math.log(tokens), math.log1p(context)
+        i = min(max(int(np.searchsorted(self.lr, x, side="right")) - 1, 0), max(len(self.lr) - 2, 0))
+        j = min(max(int(np.searchsorted(self.lu, u, side="right")) - 1, 0), max(len(self.lu) - 2, 0))
+        fx = (x - self.lr[i]) / (self.lr[i + 1] - self.lr[i]) if len(self.lr) > 1 else 0.0
+        fu = (u - self.lu[j]) / (self.lu[j + 1] - self.lu[j]) if len(self.lu) > 1 else 0.0
+        i1, j1 = min(i + 1, len(self.lr) - 1), min(j + 1, len(self.lu) - 1)
+        g = self.lg
+        v = (g[i, j] * (1 - fx) * (1 - fu) + g[i1, j] * fx * (1 - fu) + g[i, j1] * (1 - fx) * fu + g[i1, j1] * fx * fu)
+        return math.exp(v)
+
+    def at(self, tokens: float, context: float, ref: Callable[[float, float], float]) -> float:
+        tc = min(max(tokens, self.rows[0]), self.rows[-1])
+        cc = min(max(context, self.cols[0]), self.cols[-1])
+        v = self._inside(tc, cc)
+        if tc != tokens or cc != context:
+            v *= ref(tokens, context) / ref(tc, cc)
+        return v
+
+
+def fit_decode(batch: Sequence[int], context: Sequence[int], seconds: Sequence[float]) -> tuple[
+        np.ndarray, np.ndarray, float]:
+    """``(batch sizes, intercepts a_b, c)`` minimising sum(((a_b + c * b * ctx) / t - 1) ** 2) with a, c >= 0
+    (non-negative least squares on relative residuals) over decode-attention points of one layer."""
+    from scipy.optimize import nnls  # scipy is a dependency; imported here to keep the module light
+
+    b, x, t = (np.asarray(v, dtype=float) for v in (batch, context, seconds))
+    bs, inv = np.unique(b, return_inverse=True)
+    m = np.zeros((len(t), len(bs) + 1))
+    m[np.arange(len(t)), inv] = 1.0
+    m[:, -1] = b * x
+    sol, _ = nnls(m / t[:, None], np.ones(len(t)))
+    return bs, sol[:-1], float(sol[-1])
+
+
+# ---------------------------------------------------------------------------------------------- tables
+@dataclass(frozen=True)
+class MeasuredTable:
+    """The measured profile of one (GPU, model, TP, dtype) cell, per layer (see the module docstring).
+
+    ``ops``: operator -> (tokens, seconds); ``attention_prefill``: (tokens, context, seconds);
+    ``attention_decode``: (batch, context, seconds)."""
+
+    name: str
+    gpu: str
+    model: str
+    tp: int = 1
+    dtype: str = "bf16"
+    ops: Mapping[str, tuple[Sequence[int], Sequence[float]]] = field(default_factory=dict)
+    attention_prefill: tuple[Sequence[int], Sequence[int], Sequence[float]] | None = None
+    attention_decode: tuple[Sequence[int], Sequence[int], Sequence[float]] | None = None
+
+    def __post_init__(self) -> None:
+        bad = set(self.ops) - (set(KERNELS) - {"attention_prefill", "attention_decode", "moe_router"})
+        if bad:
+            raise ValueError(f"table {self.name}: operators {sorted(bad)} cannot be tabulated by tokens")
+
+
+def table_key(gpu: str, model: str, tp: int) -> str:
+    return f"{gpu}/{model}/tp{tp}"
+
+
+def load_tables(path: str | Path | None = None) -> dict[str, MeasuredTable]:
+    """Every table in a ``tables.toml`` (default: the packaged ``catalog/tables.toml``), keyed
+    ``gpu/model/tpN``."""
+    p = Path(path) if path else _packaged("tables.toml")
+    if not p.exists():
+        return {}
+    with open(p, "rb") as fh:
+        raw = tomllib.load(fh).get("table", {})
+    out = {}
+    for key, t in raw.items():
+        pf, dec = t.get("attention_prefill"), t.get("attention_decode")
+        out[key] = MeasuredTable(
+            name=str(t.get("source", key)), gpu=str(t["gpu"]), model=str(t["model"]), tp=int(t["tp"]),
+            dtype=str(t.get("dtype", "bf16")),
+            ops={op: (v["tokens"], v["seconds"]) for op, v in t.get("op", {}).items()},
+            attention_prefill=(pf["tokens"], pf["context"], pf["seconds"]) if pf else None,
+            attention_decode=(dec["batch"], dec["context"], dec["seconds"]) if dec else None)
+    return out
+
+
+class TablePerfModel:
+    """Prices iterations from a :class:`MeasuredTable`, the rest from ``fallback`` (the target's roofline).
+    ``source``: the roofline of the cell the table was measured on when it differs from the target (other TP,
+    model or dtype); the table is then scaled point by point by target / source roofline time.
+
+    Invariants: more tokens or longer contexts never cost less; a table point is reproduced to float
+    precision (same cell, monotone data); decode-only iterations cost exactly ``A(n) + c * sum_ctx``;
+    ``sum(breakdown(...).values())`` equals ``iteration_time_s(...)`` up to rounding.
+    """
+
+    def __init__(self, table: MeasuredTable, fallback: PerfModel, source: PerfModel | None = None) -> None:
+        self.table, self.fallback = table, fallback
+        self.gpu, self.model, self.dtype, self.tp = fallback.gpu, fallback.model, fallback.dtype, fallback.tp
+        self._layers = fallback.model.num_hidden_layers
+        src = source if source is not None else fallback
+        self._curves: dict[str, Curve] = {}
+        for op, (x, s) in table.ops.items():
+            if len(x) == 0:
+                continue
+            s = np.asarray(s, dtype=float)
+            if source is not None:
+                s = s * np.array([self._op_ref(fallback, op, v) / self._op_ref(src, op, v) for v in x])
+            self._curves[op] = Curve(x, s)
+        self._grid = None
+        if table.attention_prefill is not None and len(table.attention_prefill[0]):
+            n, c, s = table.attention_prefill
+            s = np.asarray(s, dtype=float)
+            if source is not None:
+                s = s * np.array([self._pf_ref(fallback, a, b) / self._pf_ref(src, a, b) for a, b in zip(n, c,
+                                                                                                    strict=True)])
+            self._grid = Grid(n, c, s, lambda a, b: self._pf_ref(fallback, a, b))
+        self._dec: Curve | None = None
+        self._c = fallback.decode_coeffs(1)[1]  # seconds per context token, whole model
+        if table.attention_decode is not None and len(table.attention_decode[0]):
+            bs, a, c = fit_decode(*table.attention_decode)
+            if source is not None:
+                a = a * np.array([self._dec_ref(fallback, b) / self._dec_ref(src, b) for b in bs])
+                c *= (fallback.decode_coeffs(1)[1] / self._layers) / (
+                    src.decode_coeffs(1)[1] / src.model.num_hidden_layers)  # per-layer ratio
+            self._dec = Curve(bs, np.maximum(a, 1e-12))
+            self._c = self._layers * c
+        self._covered = frozenset(self._curves) | ({"attention_prefill"} if self._grid else set()) | (
+            {"attention_decode"} if self._dec else set())
+        self._a_cache: dict[int, float] = {}
+
+    # ---- references from a roofline (per layer, or per forward, launches included) -------------------------
+    @staticmethod
+    def _op_ref(pm: PerfModel, op: str, x: float) -> float:
+        n = max(1, round(x))
+        bd = pm.breakdown((), [0] * n) if op in EMITTING else pm.breakdown([(n, 0, False)], ())
+        per = 1 if op in PER_FORWARD else pm.model.num_hidden_layers
+        return bd[op] / per + kernels_s(pm, op)
+
+    @staticmethod
+    def _pf_ref(pm: PerfModel, tokens: float, context: float) -> float:
+        bd = pm.breakdown([(max(1, round(tokens)), max(0, round(context)), False)], ())
+        return bd["attention_prefill"] / pm.model.num_hidden_layers + kernels_s(pm, "attention_prefill")
+
+    @staticmethod
+    def _dec_ref(pm: PerfModel, batch: float) -> float:
+        bd = pm.breakdown((), [0] * max(1, round(batch)))
+        return bd["attention_decode"] / pm.model.num_hidden_layers + kernels_s(pm, "attention_decode")
+
+    @classmethod
+    def from_names(cls, gpu: str, model: str, dtype: Dtype = "bf16", tp: int = 1, *,
+                   catalog: str | Path | None = None, tables: str | Path | None = None,
+                   refinements: str | Path | None = None) -> TablePerfModel:
+        """The packaged (or ``tables``) table of (gpu, model, tp); when only other TPs of (gpu, model) were
+        measured, the nearest one scaled by the roofline ratio. Fallback: :meth:`RefinedPerfModel.from_names`.
+        Raises ValueError when no table of (gpu, model) exists."""
+        fallback = RefinedPerfModel.from_names(gpu, model, dtype, tp, catalog=catalog,
+                                               refinements=refinements or refinement_path(catalog))
+        all_tables = load_tables(tables)
+        same = {t.tp: t for t in all_tables.values() if t.gpu == gpu and t.model == model}
+        if not same:
+            known = ", ".join(sorted(all_tables)) or "none"
+            raise ValueError(f"no measured table for {gpu} / {model}; known: {known}")
+        src_tp = min(same, key=lambda k: (abs(math.log2(k / tp)), k))
+        t = same[src_tp]
+        if src_tp == tp and t.dtype == dtype:
+            return cls(t, fallback)
+        source = RefinedPerfModel(fallback.gpu, fallback.model, t.dtype, src_tp,  # type: ignore[arg-type]
+                                  efficiency=fallback.efficiency, refinement=fallback.refinement)
+        return cls(t, fallback, source)
+
+    def covers(self, op: str) -> bool:
+        """True when ``op`` is priced from the table (its launches included) rather than the fallback."""
+        return op in self._covered
+
+    # ---- core ---------------------------------------------------------------------------------------------
+    def _priced(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int], with_ctx: bool) -> list[float]:
+        fb = self.fallback.breakdown(prefill, decode_ctx)
+        out = [fb[op] for op in OPERATORS]
+        tokens = sum(int(item[0]) for item in prefill) + len(decode_ctx)
+        if tokens == 0:
+            return out
+        emit = sum(1 for item in prefill if len(item) < 3 or item[2]) + len(decode_ctx)
+        n_layers, fbm = self._layers, self.fallback
+        removed = 0.0
+        for op, curve in self._curves.items():
+            x = emit if op in EMITTING else tokens
+            if x == 0:
+                continue
+            per = 1 if op in PER_FORWARD else n_layers
+            own = fb[op] / per + kernels_s(fbm, op)
+            out[_IDX[op]] = per * curve.at(x, lambda v, op=op, x=x, own=own: own if v == x else self._op_ref(
+                fbm, op, v))
+            removed += per * kernels_s(fbm, op)
+        attn_kernel = False
+        if self._grid is not None and prefill:
+            pf = 0.0
+            for item in prefill:
+                pf += self._grid.at(float(item[0]), float(item[1]), lambda a, b: self._pf_ref(fbm, a, b))
+            out[_IDX["attention_prefill"]] = n_layers * pf
+            attn_kernel = True
+        if self._dec is not None and decode_ctx:
+            n = len(decode_ctx)
+            a = self._dec.at(n, lambda v: self._dec_ref(fbm, v))
+            out[_IDX["attention_decode"]] = n_layers * a + (self._c * sum(decode_ctx) if with_ctx else 0.0)
+            attn_kernel = True
+        if attn_kernel:
+            removed += n_layers * kernels_s(fbm, "attention_prefill")
+        k = _IDX["kernel_overhead"]
+        out[k] = max(0.0, out[k] - removed)
+        return out
+
+    # ---- public API ---------------------------------------------------------------------------------------
+    def decode_coeffs(self, n_seqs: int) -> tuple[float, float]:
+        """``(A, c)``: a decode-only iteration of ``n_seqs`` sequences costs ``A + c * sum_ctx`` exactly."""
+        if n_seqs < 0:
+            raise ValueError(f"n_seqs={n_seqs} must be >= 0")
+        a = self._a_cache.get(n_seqs)
+        if a is None:
+            a = self._a_cache[n_seqs] = sum(self._priced((), [0] * n_seqs, with_ctx=False)) if n_seqs else 0.0
+        return a, self._c
+
+    def decode_only_time_s(self, n_seqs: int, sum_ctx: int) -> float:
+        if n_seqs < 0 or sum_ctx < 0:
+            raise ValueError(f"n_seqs={n_seqs} and sum_ctx={sum_ctx} must be >= 0")
+        a, c = self.decode_coeffs(n_seqs)
+        return a + c * sum_ctx if n_seqs else 0.0
+
+    def iteration_time_s(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> float:
+        """Seconds for one iteration (same arguments as :meth:`PerfModel.iteration_time_s`)."""
+        if not prefill:
+            return self.decode_only_time_s(len(decode_ctx), sum(decode_ctx))
+        return sum(self._priced(prefill, decode_ctx, with_ctx=True))
+
+    def breakdown(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> dict[str, float]:
+        """Seconds per operator (all :data:`OPERATORS`); covered operators include their kernel launches."""
+        return dict(zip(OPERATORS, self._priced(prefill, decode_ctx, with_ctx=True), strict=True))
+
+    def prefill_time_s(self, tokens: int, cached: int = 0) -> float:
+        return self.iteration_time_s([(tokens, cached)], ())
+
+    def decode_step_time_s(self, batch: int, ctx: int) -> float:
+        return self.decode_only_time_s(batch, batch * ctx)
+
+    def __repr__(self) -> str:
+        return f"TablePerfModel(table={self.table.name!r}, fallback={self.fallback!r})"
