@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from agentreplay.perf import Efficiency, GpuSpec, list_gpus, load_gpu
+from agentreplay.perf import Efficiency, GpuSpec, list_gpus, list_models, load_gpu
+from agentreplay.perf.table import REFINEMENT_FIELDS, MeasuredTable, Refinement, table_key
 from validation import components as C
 from validation.measured import Measured
 
@@ -87,6 +88,7 @@ class ComponentData:
     tps: dict[str, int]
     cells: pd.DataFrame
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    full: pd.DataFrame = field(default_factory=pd.DataFrame)  #: op rows without subsampling (+ gpu, tp)
 
 
 def component_data(measured: Measured) -> ComponentData:
@@ -123,7 +125,10 @@ def component_data(measured: Measured) -> ComponentData:
     ar["gpu"] = ar["cell_id"].map(info["gpu"])
     ar["role"] = [role(c, t, None, False) for c, t in zip(ar["cell_id"], ar["tp"], strict=True)]
     tps = {cid: int(info.loc[cid, "tp"]) for cid in specs}
-    return ComponentData(ops, it, ar, specs, tps, cells, skipped)
+    full, _ = C.op_points(cells, comp, max_points=C.TABLE_POINTS, max_attention=1 << 30)
+    full["gpu"] = full["cell_id"].map(info["gpu"])
+    full["tp"] = full["cell_id"].map(info["tp"]).astype(int)
+    return ComponentData(ops, it, ar, specs, tps, cells, skipped, full)
 
 
 def predict(data: ComponentData, gpu: GpuSpec, eff: Efficiency) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -241,6 +246,138 @@ def fit_gpu(data: ComponentData, gpu: GpuSpec, prior: Efficiency | None = None) 
     return GpuFit(gpu.name, eff, tuple(fitted), prior, len(ids), cost, fit_ids=ids)
 
 
+# ---------------------------------------------------------------------------------------------- refined roofline
+GEMM_GROUPS: Final = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
+ELEMENTWISE_GROUPS: Final = ("embedding", "layernorm", "rotary_emb", "act_fn", "final_layernorm", "sampler")
+ATTENTION_GROUPS: Final = ("attention_prefill", "attention_decode")
+#: The refined roofline (agentreplay.perf.table.RefinedPerfModel) is fitted stage by stage, each operator family
+#: on its own rows and parameters, earlier stages held fixed; every point weighs its relative error (log
+#: residual), each curve (cell x operator group) counting equally.
+REFINED_STAGES: Final = (
+    ("gemm", GEMM_GROUPS, ("compute_efficiency", "bandwidth_efficiency", "kernel_overhead_us",
+                           "gemm_m_half_tokens")),
+    ("elementwise", ELEMENTWISE_GROUPS, ("elementwise_kernel_us", "elementwise_bandwidth_efficiency")),
+    ("attention", ATTENTION_GROUPS, ("attn_prefill_efficiency", "attn_prefill_m_half_tokens",
+                                     "attn_prefill_kv_efficiency", "attn_decode_efficiency", "attn_kernel_us",
+                                     "attn_decode_seq_us")),
+    ("allreduce", (), ("allreduce_efficiency", "allreduce_latency_us")),
+)
+REFINED_BOUNDS: Final = {**BOUNDS, "gemm_m_half_tokens": (0.0, 4096.0), "elementwise_kernel_us": (0.0, 50.0),
+                         "elementwise_bandwidth_efficiency": (0.1, 4.0), "attn_kernel_us": (0.0, 100.0),
+                         "attn_prefill_kv_efficiency": (0.02, 1.0), "attn_decode_seq_us": (0.0, 10.0),
+                         "attn_prefill_m_half_tokens": (0.0, 4096.0)}
+REFINED_START: Final = {**START, "gemm_m_half_tokens": 64.0, "elementwise_kernel_us": 2.0,
+                        "elementwise_bandwidth_efficiency": 1.0, "attn_kernel_us": 5.0,
+                        "attn_prefill_kv_efficiency": 0.3, "attn_decode_seq_us": 0.1,
+                        "attn_prefill_m_half_tokens": 0.0}
+REFINED_KERNEL_PARAMS: Final = tuple(p for _, _, ps in REFINED_STAGES[:3] for p in ps)  #: what NEAREST borrows
+
+
+@dataclass(slots=True)
+class RefinedFit:
+    gpu: str
+    efficiency: Efficiency
+    refinement: Refinement
+    fitted: tuple[str, ...]
+    n_points: int
+    cost: float
+    calibrated_from: str | None = None
+
+    def value(self, p: str) -> float:
+        return float(getattr(self.refinement if p in REFINEMENT_FIELDS else self.efficiency, p))
+
+
+def _apply(eff: Efficiency, ref: Refinement, params: list[str], x: np.ndarray) -> tuple[Efficiency, Refinement]:
+    e = {p: float(v) for p, v in zip(params, x, strict=True) if p not in REFINEMENT_FIELDS}
+    r = {p: float(v) for p, v in zip(params, x, strict=True) if p in REFINEMENT_FIELDS}
+    return dataclasses.replace(eff, **e), dataclasses.replace(ref, **r)
+
+
+def _refined_stage(o: pd.DataFrame, a: pd.DataFrame, gpu: GpuSpec, data: ComponentData, eff: Efficiency,
+                   ref: Refinement, params: list[str]) -> tuple[Efficiency, Refinement, float]:
+    curve = pd.concat([o["cell_id"] + "|" + o["group"], a["cell_id"] + "|ar"], ignore_index=True)
+    w = 1.0 / np.sqrt(curve.map(curve.value_counts()).to_numpy(dtype=float))
+    meas = np.log(np.concatenate([o["measured_s"].to_numpy(dtype=float), a["measured_s"].to_numpy(dtype=float)]))
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        e, r = _apply(eff, ref, params, x)
+        pred = np.concatenate([C.predict_ops(o, gpu, data.specs, data.tps, e, r),  # type: ignore[arg-type]
+                               C.predict_allreduce(a, gpu, e, r)])
+        return w * (np.log(np.maximum(pred, 1e-12)) - meas)
+
+    lo = np.array([REFINED_BOUNDS[p][0] for p in params])
+    hi = np.array([REFINED_BOUNDS[p][1] for p in params])
+    best = None
+    for start in (np.clip([REFINED_START[p] for p in params], lo + 1e-6, hi - 1e-6), (lo + hi) / 2):
+        res = least_squares(resid, start, bounds=(lo, hi), loss="soft_l1", f_scale=ROBUST_SCALE, x_scale="jac",
+                            diff_step=1e-4, max_nfev=400)
+        if best is None or res.cost < best.cost:
+            best = res
+    assert best is not None
+    e, r = _apply(eff, ref, params, best.x)
+    return e, r, float(best.cost)
+
+
+def fit_refined(data: ComponentData, gpu: GpuSpec) -> RefinedFit:
+    """Fit the refined roofline of ``gpu`` on its calibration rows (:data:`REFINED_STAGES`); parameters without
+    rows in their stage keep the catalog value (Efficiency) or the plain-roofline default (Refinement)."""
+    o, a = fit_rows(data, gpu.name)
+    eff, ref = gpu.efficiency, Refinement()
+    fitted: list[str] = []
+    cost = 0.0
+    for stage, groups, params in REFINED_STAGES:
+        so = o[o["group"].isin(groups)].reset_index(drop=True)
+        sa = a if stage == "allreduce" else a.iloc[:0]
+        active = list(params) if len(so) + len(sa) else []
+        if stage == "attention":
+            pf, dec = so[so["group"] == "attention_prefill"], so[so["group"] == "attention_decode"]
+            active = [p for p in params if (p == "attn_kernel_us" and len(so))
+                      or (p in ("attn_prefill_efficiency", "attn_prefill_m_half_tokens") and len(pf))
+                      or (p == "attn_prefill_kv_efficiency" and (pf["context_tokens"] > 0).any())
+                      or (p in ("attn_decode_efficiency", "attn_decode_seq_us") and len(dec))]
+        if not active:
+            continue
+        eff, ref, c = _refined_stage(so, sa, gpu, data, eff, ref, active)
+        fitted += active
+        cost += c
+    if not fitted:
+        raise ValueError(f"{gpu.name}: no calibration points")
+    return RefinedFit(gpu.name, eff, ref, tuple(fitted), len(o) + len(a), cost)
+
+
+def calibrate_refined(data: ComponentData, catalog: str | Path | None = None) -> dict[str, RefinedFit]:
+    """:func:`fit_refined` for every catalog GPU with calibration points; :data:`NEAREST` borrowing for others."""
+    known = set(list_gpus(catalog))
+    have = sorted(set(data.ops.loc[data.ops["role"] == "calibration", "gpu"]) & known)
+    fits = {g: fit_refined(data, load_gpu(g, catalog)) for g in have}
+    for g, src in NEAREST.items():
+        if g in known and g not in fits and src in fits:
+            f = fits[src]
+            borrowed = tuple(p for p in REFINED_KERNEL_PARAMS if p in f.fitted)
+            e = {p: f.value(p) for p in borrowed if p not in REFINEMENT_FIELDS}
+            r = {p: f.value(p) for p in borrowed if p in REFINEMENT_FIELDS}
+            fits[g] = RefinedFit(g, dataclasses.replace(load_gpu(g, catalog).efficiency, **e),
+                                 dataclasses.replace(Refinement(), **r), borrowed, 0, 0.0, calibrated_from=src)
+    return fits
+
+
+def write_refinements(fits: dict[str, RefinedFit], dst: Path) -> None:
+    """``roofline.toml``: the fitted parameters of each GPU (the rest: gpus.toml / plain-roofline defaults)."""
+    lines = ["# Refined roofline (agentreplay.perf.table.RefinedPerfModel): written by `agentreplay calibrate`",
+             "# (validation/calibrate.py REFINED_STAGES), fitted on the calibration split only (calibration.json).",
+             "# Efficiency keys here override gpus.toml for the refined roofline only; the plain PerfModel keeps",
+             "# gpus.toml. Units in the key names; see the agentreplay.perf.table docstring for each parameter.", ""]
+    for g, f in sorted(fits.items()):
+        lines.append(f'[gpu."{g}"]')
+        lines.append(f'# calibrated_from = "{f.calibrated_from}"' if f.calibrated_from
+                     else f"# fitted on {f.n_points} component points")
+        lines += [f"{p} = {round(f.value(p), _FMT.get(p, 4))!r}" for p in f.fitted]
+        lines.append("")
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    tmp.write_text("\n".join(lines))
+    tmp.replace(dst)
+
+
 def calibrate(measured: Measured, catalog: str | Path | None = None) -> tuple[dict[str, GpuFit], ComponentData]:
     """Fit every catalog GPU that has calibration points; borrow for the others (:data:`NEAREST`)."""
     data = component_data(measured)
@@ -280,7 +417,8 @@ def mape_table(ops: pd.DataFrame) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------------------------------------- writing
-_FMT = {"kernel_overhead_us": 3, "allreduce_latency_us": 3}
+_FMT = {"kernel_overhead_us": 3, "allreduce_latency_us": 3, "gemm_m_half_tokens": 1, "elementwise_kernel_us": 3,
+        "attn_kernel_us": 3, "attn_decode_seq_us": 4, "attn_prefill_m_half_tokens": 1}
 
 
 def _block(fit: GpuFit, old_lines: list[str]) -> list[str]:
@@ -370,15 +508,83 @@ def packaged_catalog() -> Path:
     return Path(__file__).resolve().parents[1] / "agentreplay" / "perf" / "catalog" / "gpus.toml"
 
 
+# ---------------------------------------------------------------------------------------------- shipped tables
+#: Source preference when several profiles cover one (GPU, model, TP): serving-engine kernels first.
+TABLE_SOURCES: Final = ("llmservingsim-perf", "vidur", "llmservingsim-v0")
+
+
+def shipped_tables(data: ComponentData) -> dict[str, MeasuredTable]:
+    """The measured tables ``TablePerfModel.from_names`` reads: every profile cell of a catalog GPU and model,
+    all its points (dense curves at :data:`validation.components.TABLE_POINTS` log-spaced token counts, attention
+    grids whole), one source per (GPU, model, TP) by :data:`TABLE_SOURCES`; HF-eager modules of LLMServingSim v0
+    (:data:`FIT_EXCLUDE`) are left to the roofline, as in the fit."""
+    models = set(list_models())
+    out: dict[str, MeasuredTable] = {}
+    rank = {s: i for i, s in enumerate(TABLE_SOURCES)}
+    cids = sorted(data.full["cell_id"].unique(), key=lambda c: (rank.get(C.source_of(c), 99), c))
+    for cid in cids:
+        spec, src = data.specs[cid], C.source_of(cid)
+        name = spec.name  # type: ignore[attr-defined]
+        if name not in models:
+            continue
+        f = data.full[data.full["cell_id"] == cid]
+        f = f[[(src, grp) not in FIT_EXCLUDE for grp in f["group"]]]
+        key = table_key(str(f["gpu"].iloc[0]), name, data.tps[cid]) if len(f) else ""
+        if not len(f) or key in out:
+            continue
+        out[key] = C.table_from_points(f, cid, str(f["gpu"].iloc[0]), name, data.tps[cid])
+    return out
+
+
+def _arr(values: object, fmt: str) -> str:
+    return "[" + ", ".join(format(v, fmt) for v in values) + "]"  # type: ignore[attr-defined]
+
+
+def write_tables(tables: dict[str, MeasuredTable], dst: Path) -> None:
+    """``tables.toml``: one ``[table."gpu/model/tpN"]`` per table, seconds per layer (module docstring of
+    agentreplay.perf.table)."""
+    lines = ["# Measured per-layer tables for agentreplay.perf.table.TablePerfModel, written by `agentreplay "
+             "calibrate`", "# (validation/calibrate.py shipped_tables) from the component profiles: seconds per "
+             "layer of each", "# operator (per forward: embedding, final_layernorm, lm_head, sampler) against "
+             "tokens (sequences", "# for lm_head / sampler); attention per layer by (tokens or batch, context).", ""]
+    for key, t in sorted(tables.items()):
+        lines += [f'[table."{key}"]', f'source = "{t.name}"', f'gpu = "{t.gpu}"', f'model = "{t.model}"',
+                  f"tp = {t.tp}", f'dtype = "{t.dtype}"']
+        for op, (x, sec) in sorted(t.ops.items()):
+            order = np.argsort(np.asarray(x), kind="stable")
+            lines += [f'[table."{key}".op.{op}]', f"tokens = {_arr(np.asarray(x)[order], 'd')}",
+                      f"seconds = {_arr(np.asarray(sec)[order], '.5g')}"]
+        for part, names in (("attention_prefill", ("tokens", "context")), ("attention_decode", ("batch", "context"))):
+            v = getattr(t, part)
+            if v is not None:
+                lines += [f'[table."{key}".{part}]', f"{names[0]} = {_arr(v[0], 'd')}",
+                          f"{names[1]} = {_arr(v[1], 'd')}", f"seconds = {_arr(v[2], '.5g')}"]
+        lines.append("")
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    tmp.write_text("\n".join(lines))
+    tmp.replace(dst)
+
+
 def run(measured: Measured, out: str | Path | None = None) -> dict:
-    """Calibrate, write the catalog (``out`` or the packaged gpus.toml) and ``calibration.json`` beside it;
-    return the summary (also what ``agentreplay calibrate`` prints)."""
+    """Calibrate, write the catalog (``out`` or the packaged gpus.toml) and, beside it, ``roofline.toml`` (the
+    refined roofline), ``tables.toml`` (measured tables) and ``calibration.json``; return the summary (also what
+    ``agentreplay calibrate`` prints)."""
     src = packaged_catalog()
     dst = Path(out) if out else src
     fits, data = calibrate(measured)
     ops = op_errors(data, {g: f.efficiency for g, f in fits.items()})
     write_catalog(fits, src, dst)
+    refined = calibrate_refined(data)
+    write_refinements(refined, dst.parent / "roofline.toml")
+    tables = shipped_tables(data)
+    write_tables(tables, dst.parent / "tables.toml")
     summary = summary_json(fits, ops, data, measured)
+    summary["refined"] = {
+        "stages": {name: list(params) for name, _, params in REFINED_STAGES}, "bounds": {
+            k: list(v) for k, v in REFINED_BOUNDS.items() if k not in BOUNDS}, "start": REFINED_START,
+        "gpus": {g: {"fitted": {p: round(f.value(p), 6) for p in f.fitted}, "calibrated_from": f.calibrated_from,
+                     "points": f.n_points} for g, f in sorted(refined.items())}}
+    summary["tables"] = sorted(tables)
     (dst.parent / "calibration.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     summary["_ops"] = ops
     return summary

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from agentreplay.perf import Efficiency, GpuSpec, ModelSpec, PerfModel, list_models, load_gpu, load_model
+from agentreplay.perf.table import MeasuredTable, RefinedPerfModel, Refinement, TablePerfModel, launch_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +98,8 @@ NOT_COMPARED: Final = {
 }
 #: Points per cell and curve kept after deterministic subsampling (log-spaced over the measured range).
 MAX_POINTS: Final = 24
+#: Token counts per cell kept for measured tables (:func:`table_from_points`); attention grids are kept whole.
+TABLE_POINTS: Final = 64
 
 
 def source_of(cell_id: str) -> str:
@@ -143,9 +146,12 @@ def one_layer(spec: ModelSpec) -> ModelSpec:
 
 
 # ---------------------------------------------------------------------------------------------- op points
-def op_points(cells: pd.DataFrame, comp: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
+def op_points(cells: pd.DataFrame, comp: pd.DataFrame, max_points: int = MAX_POINTS,
+              max_attention: int | None = None) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
     """Per-operator-group measured times of the LLMServingSim and Vidur profile cells (one row per cell, group
-    and operating point), subsampled; and the (cell_id, reason) of cells left out."""
+    and operating point), subsampled to ``max_points`` token counts per cell and ``max_attention`` (default
+    ``2 * max_points``) points per attention curve; and the (cell_id, reason) of cells left out."""
+    max_attention = 2 * max_points if max_attention is None else max_attention
     rows, skipped = [], []
     comp = comp[comp["cell_id"].isin(cells["cell_id"])]
     by_cell = dict(tuple(comp.groupby("cell_id", sort=False)))
@@ -164,7 +170,7 @@ def op_points(cells: pd.DataFrame, comp: pd.DataFrame) -> tuple[pd.DataFrame, li
         c = by_cell[cid]
         dense = c[c["op"] != "attention"]
         table = dense.groupby(["op", "num_tokens"])["seconds"].median().unstack(0)
-        keep = subsample(table.index)
+        keep = subsample(table.index, max_points)
         table = table.loc[keep]
         for (s, extra), into in EXTRA_INTO.items():
             if s == src and extra in table.columns:
@@ -187,8 +193,8 @@ def op_points(cells: pd.DataFrame, comp: pd.DataFrame) -> tuple[pd.DataFrame, li
                 continue
             a = a.groupby(["num_tokens", "batch_size", "context_tokens"])["seconds"].median().reset_index()
             a = a.sort_values(["num_tokens", "context_tokens"], kind="stable").reset_index(drop=True)
-            if len(a) > 2 * MAX_POINTS:
-                a = a.iloc[np.unique(np.linspace(0, len(a) - 1, 2 * MAX_POINTS).round().astype(int))]
+            if len(a) > max_attention:
+                a = a.iloc[np.unique(np.linspace(0, len(a) - 1, max_attention).round().astype(int))]
             probe = "attn_prefill" if phase == "prefill" else "attn_decode"
             for r in a.itertuples(index=False):
                 rows.append((cid, f"attention_{phase}", probe, int(r.num_tokens), int(r.batch_size),
@@ -249,30 +255,50 @@ def _probe(pm: PerfModel, probe: str, n: int, b: int, ctx: int) -> dict[str, flo
     raise ValueError(f"unknown probe {probe!r}")
 
 
-def predict_ops(points: pd.DataFrame, gpu: GpuSpec, specs: dict[str, ModelSpec], tps: dict[str, int],
-                eff: Efficiency) -> np.ndarray:
-    """Model seconds for each row of :func:`op_points` (all rows on ``gpu``), with efficiencies ``eff``."""
+def roofline(gpu: GpuSpec, spec: ModelSpec, tp: int, eff: Efficiency, refinement: Refinement | None = None,
+             dtype: str = "bf16") -> PerfModel:
+    """The plain roofline, or the refined one when ``refinement`` is given."""
+    if refinement is None:
+        return PerfModel(gpu, spec, dtype, tp, efficiency=eff)  # type: ignore[arg-type]
+    return RefinedPerfModel(gpu, spec, dtype, tp, efficiency=eff, refinement=refinement)  # type: ignore[arg-type]
+
+
+def predict_with(points: pd.DataFrame, pricers: dict[str, PerfModel | TablePerfModel]) -> np.ndarray:
+    """Seconds for each row of :func:`op_points` under ``pricers[cell_id]``: the pricer's operator time per
+    measured occurrence plus, for an operator a roofline prices (not a table), the fixed cost of the ``launches``
+    source kernels summed into the row."""
     out = np.empty(len(points))
-    k_s = eff.kernel_overhead_us * 1e-6
     for cid, idx in points.groupby("cell_id", sort=False).indices.items():
-        pm = PerfModel(gpu, specs[cid], "bf16", tps[cid], efficiency=eff)
+        pm = pricers[cid]
+        base = pm.fallback if isinstance(pm, TablePerfModel) else pm
         sub = points.iloc[idx]
         cache: dict[tuple, dict[str, float]] = {}
         for j, r in zip(idx, sub.itertuples(index=False), strict=True):
             key = (r.probe, r.num_tokens, r.batch_size, r.context_tokens)
             bd = cache.get(key)
             if bd is None:
-                bd = cache[key] = _probe(pm, *key)
-            out[j] = bd[r.group] / r.mult + r.launches * k_s
+                bd = cache[key] = _probe(pm, *key)  # type: ignore[arg-type]
+            tabled = isinstance(pm, TablePerfModel) and pm.covers(r.group)
+            out[j] = bd[r.group] / r.mult + (0.0 if tabled else r.launches * launch_s(base, r.group))
     return out
 
 
+def predict_ops(points: pd.DataFrame, gpu: GpuSpec, specs: dict[str, ModelSpec], tps: dict[str, int],
+                eff: Efficiency, refinement: Refinement | None = None) -> np.ndarray:
+    """Model seconds for each row of :func:`op_points` (all rows on ``gpu``), with efficiencies ``eff`` (and the
+    refined roofline when ``refinement`` is given)."""
+    cids = points["cell_id"].unique()
+    return predict_with(points, {c: roofline(gpu, specs[c], tps[c], eff, refinement) for c in cids})
+
+
 def predict_iterations(points: pd.DataFrame, gpu: GpuSpec, specs: dict[str, ModelSpec], tps: dict[str, int],
-                       eff: Efficiency) -> np.ndarray:
-    """Model seconds of whole-model prefill / decode iterations (Splitwise rows)."""
+                       eff: Efficiency, refinement: Refinement | None = None,
+                       pricers: dict[str, PerfModel | TablePerfModel] | None = None) -> np.ndarray:
+    """Model seconds of whole-model prefill / decode iterations (Splitwise rows); ``pricers`` (per cell_id)
+    override the roofline."""
     out = np.empty(len(points))
     for cid, idx in points.groupby("cell_id", sort=False).indices.items():
-        pm = PerfModel(gpu, specs[cid], "bf16", tps[cid], efficiency=eff)
+        pm = (pricers or {}).get(cid) or roofline(gpu, specs[cid], tps[cid], eff, refinement)
         for j, r in zip(idx, points.iloc[idx].itertuples(index=False), strict=True):
             b = int(r.batch_size)
             if r.group == "prefill_iteration":
@@ -282,12 +308,13 @@ def predict_iterations(points: pd.DataFrame, gpu: GpuSpec, specs: dict[str, Mode
     return out
 
 
-def predict_allreduce(points: pd.DataFrame, gpu: GpuSpec, eff: Efficiency) -> np.ndarray:
+def predict_allreduce(points: pd.DataFrame, gpu: GpuSpec, eff: Efficiency,
+                      refinement: Refinement | None = None) -> np.ndarray:
     """Model seconds of one all-reduce of ``bytes`` over ``tp`` GPUs: the model's ``tp_comm`` of a one-layer
     model (3 all-reduces) for ``bytes / (2 * hidden)`` tokens, divided by 3."""
     out = np.empty(len(points))
     for tp, idx in points.groupby("tp", sort=False).indices.items():
-        pm = PerfModel(gpu, _AR_MODEL, "bf16", int(tp), efficiency=eff)
+        pm = roofline(gpu, _AR_MODEL, int(tp), eff, refinement)
         for j, nbytes in zip(idx, points["bytes"].to_numpy()[idx], strict=True):
             tokens = max(1, round(int(nbytes) / (2 * _AR_MODEL.hidden_size)))
             out[j] = pm.breakdown([(tokens, 0, False)], ())["tp_comm"] / 3
@@ -308,3 +335,59 @@ def layer_sums(points: pd.DataFrame, predicted: np.ndarray, source: dict[str, st
         rows.append((cid, int(n), float((g["measured_s"] * g["mult"]).sum()),
                      float((g["predicted_s"] * g["mult"]).sum()), "+".join(sorted(present))))
     return pd.DataFrame(rows, columns=["cell_id", "num_tokens", "measured_s", "predicted_s", "ops"])
+
+
+# ---------------------------------------------------------------------------------------------- measured tables
+def table_from_points(points: pd.DataFrame, name: str, gpu: str, model: str, tp: int) -> MeasuredTable:
+    """A :class:`MeasuredTable` from :func:`op_points` rows of one cell: per-layer operator time = measured x
+    ``mult`` (the whole operator, as the model prices it); the HF layer-level ``attn`` rows (probe ``tokens``)
+    are prefill attention at context 0, used only when the cell has no attention profile (the two disagree
+    where both exist: the module time includes more than the attention kernel)."""
+    points = table_points(points)
+    dense = points[~points["group"].str.startswith("attention")]
+    ops = {g: (d["num_tokens"].tolist(), (d["measured_s"] * d["mult"]).tolist()) for g, d in dense.groupby("group")}
+    pf = points[points["group"] == "attention_prefill"]
+    dec = points[points["group"] == "attention_decode"]
+    return MeasuredTable(
+        name=name, gpu=gpu, model=model, tp=tp, ops=ops,
+        attention_prefill=(pf["num_tokens"].tolist(), pf["context_tokens"].tolist(), pf["measured_s"].tolist())
+        if len(pf) else None,
+        attention_decode=(dec["batch_size"].tolist(), dec["context_tokens"].tolist(), dec["measured_s"].tolist())
+        if len(dec) else None)
+
+
+def table_points(points: pd.DataFrame) -> pd.DataFrame:
+    """The rows of one cell :func:`table_from_points` uses: all, except the layer-level attention rows where the
+    cell has an attention profile."""
+    pf = points["group"] == "attention_prefill"
+    if (pf & (points["probe"] == "attn_prefill")).any():
+        return points[~(pf & (points["probe"] == "tokens"))]
+    return points
+
+
+def _even_rank(values: pd.Series) -> np.ndarray:
+    ranks = {v: i for i, v in enumerate(sorted(set(values)))}
+    return np.array([ranks[v] % 2 == 0 for v in values], dtype=bool)
+
+
+def in_table(points: pd.DataFrame) -> np.ndarray:
+    """The table-protocol split of :func:`op_points` rows: True for the rows a held-out-size table is built from.
+    Dense curves (cell x group): every other token count (even rank among the curve's token counts, so the
+    smallest is in). Attention curves: points whose token (decode: batch) count and context both have an even
+    rank among the curve's values (a grid with every other row and column)."""
+    keep = np.zeros(len(points), dtype=bool)
+    for (_, group), idx in points.groupby(["cell_id", "group"], sort=False).indices.items():
+        d = points.iloc[idx]
+        if group == "attention_decode":
+            keep[idx] = _even_rank(d["batch_size"]) & _even_rank(d["context_tokens"])
+        elif group == "attention_prefill":
+            keep[idx] = _even_rank(d["num_tokens"]) & _even_rank(d["context_tokens"])
+        else:
+            keep[idx] = _even_rank(d["num_tokens"])
+    return keep
+
+
+def point_keys(points: pd.DataFrame) -> pd.Series:
+    """Operating point of a row within its cell (group, probe and coordinates)."""
+    return (points["group"] + "|" + points["probe"] + "|" + points["num_tokens"].astype(str) + "|"
+            + points["batch_size"].astype(str) + "|" + points["context_tokens"].astype(str))

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from agentreplay.perf import PerfModel, list_gpus, load_gpu, load_model
+from agentreplay.perf.table import TablePerfModel, pricer_from_names
 from agentreplay.sim.config import SimConfig
 from agentreplay.sim.run import SimResult, simulate
 from agentreplay.trace.io import Trace, read_trace
@@ -66,8 +67,14 @@ def single_turn_trace(ids: list[str], arrival_s: np.ndarray | None, input_tokens
     return Trace(progs, turns)
 
 
-def _perf(gpu: str, model: str, dtype: str, tp: int, catalog: str | Path | None) -> PerfModel:
-    return PerfModel(load_gpu(gpu, catalog), load_model(model), dtype, tp)  # type: ignore[arg-type]
+#: Pricers an end-to-end replay can run with: the default roofline (what ``simulate`` uses), the refined roofline
+#: (catalog/roofline.toml) and the measured-table pricer (catalog/tables.toml, refined fallback).
+E2E_PRICERS: Final = ("roofline", "refined", "table")
+
+
+def _perf(gpu: str, model: str, dtype: str, tp: int, catalog: str | Path | None,
+          pricer: str = "roofline") -> PerfModel | TablePerfModel:
+    return pricer_from_names(pricer, gpu, model, dtype, tp, catalog)  # type: ignore[arg-type]
 
 
 def dist(prefix: str, values: np.ndarray) -> dict[str, float]:
@@ -102,7 +109,7 @@ def turn_metrics(res: SimResult) -> tuple[dict[str, float], dict[str, np.ndarray
 
 
 # ---------------------------------------------------------------------------------------------- vLLM run
-def vllm_run(cell: pd.Series, tables: dict[str, pd.DataFrame], catalog: str | Path | None
+def vllm_run(cell: pd.Series, tables: dict[str, pd.DataFrame], catalog: str | Path | None, pricer: str = "roofline"
              ) -> tuple[list[dict], dict[str, Any]]:
     req = tables["requests"]
     req = req[req["cell_id"] == cell["cell_id"]].reset_index(drop=True)
@@ -116,7 +123,8 @@ def vllm_run(cell: pd.Series, tables: dict[str, pd.DataFrame], catalog: str | Pa
         scheduler={"max_num_seqs": int(cfg_json["max_num_seqs"]),
                    "max_num_batched_tokens": int(cfg_json["max_num_batched_tokens"])},
         workload={"arrival": "trace"})
-    res = simulate(trace, cfg, perf=_perf(cell["gpu"], cell["model"], cell["dtype"], int(cell["tp"]), catalog))
+    res = simulate(trace, cfg, perf=_perf(cell["gpu"], cell["model"], cell["dtype"], int(cell["tp"]), catalog,
+                                          pricer))
     sim, per_sim = turn_metrics(res)
     multi = req["output_tokens"] > 1
     per_meas = {"ttft_s": (req["first_token_s"] - req["arrival_s"]).to_numpy(),
@@ -142,8 +150,8 @@ def llmperf_requests(cell: pd.Series, meas: dict[str, float], n: int) -> tuple[n
     return np.maximum(np.rint(inp), 1).astype(np.int64), np.maximum(np.rint(out), 2).astype(np.int64), r
 
 
-def llmperf(cell: pd.Series, tables: dict[str, pd.DataFrame], catalog: str | Path | None, *, burst: bool = False
-            ) -> tuple[list[dict], dict[str, Any]]:
+def llmperf(cell: pd.Series, tables: dict[str, pd.DataFrame], catalog: str | Path | None, *, burst: bool = False,
+            pricer: str = "roofline") -> tuple[list[dict], dict[str, Any]]:
     meas = _metrics(tables, cell["cell_id"])
     cfg = json.loads(cell["config_json"])
     n = int(meas.get("completed_requests", cfg.get("num_concurrent_requests") or 64))
@@ -154,7 +162,7 @@ def llmperf(cell: pd.Series, tables: dict[str, pd.DataFrame], catalog: str | Pat
     sim_cfg = SimConfig().replace(
         hardware={"gpu": cell["gpu"], "model": cell["model"], "dtype": cell["dtype"], "tp": 1},
         workload={"arrival": "trace"})
-    res = simulate(trace, sim_cfg, perf=_perf(cell["gpu"], cell["model"], cell["dtype"], 1, catalog))
+    res = simulate(trace, sim_cfg, perf=_perf(cell["gpu"], cell["model"], cell["dtype"], 1, catalog, pricer))
     sim, per = turn_metrics(res)
     sim = {**{k.replace("tpot", "itl"): v for k, v in sim.items() if k.startswith("tpot")},
            **{k: v for k, v in sim.items() if not k.startswith("tpot")}}
@@ -226,3 +234,28 @@ def run_all(tables: dict[str, pd.DataFrame], catalog: str | Path | None = None, 
             rows.extend(r)
             dists[cell["cell_id"]] = d
     return pd.DataFrame(rows), dists, skipped
+
+
+def alternatives(tables: dict[str, pd.DataFrame], catalog: str | Path | None = None) -> pd.DataFrame:
+    """The RTX 4090 vLLM run and the LLMPerf RTX 3090 BF16 cells replayed with the refined roofline and the
+    table pricer (rows as :func:`run_all`'s plus ``pricer``); the default-roofline rows are in :func:`run_all`."""
+    cells = tables["cells"]
+    sel = cells[(cells["source"] == "vllm-run") | ((cells["source"] == "llmperf") & (cells["gpu"] == "rtx3090")
+                                                   & (cells["dtype"] == "bf16"))]
+    known = set(list_gpus(catalog))
+    rows: list[dict] = []
+    for _, cell in sel.iterrows():
+        if cell["gpu"] not in known:
+            continue
+        for pricer in E2E_PRICERS[1:]:
+            fn = vllm_run if cell["source"] == "vllm-run" else llmperf
+            try:
+                r, _ = fn(cell, tables, catalog, pricer=pricer)
+            except ValueError as exc:  # no measured table for this GPU and model
+                rows.append({"cell_id": cell["cell_id"], "pricer": pricer, "note": str(exc)})
+                continue
+            rows.extend({**x, "pricer": pricer} for x in r)
+    df = pd.DataFrame(rows)
+    if len(df) and "measured" in df:
+        df["rel_error"] = df["simulated"] / df["measured"] - 1
+    return df

@@ -9,12 +9,18 @@ Component metrics: ``layer_time_s`` (one decoder layer = the sum of the measured
 ``num_tokens``, see :func:`validation.components.layer_sums`), ``attention_prefill_s`` / ``attention_decode_s``,
 ``lm_head_s``, ``prefill_iteration_s`` / ``decode_iteration_s`` (Splitwise whole-model iterations) and
 ``all_reduce_s``. Operator-level rows (the fit diagnostics) go to ``component_ops.parquet``.
+
+Pricer comparison (:data:`PRICERS`): the same component points priced by the default roofline, the refined
+roofline and the measured-table pricer, each judged under its own declared split, go to ``pricers.parquet``
+(metric rows, plus the RTX 4090 vLLM run and the LLMPerf RTX 3090 BF16 cells replayed with each pricer) and
+``pricer_ops.parquet`` (operator rows).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any, Final
 
@@ -22,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from agentreplay.perf import list_gpus, load_gpu
+from agentreplay.perf.table import TablePerfModel, load_refinement, refinement_path
 from validation import calibrate as K
 from validation import components as C
 from validation import e2e, report
@@ -39,10 +46,10 @@ def _cell_cols(df: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def component_rows(measured: Measured, catalog: str | Path | None = None
+def component_rows(measured: Measured, catalog: str | Path | None = None, data: K.ComponentData | None = None
                    ) -> tuple[pd.DataFrame, pd.DataFrame, list[tuple[str, str]]]:
     """(errors rows, operator-level rows, skipped cells) for every component cell on a catalog GPU."""
-    data = K.component_data(measured)
+    data = data if data is not None else K.component_data(measured)
     known = set(list_gpus(catalog))
     effs = {g: load_gpu(g, catalog).efficiency for g in known}
     ops = K.op_errors(data, effs)
@@ -73,6 +80,144 @@ def component_rows(measured: Measured, catalog: str | Path | None = None
     df["gpu"] = df["cell_id"].map(data.cells.set_index("cell_id")["gpu"])
     df = _cell_cols(df, data.cells)
     return df, ops, data.skipped
+
+
+# ---------------------------------------------------------------------------------------------- pricers
+#: The pricers compared on the component cells and what judges each (report section "Pricer comparison").
+PRICERS: Final = {
+    "roofline": "PerfModel with the gpus.toml efficiencies (what the simulator runs by default); split: "
+                "validation.calibrate.SPLIT",
+    "refined": "RefinedPerfModel with catalog/roofline.toml (GEMM saturation, per-class kernel costs, attention "
+               "fixed and per-sequence costs), fitted on the same calibration split",
+    "table": "TablePerfModel of each cell built from every other of its compared token counts (attention: every "
+             "other token / batch count and context of the full grid), judged on the held-out points of the same "
+             "cell; refined roofline as the fallback (and for all-reduce, with the roofline split)",
+    "table-tp": "TablePerfModel of each TP=1 cell (all its points) scaled to the TP>1 cells of the same source, "
+                "GPU and model by the refined roofline's TP2/4/8 : TP1 ratio, judged on every point of those cells",
+    "table (Splitwise)": "whole-model Splitwise iterations priced with the full Vidur table of the same GPU, model "
+                         "and TP (another source and engine; validation rows of pricer 'table' in pricers.parquet)",
+}
+_SIBLING = re.compile(r"/tp\d+$")
+
+
+def _dense_attention(points: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    att = points["group"].str.startswith("attention") & (points["probe"] != "tokens")
+    return points[~att], points[att]
+
+
+def _table_pricers(data: K.ComponentData, g: str, fallback: dict[str, Any]
+                   ) -> tuple[dict[str, Any], dict[str, Any], pd.Series]:
+    """(held-out-size tables, other-TP tables) per cell of ``g``, and the table-protocol role of every op row."""
+    ops = data.ops[data.ops["gpu"] == g]
+    full = data.full[data.full["gpu"] == g]
+    role = pd.Series("validation", index=ops.index)
+    own: dict[str, Any] = {}
+    for cid, o in ops.groupby("cell_id", sort=False):
+        dense, _ = _dense_attention(o)
+        _, att = _dense_attention(full[full["cell_id"] == cid])
+        pts = pd.concat([dense[C.in_table(dense)], att[C.in_table(att)]], ignore_index=True)
+        keys = set(C.point_keys(C.table_points(pts)))
+        role.loc[o.index] = np.where(C.point_keys(o).isin(keys), "calibration", "validation")
+        spec = data.specs[cid]
+        own[cid] = TablePerfModel(C.table_from_points(pts, cid, g, spec.name, data.tps[cid]),  # type: ignore
+                                  fallback[cid])
+    other: dict[str, Any] = {}
+    for cid in ops["cell_id"].unique():
+        sib = _SIBLING.sub("/tp1", cid)
+        if data.tps[cid] == 1 or sib not in own:
+            continue
+        f = full[full["cell_id"] == sib]
+        table = C.table_from_points(f, sib, g, data.specs[sib].name, 1)  # type: ignore[attr-defined]
+        src = fallback[sib]
+        other[cid] = TablePerfModel(table, fallback[cid], src)
+        if sib not in other:
+            other[sib] = TablePerfModel(table, src)
+    return own, other, role
+
+
+def _tp_roles(ops: pd.DataFrame) -> np.ndarray:
+    """Other-TP protocol, by cell: the TP=1 cells the tables are built from calibrate, every TP>1 cell
+    validates."""
+    return np.where(ops["tp"].to_numpy() == 1, "calibration", "validation")
+
+
+def pricer_rows(data: K.ComponentData, catalog: str | Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(metric rows, operator rows) of every pricer in :data:`PRICERS` on the component cells of catalog GPUs:
+    ``pricer, cell_id, gpu, metric | group, measured, simulated, rel_error, role`` and the operating point."""
+    known = set(list_gpus(catalog))
+    src = {c: C.source_of(c) for c in data.ops["cell_id"].unique()}
+    op_parts, metric_parts = [], []
+    ref_path = refinement_path(catalog)
+    for g in sorted(set(data.ops["gpu"]) & known):
+        gpu = load_gpu(g, catalog)
+        eff_r, ref_r = load_refinement(gpu, ref_path)
+        ops = data.ops[data.ops["gpu"] == g]
+        plain = {c: C.roofline(gpu, data.specs[c], data.tps[c], gpu.efficiency) for c in ops["cell_id"].unique()}
+        refined = {c: C.roofline(gpu, data.specs[c], data.tps[c], eff_r, ref_r) for c in ops["cell_id"].unique()}
+        own, other, table_role = _table_pricers(data, g, refined)  # type: ignore[arg-type]
+        ar = data.allreduce[data.allreduce["gpu"] == g].reset_index(drop=True)
+        it = data.iterations[data.iterations["gpu"] == g].reset_index(drop=True)
+        for name, pricers, roles in (("roofline", plain, ops["role"]), ("refined", refined, ops["role"]),
+                                     ("table", own, table_role), ("table-tp", other, None)):
+            sel = ops[ops["cell_id"].isin(list(pricers))]
+            if not len(sel):
+                continue
+            o = sel.assign(pricer=name, predicted_s=C.predict_with(sel.reset_index(drop=True), pricers))
+            o["role"] = roles.loc[sel.index].to_numpy() if roles is not None else _tp_roles(sel)
+            o = o.reset_index(drop=True)
+            op_parts.append(o)
+            layer = C.layer_sums(o, o["predicted_s"].to_numpy(), src)
+            lr = o.drop_duplicates(["cell_id", "num_tokens", "role"]).groupby(["cell_id", "num_tokens"])["role"].max()
+            layer["role"] = [lr.get((c, n), "validation") for c, n in zip(layer["cell_id"], layer["num_tokens"],
+                                                                           strict=True)]
+            att = o[o["group"].isin(["attention_prefill", "attention_decode", "lm_head"]) & (o["probe"] != "tokens")]
+            metric_parts += [layer.assign(metric="layer_time_s").drop(columns="ops"),
+                             att.assign(metric=att["group"] + "_s")[
+                                 ["cell_id", "num_tokens", "batch_size", "context_tokens", "measured_s",
+                                  "predicted_s", "role", "metric"]]]
+            metric_parts[-1]["pricer"] = metric_parts[-2]["pricer"] = name
+            if len(ar) and name != "table-tp":
+                e, r = (gpu.efficiency, None) if name == "roofline" else (eff_r, ref_r)
+                metric_parts.append(ar.assign(pricer=name, metric="all_reduce_s",
+                                              predicted_s=C.predict_allreduce(ar, gpu, e, r))[
+                    ["pricer", "cell_id", "bytes", "measured_s", "predicted_s", "role", "metric"]])
+            if len(it) and name in ("roofline", "refined", "table"):
+                e, r = (gpu.efficiency, None) if name == "roofline" else (eff_r, ref_r)
+                tables = _splitwise_tables(data, gpu, it, e, r) if name == "table" else None
+                sub = it if tables is None else it[it["cell_id"].isin(list(tables))].reset_index(drop=True)
+                if len(sub):
+                    pred = C.predict_iterations(sub, gpu, data.specs, data.tps, e, r, pricers=tables)  # type: ignore
+                    metric_parts.append(sub.assign(pricer=name, predicted_s=pred, metric=sub["group"] + "_s")[
+                        ["pricer", "cell_id", "num_tokens", "batch_size", "context_tokens", "measured_s",
+                         "predicted_s", "role", "metric"]])
+    cols = ["pricer", "cell_id", "gpu", "group", "probe", "num_tokens", "batch_size", "context_tokens",
+            "measured_s", "predicted_s", "rel_error", "role"]
+    opdf = pd.concat(op_parts, ignore_index=True)
+    opdf["rel_error"] = opdf["predicted_s"] / opdf["measured_s"] - 1
+    met = pd.concat([p for p in metric_parts if len(p)], ignore_index=True)
+    met = met.rename(columns={"measured_s": "measured", "predicted_s": "simulated"})
+    met["gpu"] = met["cell_id"].map(data.cells.set_index("cell_id")["gpu"])
+    met["source"] = met["cell_id"].map(C.source_of)
+    met["rel_error"] = met["simulated"] / met["measured"] - 1
+    for col in ("num_tokens", "batch_size", "context_tokens", "bytes"):
+        met[col] = pd.array(met[col] if col in met else [None] * len(met), dtype="Int64")
+    met = met[["pricer", "source", "cell_id", "gpu", "metric", "measured", "simulated", "rel_error", "role",
+               "num_tokens", "batch_size", "context_tokens", "bytes"]]
+    return met.reset_index(drop=True), opdf[cols]
+
+
+def _splitwise_tables(data: K.ComponentData, gpu: Any, it: pd.DataFrame, eff: Any, ref: Any) -> dict[str, Any]:
+    """Splitwise cell -> table pricer from the Vidur profile of the same GPU, model and TP (other source)."""
+    out = {}
+    g = gpu.name
+    for cid in it["cell_id"].unique():
+        spec, tp = data.specs[cid], data.tps[cid]
+        vid = f"vidur/{g}/{spec.name}/tp{tp}"  # type: ignore[attr-defined]
+        f = data.full[data.full["cell_id"] == vid]
+        if len(f):
+            out[cid] = TablePerfModel(C.table_from_points(f, vid, g, spec.name, tp),  # type: ignore[attr-defined]
+                                      C.roofline(gpu, spec, tp, eff, ref))  # type: ignore[arg-type]
+    return out
 
 
 def finish(df: pd.DataFrame) -> pd.DataFrame:
@@ -106,9 +251,18 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
     tables = {name: measured.table(name) for name in ("cells", "component", "requests", "programs", "metrics")}
     parts, skipped = [], []
     ops = pd.DataFrame()
+    pricer_parts, pricer_ops = [], pd.DataFrame()
     if (tables["cells"]["kind"] == "component").any():
-        comp, ops, skipped = component_rows(measured, catalog)
+        data = K.component_data(measured)
+        comp, ops, skipped = component_rows(measured, catalog, data)
         parts.append(comp)
+        met, pricer_ops = pricer_rows(data, catalog)
+        pricer_parts.append(met)
+    alt = e2e.alternatives(tables, catalog)
+    if len(alt) and "metric" in alt:
+        alt = alt[alt["metric"].notna()]
+        pricer_parts.append(alt[["pricer", "source", "cell_id", "gpu", "metric", "measured", "simulated",
+                                 "rel_error", "role"]])
     e2e_rows, dists, e2e_skipped = e2e.run_all(tables, catalog, agent=not quick)
     skipped += e2e_skipped
     if len(e2e_rows):
@@ -120,15 +274,22 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
     errors.to_parquet(out / "errors.parquet", index=False)
     if len(ops):
         ops.to_parquet(out / "component_ops.parquet", index=False)
+    pricers = pd.concat(pricer_parts, ignore_index=True) if pricer_parts else pd.DataFrame()
+    if len(pricers):
+        pricers.to_parquet(out / "pricers.parquet", index=False)
+    if len(pricer_ops):
+        pricer_ops.to_parquet(out / "pricer_ops.parquet", index=False)
     sensitivity = llmperf_burst(tables, catalog)
     summary = report.headline(errors, sensitivity)
+    summary.update(report.pricer_headline(pricers))
     floors = [d for cid, d in dists.items() if "ttft_floor_s" in d]
     if floors:
         summary["llmperf_ttft_below_compute_floor"] = {
             "cells": len(floors), "below": sum(d["measured_ttft_mean_s"] < d["ttft_floor_s"] for d in floors)}
     summary["skipped"] = [{"cell_id": c, "reason": r} for c, r in skipped]
     summary["sources"] = measured.origins
-    report.write(out, errors, ops, dists, aggregates(errors), summary, quick=quick)
+    report.write(out, errors, ops, dists, aggregates(errors), summary, quick=quick, pricers=pricers,
+                 pricer_ops=pricer_ops, catalog=catalog)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
     return summary
 

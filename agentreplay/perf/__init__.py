@@ -5,6 +5,8 @@
 >>> step_s = pm.decode_step_time_s(batch=64, ctx=1024)
 
 All times are seconds unless a name says otherwise; the numbers behind them are data in ``catalog/*.toml``.
+``RefinedPerfModel`` (refined roofline, ``catalog/roofline.toml``) and ``TablePerfModel`` (measured tables,
+``catalog/tables.toml``) are alternative pricers with the same interface (``agentreplay.perf.table``).
 """
 
 from agentreplay.perf.catalog import (
@@ -27,6 +29,7 @@ from agentreplay.perf.memory import (
     kv_capacity_blocks,
 )
 from agentreplay.perf.model import OPERATORS, IterationPricer, PerfModel, PrefillItem
+from agentreplay.perf.table import MeasuredTable, RefinedPerfModel, Refinement, TablePerfModel
 
 __all__ = [
     "DEFAULT_ACTIVATION_RESERVE_GIB",
@@ -39,9 +42,13 @@ __all__ = [
     "GpuSpec",
     "IterationPricer",
     "KvCapacity",
+    "MeasuredTable",
     "ModelSpec",
     "PerfModel",
     "PrefillItem",
+    "RefinedPerfModel",
+    "Refinement",
+    "TablePerfModel",
     "kv_capacity",
     "kv_capacity_blocks",
     "list_gpus",

@@ -46,11 +46,13 @@ import math
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Final
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from agentreplay.perf.catalog import Dtype, Efficiency, GpuSpec, ModelSpec, load_gpu, load_model
 from agentreplay.perf.model import OPERATORS, PerfModel, PrefillItem
@@ -94,6 +96,7 @@ class Refinement:
     elementwise_bandwidth_efficiency: float | None = None  #: (None: bandwidth_efficiency); may exceed 1 (L2)
     attn_kernel_us: float | None = None  #: per attention kernel, per layer (None: kernel_overhead_us)
     attn_prefill_kv_efficiency: float | None = None  #: prefix KV read in prefill (None: attn_decode_efficiency)
+    attn_prefill_m_half_tokens: float = 0.0  #: chunk tokens at which prefill attention reaches half its efficiency
     attn_decode_seq_us: float = 0.0  #: per decoding sequence per layer
 
     def __post_init__(self) -> None:
@@ -129,6 +132,7 @@ class RefinedPerfModel(PerfModel):
         eff = self.efficiency
         self.refinement = r
         self._m_half = float(r.gemm_m_half_tokens)
+        self._pf_m_half = float(r.attn_prefill_m_half_tokens)
         if r.elementwise_bandwidth_efficiency is not None:
             s = eff.bandwidth_efficiency / r.elementwise_bandwidth_efficiency
             self._norm_tok *= s
@@ -170,6 +174,10 @@ class RefinedPerfModel(PerfModel):
         if tokens == 0:
             return tuple(t)
         n_layers = self._layers
+        if pf_chunk and self._pf_m_half:  # sum over chunks of (chunk + m) * (prefix + chunk / 2)
+            work = pf_work + self._pf_m_half * (pf_prefix + 0.5 * pf_chunk)
+            t[_IDX["attention_prefill"]] = n_layers * max(
+                work * self._pf_flop_s, pf_prefix * self._pf_prefix_s + pf_chunk * self._pf_chunk_s)
         if self._m_half:
             t[_IDX["qkv_proj"]] = n_layers * self._gemm(self._qkv, tokens)
             t[_IDX["o_proj"]] = n_layers * self._gemm(self._o, tokens)
@@ -196,11 +204,20 @@ def _packaged(name: str) -> Path:
     return Path(str(resources.files("agentreplay.perf").joinpath("catalog", name)))
 
 
+def _beside(catalog: str | Path | None, name: str) -> Path:
+    if catalog is not None and (Path(catalog).parent / name).exists():
+        return Path(catalog).parent / name
+    return _packaged(name)
+
+
 def refinement_path(catalog: str | Path | None = None) -> Path:
     """``roofline.toml`` beside the GPU catalog ``catalog`` when it exists there, else the packaged one."""
-    if catalog is not None and (Path(catalog).parent / "roofline.toml").exists():
-        return Path(catalog).parent / "roofline.toml"
-    return _packaged("roofline.toml")
+    return _beside(catalog, "roofline.toml")
+
+
+def tables_path(catalog: str | Path | None = None) -> Path:
+    """``tables.toml`` beside the GPU catalog ``catalog`` when it exists there, else the packaged one."""
+    return _beside(catalog, "tables.toml")
 
 
 def load_refinement(gpu: GpuSpec, path: str | Path | None = None) -> tuple[Efficiency, Refinement]:
@@ -243,7 +260,7 @@ class Curve:
 
     __slots__ = ("hi", "lo", "lx", "ly")
 
-    def __init__(self, x: Sequence[float], seconds: Sequence[float]) -> None:
+    def __init__(self, x: ArrayLike, seconds: ArrayLike) -> None:
         xs, s = np.asarray(x, dtype=float), np.asarray(seconds, dtype=float)
         if len(xs) == 0 or len(xs) != len(s) or (xs <= 0).any() or (s <= 0).any():
             raise ValueError("a curve needs as many x as seconds, at least one point, all > 0")
@@ -270,7 +287,7 @@ class Grid:
 
     __slots__ = ("cols", "lg", "lr", "lu", "rows")
 
-    def __init__(self, tokens: Sequence[int], context: Sequence[int], seconds: Sequence[float],
+    def __init__(self, tokens: ArrayLike, context: ArrayLike, seconds: ArrayLike,
                  ref: Callable[[float, float], float]) -> None:
         n, c, s = (np.asarray(v, dtype=float) for v in (tokens, context, seconds))
         if len(n) == 0 or not len(n) == len(c) == len(s) or (n <= 0).any() or (c < 0).any() or (s <= 0).any():
@@ -310,7 +327,7 @@ class Grid:
         return v
 
 
-def fit_decode(batch: Sequence[int], context: Sequence[int], seconds: Sequence[float]) -> tuple[
+def fit_decode(batch: ArrayLike, context: ArrayLike, seconds: ArrayLike) -> tuple[
         np.ndarray, np.ndarray, float]:
     """``(batch sizes, intercepts a_b, c)`` minimising sum(((a_b + c * b * ctx) / t - 1) ** 2) with a, c >= 0
     (non-negative least squares on relative residuals) over decode-attention points of one layer."""
@@ -354,11 +371,17 @@ def table_key(gpu: str, model: str, tp: int) -> str:
 
 def load_tables(path: str | Path | None = None) -> dict[str, MeasuredTable]:
     """Every table in a ``tables.toml`` (default: the packaged ``catalog/tables.toml``), keyed
-    ``gpu/model/tpN``."""
+    ``gpu/model/tpN``; parsed once per (path, modification time)."""
     p = Path(path) if path else _packaged("tables.toml")
     if not p.exists():
         return {}
-    with open(p, "rb") as fh:
+    st = p.stat()
+    return dict(_parse_tables(str(p.resolve()), st.st_mtime_ns, st.st_size))
+
+
+@cache
+def _parse_tables(path: str, _mtime_ns: int, _size: int) -> dict[str, MeasuredTable]:
+    with open(path, "rb") as fh:
         raw = tomllib.load(fh).get("table", {})
     out = {}
     for key, t in raw.items():
@@ -388,31 +411,31 @@ class TablePerfModel:
         self._layers = fallback.model.num_hidden_layers
         src = source if source is not None else fallback
         self._curves: dict[str, Curve] = {}
-        for op, (x, s) in table.ops.items():
-            if len(x) == 0:
+        for op, (xs, raw) in table.ops.items():
+            if len(xs) == 0:
                 continue
-            s = np.asarray(s, dtype=float)
+            secs = np.asarray(raw, dtype=float)
             if source is not None:
-                s = s * np.array([self._op_ref(fallback, op, v) / self._op_ref(src, op, v) for v in x])
-            self._curves[op] = Curve(x, s)
-        self._grid = None
+                secs = secs * np.array([self._op_ref(fallback, op, v) / self._op_ref(src, op, v) for v in xs])
+            self._curves[op] = Curve(xs, secs)
+        self._grid: Grid | None = None
         if table.attention_prefill is not None and len(table.attention_prefill[0]):
-            n, c, s = table.attention_prefill
-            s = np.asarray(s, dtype=float)
+            pn, pc, praw = table.attention_prefill
+            psecs = np.asarray(praw, dtype=float)
             if source is not None:
-                s = s * np.array([self._pf_ref(fallback, a, b) / self._pf_ref(src, a, b) for a, b in zip(n, c,
-                                                                                                    strict=True)])
-            self._grid = Grid(n, c, s, lambda a, b: self._pf_ref(fallback, a, b))
+                psecs = psecs * np.array([self._pf_ref(fallback, a, b) / self._pf_ref(src, a, b)
+                                          for a, b in zip(pn, pc, strict=True)])
+            self._grid = Grid(pn, pc, psecs, lambda a, b: self._pf_ref(fallback, a, b))
         self._dec: Curve | None = None
         self._c = fallback.decode_coeffs(1)[1]  # seconds per context token, whole model
         if table.attention_decode is not None and len(table.attention_decode[0]):
-            bs, a, c = fit_decode(*table.attention_decode)
+            bs, icpt, slope = fit_decode(*table.attention_decode)
             if source is not None:
-                a = a * np.array([self._dec_ref(fallback, b) / self._dec_ref(src, b) for b in bs])
-                c *= (fallback.decode_coeffs(1)[1] / self._layers) / (
+                icpt = icpt * np.array([self._dec_ref(fallback, b) / self._dec_ref(src, b) for b in bs])
+                slope *= (fallback.decode_coeffs(1)[1] / self._layers) / (
                     src.decode_coeffs(1)[1] / src.model.num_hidden_layers)  # per-layer ratio
-            self._dec = Curve(bs, np.maximum(a, 1e-12))
-            self._c = self._layers * c
+            self._dec = Curve(bs, np.maximum(icpt, 1e-12))
+            self._c = self._layers * slope
         self._covered = frozenset(self._curves) | ({"attention_prefill"} if self._grid else set()) | (
             {"attention_decode"} if self._dec else set())
         self._a_cache: dict[int, float] = {}
@@ -444,7 +467,7 @@ class TablePerfModel:
         Raises ValueError when no table of (gpu, model) exists."""
         fallback = RefinedPerfModel.from_names(gpu, model, dtype, tp, catalog=catalog,
                                                refinements=refinements or refinement_path(catalog))
-        all_tables = load_tables(tables)
+        all_tables = load_tables(tables or tables_path(catalog))
         same = {t.tp: t for t in all_tables.values() if t.gpu == gpu and t.model == model}
         if not same:
             known = ", ".join(sorted(all_tables)) or "none"
@@ -477,8 +500,11 @@ class TablePerfModel:
                 continue
             per = 1 if op in PER_FORWARD else n_layers
             own = fb[op] / per + kernels_s(fbm, op)
-            out[_IDX[op]] = per * curve.at(x, lambda v, op=op, x=x, own=own: own if v == x else self._op_ref(
-                fbm, op, v))
+
+            def ref(v: float, op: str = op, x: int = x, own: float = own) -> float:
+                return own if v == x else self._op_ref(fbm, op, v)
+
+            out[_IDX[op]] = per * curve.at(x, ref)
             removed += per * kernels_s(fbm, op)
         attn_kernel = False
         if self._grid is not None and prefill:
@@ -532,3 +558,22 @@ class TablePerfModel:
 
     def __repr__(self) -> str:
         return f"TablePerfModel(table={self.table.name!r}, fallback={self.fallback!r})"
+
+
+#: Pricer kinds :func:`pricer_from_names` builds (e.g. for a ``[hardware] perf`` config option).
+PRICER_KINDS: Final = ("roofline", "refined", "table")
+
+
+def pricer_from_names(kind: str, gpu: str, model: str, dtype: Dtype = "bf16", tp: int = 1,
+                      catalog: str | Path | None = None) -> PerfModel | TablePerfModel:
+    """``roofline``: :meth:`PerfModel.from_names` (the default); ``refined``: :class:`RefinedPerfModel`;
+    ``table``: :class:`TablePerfModel` (ValueError when no table of the GPU and model exists)."""
+    if kind == "roofline":
+        return PerfModel(load_gpu(gpu, catalog), load_model(model), dtype, tp)
+    if kind == "refined":
+        return RefinedPerfModel.from_names(gpu, model, dtype, tp, catalog=catalog,
+                                           refinements=refinement_path(catalog))
+    if kind == "table":
+        return TablePerfModel.from_names(gpu, model, dtype, tp, catalog=catalog,
+                                         refinements=refinement_path(catalog))
+    raise ValueError(f"perf={kind!r}; allowed: {list(PRICER_KINDS)}")

@@ -21,6 +21,7 @@ VictimName = Literal["most-recent", "lowest-priority", "age-aware"]
 RetentionName = Literal["lru", "evict", "ttl", "continuum", "offload", "infercept", "oracle"]
 LoadMetric = Literal["requests", "tokens"]
 Dtype = Literal["bf16", "fp8"]
+PerfName = Literal["roofline", "refined", "table"]
 
 
 class ConfigError(ValueError):
@@ -45,12 +46,14 @@ class HardwareConfig:
     gpu: str = "h100-sxm"  #: GPU catalog name (``agentreplay catalog``)
     model: str = "llama-3.1-8b"  #: model catalog name
     dtype: Dtype = "bf16"  #: weight and KV dtype
+    perf: PerfName = "roofline"  #: iteration pricer: calibrated roofline, refined roofline, or measured table
     tp: int = 1  #: tensor-parallel degree (GPUs per instance)
     instances: int = 1  #: number of instances (data-parallel replicas)
     groups: tuple[str, ...] = ()  #: heterogeneous cluster; overrides gpu / tp / instances when set
 
     def __post_init__(self) -> None:
         _literal("hardware", "dtype", self.dtype, Dtype)
+        _literal("hardware", "perf", self.perf, PerfName)
         _check(self.tp in (1, 2, 4, 8, 16), "hardware", "tp", self.tp, "1, 2, 4, 8 or 16")
         _check(isinstance(self.instances, int) and 1 <= self.instances <= 4096, "hardware", "instances",
                self.instances, "an integer in [1, 4096]")

@@ -21,7 +21,8 @@ import pyarrow as pa
 
 from agentreplay.kv.segment_pool import SegmentPool
 from agentreplay.kv.tiers import HostTier, Link
-from agentreplay.perf import IterationPricer, PerfModel, kv_capacity, load_gpu, load_model
+from agentreplay.perf import IterationPricer, kv_capacity, load_gpu, load_model
+from agentreplay.perf.table import pricer_from_names
 from agentreplay.policy.queue import make_queue_order
 from agentreplay.policy.retention import ToolStats, make_retention
 from agentreplay.policy.victim import make_victim
@@ -137,7 +138,7 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
     pricers: dict[tuple[str, int, str], IterationPricer] = {}
     for spec in specs:
         if spec not in pricers:
-            pricers[spec] = perf or PerfModel.from_names(spec[0], hw.model, dtype=spec[2], tp=spec[1])  # type: ignore[arg-type]
+            pricers[spec] = perf or pricer_from_names(hw.perf, spec[0], hw.model, spec[2], spec[1])  # type: ignore[arg-type]
     seeds = np.random.SeedSequence(cfg.seed).spawn(2)
     rng_arrivals, rng_tools = (np.random.default_rng(s) for s in seeds)
     engine = Engine()

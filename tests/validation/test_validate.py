@@ -66,6 +66,8 @@ def test_measured_path_is_detected_and_validated(vllm_report: tuple[Path, Path, 
     assert set(summary["vllm_run_pct"]) >= {"ttft_mean_s", "tpot_mean_s", "e2e_mean_s"}
     row = df[df["metric"] == "ttft_mean_s"].iloc[0]
     assert summary["vllm_run_pct"]["ttft_mean_s"] == pytest.approx(row["rel_error"] * 100)
+    assert set(summary["pricer_vllm_run_pct"]) == {"refined", "table"}  # the same run with the other pricers
+    assert set(summary["pricer_vllm_run_pct"]["table"]) >= {"ttft_mean_s", "tpot_mean_s", "e2e_mean_s"}
 
 
 def test_vllm_report_files(vllm_report: tuple[Path, Path, object]) -> None:
@@ -88,6 +90,22 @@ def test_component_subset_has_both_roles(tmp_path: Path) -> None:
     ops = pd.read_parquet(tmp_path / "component_ops.parquet")
     assert {"qkv_proj", "attention_decode"} <= set(ops["group"])
     check_report(tmp_path, "heatmap_components.png")
+    pr = pd.read_parquet(tmp_path / "pricers.parquet")  # the pricer comparison on the same points
+    assert set(pr["pricer"]) == {"roofline", "refined", "table"}  # no TP>1 cell: no other-TP tables
+    assert np.allclose(pr["rel_error"], pr["simulated"] / pr["measured"] - 1.0)
+    for name in ("roofline", "refined"):  # the roofline pricers keep the calibration split
+        a = pr[(pr["pricer"] == name) & (pr["metric"] == "layer_time_s")].sort_values("num_tokens")
+        assert list(a["role"]) == list(lt.sort_values("num_tokens")["role"])
+    roof = pr[(pr["pricer"] == "roofline")].reset_index(drop=True)
+    base = df[df["metric"].isin(roof["metric"].unique())]
+    assert sorted(roof["simulated"]) == pytest.approx(sorted(base["simulated"]), rel=1e-12)  # same pricer
+    tab = pd.read_parquet(tmp_path / "pricer_ops.parquet")
+    tab = tab[tab["pricer"] == "table"]
+    assert set(tab["role"]) == {"calibration", "validation"}
+    gemm = tab[tab["group"] == "gate_up_proj"].sort_values("num_tokens")
+    assert list(gemm["role"]) == ["calibration", "validation"] * (len(gemm) // 2) + ["calibration"] * (len(gemm) % 2)
+    assert set(summary["pricer_component_mape_pct"]["rtx4090"]) == {"roofline", "refined", "table"}
+    assert "## Where the component error comes from" in (tmp_path / "report.md").read_text()
 
 
 def test_unrecognised_measured_path(tmp_path: Path) -> None:
