@@ -104,6 +104,10 @@ class SchedulerConfig:
     max_num_seqs: int | None = None  #: running sequences per instance
     max_num_batched_tokens: int | None = None  #: token budget per iteration (chunked prefill)
     fast_decode: bool = True  #: advance unchanged decode batches in one event (exact; see Instance)
+    #: admit a waiting request only if its whole remaining prompt fits in the free blocks (after the blocks that
+    #: in-flight prefills still need), not just its first chunk: vLLM ``--scheduler-reserve-full-isl``
+    #: (``allocate_slots(full_sequence_must_fit=...)``), on by default in current vLLM (0.32). Off = older vLLM v1.
+    reserve_full_isl: bool = True
 
     def __post_init__(self) -> None:
         _check(self.max_num_seqs is None or self.max_num_seqs >= 1, "scheduler", "max_num_seqs",

@@ -62,7 +62,8 @@ class Scheduler:
 
     def __init__(self, pool: SegmentPool, max_num_seqs: int, max_num_batched_tokens: int,
                  enable_prefix_caching: bool = True, *, order: QueueOrder | None = None,
-                 victim: VictimPolicy | None = None, residency: Residency | None = None) -> None:
+                 victim: VictimPolicy | None = None, residency: Residency | None = None,
+                 reserve_full_isl: bool = False) -> None:
         from agentreplay.policy.queue import Fcfs
         from agentreplay.policy.victim import MostRecent
 
@@ -74,6 +75,7 @@ class Scheduler:
         self.order = order or Fcfs()
         self.victim = victim or MostRecent()
         self.residency = residency
+        self.reserve_full_isl = reserve_full_isl
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self.now = 0.0
@@ -201,6 +203,10 @@ class Scheduler:
     def _admit(self, plan: StepPlan, budget: int) -> StopReason:
         pool, bs = self.pool, self.bs
         waiting, running = self.waiting, self.running
+        full_isl = self.reserve_full_isl
+        # blocks the prefills already scheduled in this step will still need for the rest of their prompts
+        reserved = sum(held_blocks(x.total_tokens, x.base, bs) - held_blocks(before + n, x.base, bs)
+                       for x, n, before in plan.prefill) if full_isl else 0
         if self.order.sorted and len(waiting) > 1:
             now = self.now
             waiting.sort(key=lambda r: self.order.key(r, now))
@@ -217,8 +223,10 @@ class Scheduler:
             if r.held:  # KV arrived from another tier: blocks for the loaded part are already held
                 n = min(r.total_tokens - r.computed, budget)
                 need = held_blocks(r.computed + n, r.base, bs) - held_blocks(r.computed, r.base, bs)
-                if not self._room(need, 0, r.program):
+                rest = held_blocks(r.total_tokens, r.base, bs) - held_blocks(r.computed + n, r.base, bs)
+                if not self._room(need + (rest + reserved if full_isl else 0), 0, r.program):
                     return "no_blocks"
+                reserved += rest if full_isl else 0
                 pool.allocate(need)
                 r.held = False
                 del waiting[i]
@@ -249,8 +257,13 @@ class Scheduler:
             else:
                 n = min(total - hit_tokens, budget)
                 new_blocks = (r.base - pfx_hit) + max(0, -(-(hit_tokens + n) // bs) - r.base - prog_hit)
-            if not self._room(new_blocks, evictable, r.program):
+            rest = 0
+            if full_isl:  # the whole sequence must fit now (vLLM full_sequence_must_fit)
+                full = (r.base - pfx_hit) + max(0, -(-total // bs) - r.base - prog_hit)
+                rest = full - new_blocks
+            if not self._room(new_blocks + rest + reserved, evictable, r.program):
                 return "no_blocks"
+            reserved += rest
             if r.pfx is not None:
                 pool.touch(r.pfx, pfx_hit)
             pool.touch(r.prog, prog_hit)

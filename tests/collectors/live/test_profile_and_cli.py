@@ -51,10 +51,11 @@ def test_profile_measures_prefill_and_decode_iterations(tmp_path) -> None:
 
 
 def test_decode_step_uses_the_common_window_only() -> None:
-    a = StreamResult(0, 0, 1.0, 2.0, 0, chunks=[(1.0, 1), (1.5, 1), (1.6, 1), (1.7, 2), (2.0, 1)])
-    b = StreamResult(0, 0, 1.5, 3.0, 0, chunks=[(1.5, 1), (1.6, 1), (1.7, 1), (3.0, 1)])
-    step, windowed = decode_step_s([a, b])  # window [1.5, 2.0]: 0.1, 0.05, 0.05, 0.3 (a); 0.1, 0.1 (b)
-    assert windowed and abs(step - 0.1) < 1e-9
+    a = StreamResult(0, 0, 1.0, 2.0, 0, chunks=[(1.0, 1), (1.5, 1), (1.6, 1), (1.7, 1), (1.8, 1), (2.0, 1)])
+    b = StreamResult(0, 0, 1.5, 3.0, 0, chunks=[(1.5, 1), (1.6, 1), (1.7, 1), (1.8, 1), (1.9, 1), (3.0, 1)])
+    # window [1.5, 2.0]: a spans 0.5 s over 4 tokens, b 0.4 s over 4 tokens; bunched chunks do not matter
+    step, windowed = decode_step_s([a, b])
+    assert windowed and abs(step - (0.125 + 0.1) / 2) < 1e-9
 
 
 def test_drive_cli_end_to_end(tmp_path) -> None:

