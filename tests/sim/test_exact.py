@@ -88,3 +88,18 @@ def test_tool_modes() -> None:
     assert fixed.turns["tool_s"][0] == 0.5
     assert scaled.turns["tool_s"][0] == 6.0
     assert scaled.turns["release_s"][1] - scaled.turns["finish_s"][0] == pytest.approx(6.0)
+
+
+def test_reserve_full_isl_admits_only_when_the_whole_prompt_fits() -> None:
+    # 12 blocks of 16 tokens; two 100-token prompts (7 blocks each) decoding 30 tokens, chunks of 32 tokens.
+    trace = make_trace([[(100, 30, None)], [(100, 30, None)]])
+    base = cfg(cache={"num_gpu_blocks": 12}, workload={"concurrency": 2},
+               scheduler={"max_num_batched_tokens": 32})
+    full = simulate(trace, base, perf=LinearPerf())  # default: vLLM --scheduler-reserve-full-isl
+    chunk = simulate(trace, base.replace(scheduler={"reserve_full_isl": False}), perf=LinearPerf())
+    # whole-prompt rule: p1 waits until p0 is done, nobody is preempted
+    assert full.turns["preemptions"].sum() == 0
+    assert full.turns["first_scheduled_s"][1] == pytest.approx(full.turns["finish_s"][0])
+    # first-chunk rule: p1 starts while p0 still runs, the pool runs out, and the most recent admission is preempted
+    assert chunk.turns["first_scheduled_s"][1] < chunk.turns["finish_s"][0]
+    assert chunk.turns["preemptions"].sum() >= 1
