@@ -242,7 +242,8 @@ def aggregates(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 
 def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = None, *, defaults: bool = True,
-        quick: bool = False, catalog: str | Path | None = None) -> dict[str, Any]:
+        quick: bool = False, catalog: str | Path | None = None,
+        live_paths: list[str | Path] | None = None) -> dict[str, Any]:
     """Validate and write ``errors.parquet``, ``component_ops.parquet``, ``report.md``, ``report.html`` and the
     figures into ``out``. Returns the headline summary (also written as ``summary.json``)."""
     out = Path(out)
@@ -268,6 +269,11 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
     if len(e2e_rows):
         e2e_rows["num_tokens"] = e2e_rows["batch_size"] = e2e_rows["context_tokens"] = e2e_rows["bytes"] = None
         parts.append(e2e_rows)
+    from validation import live
+
+    live_rows = live.rows([Path(p) for p in live_paths] if live_paths is not None else live.default_paths())
+    if len(live_rows):
+        parts.append(live_rows)
     if not parts:
         raise ValueError("no measured cell could be simulated")
     errors = finish(pd.concat(parts, ignore_index=True))

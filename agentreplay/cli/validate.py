@@ -21,6 +21,9 @@ def calibrate(
                                              "calibration.json beside it) instead of the packaged catalog.")] = None,
     measured: Annotated[list[Path] | None, typer.Option("--measured", help="Extra profile folder (repeatable); "
                                                         "format auto-detected.")] = None,
+    live: Annotated[list[Path] | None, typer.Option("--live", help="Live-engine comparison JSON "
+                                                    "(benchmarks/vllm_cpu/validate.py), repeatable; default: "
+                                                    "reports/live/*.json")] = None,
     no_defaults: Annotated[bool, typer.Option("--no-default-sources", help="Use only --measured paths, not "
                                               "../shared/measurements.")] = False,
 ) -> None:
@@ -62,6 +65,9 @@ def validate(
     out: Annotated[Path, typer.Option("--out", "-o", help="Report folder.")] = Path("reports/latest"),
     measured: Annotated[list[Path] | None, typer.Option("--measured", help="Extra measured source (repeatable); "
                                                         "format auto-detected by the registered collectors.")] = None,
+    live: Annotated[list[Path] | None, typer.Option("--live", help="Live-engine comparison JSON "
+                                                    "(benchmarks/vllm_cpu/validate.py), repeatable; default: "
+                                                    "reports/live/*.json")] = None,
     no_defaults: Annotated[bool, typer.Option("--no-default-sources", help="Use only --measured paths, not "
                                               "../shared/measurements.")] = False,
     quick: Annotated[bool, typer.Option(help="Skip the agent-JCT replay (the slowest cell).")] = False,
@@ -74,7 +80,8 @@ def validate(
     from validation.validate import run
 
     try:
-        s = run(out, [str(p) for p in measured or []], defaults=not no_defaults, quick=quick, catalog=catalog)
+        s = run(out, [str(p) for p in measured or []], defaults=not no_defaults, quick=quick, catalog=catalog,
+                live_paths=live)
     except ValueError as exc:
         raise fail(str(exc)) from None
     table = Table(title="validation headline (signed error %, MAPE % for components)", show_header=False)
