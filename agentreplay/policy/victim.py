@@ -56,7 +56,8 @@ class AgeAware:
         return running[best_i]
 
 
-VICTIMS = {"most-recent": MostRecent, "lowest-priority": LowestPriority, "age-aware": AgeAware}
+VICTIMS: dict[str, type[MostRecent] | type[LowestPriority] | type[AgeAware]] = {
+    "most-recent": MostRecent, "lowest-priority": LowestPriority, "age-aware": AgeAware}
 
 
 def make_victim(cfg: PolicyConfig) -> VictimPolicy:

@@ -95,7 +95,7 @@ def plan_cluster(cfg: SimConfig, workload: Workload | None = None) -> list[Clust
 
 def plan_instance(cfg: SimConfig, gpu_name: str, tp: int, dtype: str, workload: Workload | None = None) -> ClusterPlan:
     """Resolve the KV block count and batching limits of one instance; fail with the numbers if it cannot run."""
-    hw = dataclasses.replace(cfg.hardware, gpu=gpu_name, tp=tp, dtype=dtype, groups=())
+    hw = dataclasses.replace(cfg.hardware, gpu=gpu_name, tp=tp, dtype=dtype, groups=())  # type: ignore[arg-type]
     try:
         gpu, model = load_gpu(hw.gpu), load_model(hw.model)
         model.validate_tp(hw.tp)

@@ -79,14 +79,14 @@ def write_tables(out_dir: str | os.PathLike[str], tables: dict[str, pa.Table]) -
             pq.write_table(table, tmp, compression="zstd")
             os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are ordinary shareable files
         final = {}
-        for name, tmp in temps.items():
+        for name, tmp_path in temps.items():
             final[name] = out / f"{name}.parquet"
-            os.replace(tmp, final[name])
+            os.replace(tmp_path, final[name])
         return final
     finally:
-        for tmp in temps.values():
+        for tmp_path in temps.values():
             with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
+                tmp_path.unlink()
 
 
 def read_table(path: str | os.PathLike[str], name: str) -> pd.DataFrame:
