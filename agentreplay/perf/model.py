@@ -257,8 +257,12 @@ class PerfModel:
     def decode_coeffs(self, n_seqs: int) -> tuple[float, float]:
         """``(A, c)`` with decode-only iteration time ``A + c * sum_ctx`` for ``n_seqs`` sequences. The engine
         prices every decode-only step as ``A + c * sum_ctx`` so that a run of k steps summed one by one gives
-        bit-identical times whether or not it is fast-forwarded."""
-        return self.decode_only_time_s(n_seqs, 0), self._c_key
+        bit-identical times whether or not it is fast-forwarded. Memoised per ``n_seqs`` (a pure function)."""
+        cache = self.__dict__.setdefault("_coeffs", {})
+        got = cache.get(n_seqs)
+        if got is None:
+            got = cache[n_seqs] = (self.decode_only_time_s(n_seqs, 0), self._c_key)
+        return got
 
     def decode_only_time_s(self, n_seqs: int, sum_ctx: int) -> float:
         """Seconds for an iteration of ``n_seqs`` decodes whose contexts sum to ``sum_ctx`` tokens
