@@ -271,7 +271,9 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
         parts.append(e2e_rows)
     from validation import live
 
-    live_rows = live.rows([Path(p) for p in live_paths] if live_paths is not None else live.default_paths())
+    if live_paths is None:  # the committed live runs count as default sources
+        live_paths = list(live.default_paths()) if defaults else []
+    live_rows = live.rows([Path(p) for p in live_paths])
     if len(live_rows):
         parts.append(live_rows)
     if not parts:
