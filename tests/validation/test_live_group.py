@@ -24,5 +24,5 @@ def test_rows_from_the_committed_live_run() -> None:
 def test_bad_live_file_is_a_clear_error(tmp_path) -> None:
     bad = tmp_path / "x.json"
     bad.write_text("{}")
-    with pytest.raises(ValueError, match="x.json: not a live comparison file"):
+    with pytest.raises(ValueError, match=r"x\.json: not a live comparison file"):
         rows([bad])
