@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 
@@ -17,18 +16,3 @@ class LinearPerf:
 
     def decode_coeffs(self, n_seqs: int) -> tuple[float, float]:
         return self.a + self.b * n_seqs, 0.0
-
-    def decode_only_time_s(self, n_seqs: int, sum_ctx: int) -> float:
-        return self.a + self.b * n_seqs
-
-    def decode_steps_time_s(self, n_seqs: int, sum_ctx: int, k: int) -> float:
-        return k * (self.a + self.b * n_seqs)
-
-    def decode_steps_within(self, n_seqs: int, sum_ctx: int, horizon_s: float) -> int:
-        step = self.a + self.b * n_seqs
-        k = math.floor(horizon_s / step)
-        while k > 0 and k * step > horizon_s:
-            k -= 1
-        while (k + 1) * step <= horizon_s:
-            k += 1
-        return k
