@@ -27,6 +27,7 @@ router and activations stay bf16; attention runs at the bf16 peak; the KV cache 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -280,6 +281,28 @@ class PerfModel:
             return 0.0
         base = self.decode_only_time_s(n_seqs, 0)
         return k * base + self._c_key * (k * sum_ctx + n_seqs * (k * (k - 1) // 2))
+
+    def decode_steps_within(self, n_seqs: int, sum_ctx: int, horizon_s: float) -> int:
+        """Largest k with ``decode_steps_time_s(n_seqs, sum_ctx, k) <= horizon_s`` (0 if even one step is
+        longer). Lets the engine stop a run of decode steps at the next external event."""
+        if n_seqs <= 0:
+            raise ValueError(f"n_seqs={n_seqs} must be >= 1")
+        if horizon_s <= 0:
+            return 0
+        a = self.decode_only_time_s(n_seqs, sum_ctx)  # first step
+        g = self._c_key * n_seqs  # each step costs g more than the previous
+        # k a + g k (k-1) / 2 <= H  ->  (g/2) k^2 + (a - g/2) k - H <= 0
+        if g == 0:
+            k = math.floor(horizon_s / a)
+        else:
+            b = a - g / 2
+            k = math.floor((-b + math.sqrt(b * b + 2 * g * horizon_s)) / g)
+        k = max(k, 0)
+        while k > 0 and self.decode_steps_time_s(n_seqs, sum_ctx, k) > horizon_s:
+            k -= 1
+        while self.decode_steps_time_s(n_seqs, sum_ctx, k + 1) <= horizon_s:
+            k += 1
+        return k
 
     def prefill_time_s(self, tokens: int, cached: int = 0) -> float:
         """Seconds to prefill ``tokens`` new tokens after ``cached`` cached ones, alone, in one chunk."""
