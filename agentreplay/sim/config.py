@@ -104,6 +104,10 @@ class SchedulerConfig:
     max_num_seqs: int | None = None  #: running sequences per instance
     max_num_batched_tokens: int | None = None  #: token budget per iteration (chunked prefill)
     fast_decode: bool = True  #: advance unchanged decode batches in one event (exact; see Instance)
+    #: keep decoding requests in a lazily advanced cohort, so a step costs the same however many decode
+    #: (exact; see agentreplay.sim.cohort). Off = the reference path: every step visits every running request
+    #: (and fast_decode, which advances the cohort, has no effect).
+    lazy_decode: bool = True
     #: admit a waiting request only if its whole remaining prompt fits in the free blocks (after the blocks that
     #: in-flight prefills still need), not just its first chunk: vLLM ``--scheduler-reserve-full-isl``
     #: (``allocate_slots(full_sequence_must_fit=...)``), on by default in current vLLM (0.32). Off = older vLLM v1.

@@ -28,6 +28,9 @@ class Request:
       prefill's last chunk emits the first token, each decode step computes the previous token and emits one;
     - it finishes when ``generated == target_out``; preemption by recompute resets ``computed`` to 0 and keeps
       ``generated`` (vLLM ``Scheduler._preempt_request``), so re-admission recomputes prompt + output so far.
+
+    While the request decodes in its instance's :class:`~agentreplay.sim.cohort.DecodeCohort` (``lazy``), its
+    ``computed`` and ``generated`` are advanced lazily: read them only after ``DecodeCohort.sync``.
     """
 
     turn: int  #: global turn index in the workload
@@ -61,6 +64,10 @@ class Request:
     recomputed_tokens: int = 0  #: tokens computed again after preemptions
     reloaded_tokens: dict[str, int] = field(default_factory=dict)  #: tier name -> prompt tokens loaded from it
     preemptions: int = 0
+    run_seq: int = -1  #: order of its latest admission into its instance's running list
+    lazy: bool = False  #: in its instance's decode cohort: ``computed``/``generated`` are stale, see below
+    c_off: int = 0  #: in the cohort: computed = c_off + cohort tick
+    g_off: int = 0  #: in the cohort: generated = g_off + cohort tick
 
     @property
     def total_tokens(self) -> int:

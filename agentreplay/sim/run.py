@@ -179,7 +179,7 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
         residency = Residency(engine, pool, block_bytes, tiers, remote, cfg.policy.unpin_on_pressure)
         sched = Scheduler(pool, plan.max_num_seqs, plan.max_num_batched_tokens, cfg.cache.enable_prefix_caching,
                           order=order, victim=victim, residency=residency,
-                          reserve_full_isl=cfg.scheduler.reserve_full_isl)
+                          reserve_full_isl=cfg.scheduler.reserve_full_isl, lazy_decode=cfg.scheduler.lazy_decode)
         instances.append(Instance(i, engine, pricer, pool, sched, on_finish, fast_decode=cfg.scheduler.fast_decode,
                                   on_sample=rec.sample, retention=retention, residency=residency, log=log))
     orch = Orchestrator(engine, workload, cfg.workload, make_tools(cfg.tools, workload), make_router(cfg.router),

@@ -17,6 +17,12 @@ Policy hooks: the waiting order (:mod:`agentreplay.policy.queue`; FCFS keeps vLL
 preemption victim (:mod:`agentreplay.policy.victim`), and the instance's :class:`~agentreplay.sim.residency.
 Residency` (pins released under memory pressure before anything is preempted; loads from host tiers).
 
+Decoding requests live in the instance's :class:`~agentreplay.sim.cohort.DecodeCohort`: when the cohort is a
+prefix of the running list, the budget covers it and the free blocks cover the whole step, the step is taken for
+the cohort as a whole (its block needs and context sum are kept per step in O(1)) and only the requests after
+it are visited; otherwise the cohort is dissolved and vLLM's loop runs request by request (same result, tested
+against ``lazy_decode=False``).
+
 The decision is returned as data (:class:`StepPlan`); :class:`~agentreplay.sim.instance.Instance` prices and
 applies it.
 """
@@ -27,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from agentreplay.kv.segment_pool import SegmentPool
+from agentreplay.sim.cohort import DecodeCohort
 from agentreplay.sim.request import Request
 
 if TYPE_CHECKING:
@@ -39,17 +46,19 @@ StopReason = Literal["empty", "max_seqs", "no_budget", "no_blocks", "preempted"]
 
 @dataclass(slots=True)
 class StepPlan:
-    """One iteration: prefill chunks ``(request, tokens, computed_before)`` and decoding requests."""
+    """One iteration: prefill chunks ``(request, tokens, computed_before)``, decoding requests outside the
+    cohort, and ``cohort``: how many cohort members decode (all of them, or none)."""
 
     prefill: list[tuple[Request, int, int]] = field(default_factory=list)
     decode: list[Request] = field(default_factory=list)
+    cohort: int = 0
     preempted: list[Request] = field(default_factory=list)
     admitted: list[Request] = field(default_factory=list)
     stop: StopReason = "empty"
 
     @property
     def empty(self) -> bool:
-        return not self.prefill and not self.decode
+        return not self.prefill and not self.decode and not self.cohort
 
 
 def held_blocks(tokens: int, base: int, block_size: int) -> int:
@@ -63,7 +72,7 @@ class Scheduler:
     def __init__(self, pool: SegmentPool, max_num_seqs: int, max_num_batched_tokens: int,
                  enable_prefix_caching: bool = True, *, order: QueueOrder | None = None,
                  victim: VictimPolicy | None = None, residency: Residency | None = None,
-                 reserve_full_isl: bool = False) -> None:
+                 reserve_full_isl: bool = False, lazy_decode: bool = True) -> None:
         from agentreplay.policy.queue import Fcfs
         from agentreplay.policy.victim import MostRecent
 
@@ -76,9 +85,12 @@ class Scheduler:
         self.victim = victim or MostRecent()
         self.residency = residency
         self.reserve_full_isl = reserve_full_isl
+        self.lazy_decode = lazy_decode  #: decoding requests join the cohort (the instance reads this)
         self.waiting: list[Request] = []
         self.running: list[Request] = []
+        self.cohort = DecodeCohort(self.bs)
         self.now = 0.0
+        self._run_seq = 0
 
     # ---- block bookkeeping shared with the instance ------------------------------------------------------
     def grow_to(self, r: Request, tokens: int) -> None:
@@ -109,6 +121,7 @@ class Scheduler:
         self.release_segments(r)
 
     def preempt(self, r: Request) -> None:
+        assert not r.lazy, "dissolve the decode cohort before preempting"
         self.running.remove(r)
         self.release(r)
         r.computed = 0
@@ -147,22 +160,43 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         pool, bs = self.pool, self.bs
         running = self.running
-        # Fast path: every running request decodes, the budget covers them and the free blocks cover every
-        # block-boundary crossing. Equivalent to the loop below, which it skips.
-        if len(running) <= budget:
-            need = 0
-            for r in running:
-                c = r.computed
-                if c != r.prompt + r.generated - 1 or not r.generated:
+        co = self.cohort
+        # Fast path: the cohort (decoding requests, lazily advanced) is a prefix of the running list and the
+        # budget covers it; the requests after it are scheduled as the loop below would, and the free blocks
+        # cover the whole step. Then nothing is preempted and the result equals the loop's, at a cost that does
+        # not grow with the cohort.
+        n_dec = co.n
+        tail = len(running)
+        while tail > n_dec and not running[tail - 1].lazy:
+            tail -= 1
+        if tail == n_dec and n_dec <= budget:
+            need = co.need()
+            left = budget - n_dec
+            prefill: list[tuple[Request, int, int]] = []
+            decode: list[Request] = []
+            for j in range(n_dec, len(running)):
+                if left <= 0:
                     break
-                if c % bs == 0 and c >= r.base * bs:
-                    need += 1
-            else:
-                if need <= pool.free_blocks:
-                    pool.allocate(need)
-                    plan.decode = list(running)
-                    plan.stop = self._admit(plan, budget - len(running))
-                    return plan
+                r = running[j]
+                c = r.computed
+                remaining = r.prompt + r.generated - c
+                if remaining == 1 and r.generated:
+                    decode.append(r)
+                    need += 1 if c % bs == 0 and c >= r.base * bs else 0
+                    left -= 1
+                else:
+                    n = min(remaining, left)
+                    need += held_blocks(c + n, r.base, bs) - held_blocks(c, r.base, bs)
+                    prefill.append((r, n, c))
+                    left -= n
+            if need <= pool.free_blocks:
+                pool.allocate(need)
+                plan.prefill, plan.decode, plan.cohort = prefill, decode, n_dec
+                plan.stop = self._admit(plan, left)
+                return plan
+        # General path (vLLM's loop, with preemption): every request is handled one by one.
+        if n_dec:
+            co.dissolve(running)
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
@@ -230,6 +264,8 @@ class Scheduler:
                 pool.allocate(need)
                 r.held = False
                 del waiting[i]
+                self._run_seq += 1
+                r.run_seq = self._run_seq
                 running.append(r)
                 plan.admitted.append(r)
                 plan.prefill.append((r, n, r.computed))
@@ -286,6 +322,8 @@ class Scheduler:
                 i += 1
                 continue
             del waiting[i]
+            self._run_seq += 1
+            r.run_seq = self._run_seq
             running.append(r)
             plan.admitted.append(r)
             plan.prefill.append((r, n, hit_tokens))

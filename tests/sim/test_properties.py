@@ -38,8 +38,11 @@ def test_fast_decode_equals_step_by_step_on_real_programs(bundled_head, blocks) 
     cfg = SimConfig().replace(workload={"concurrency": 12}, cache={"num_gpu_blocks": blocks})
     fast = simulate(bundled_head, cfg)
     slow = simulate(bundled_head, cfg.replace(scheduler={"fast_decode": False}))
+    eager = simulate(bundled_head, cfg.replace(scheduler={"lazy_decode": False}))
     assert_same_replay(fast.turns, slow.turns)
+    assert_same_replay(fast.turns, eager.turns)
     assert fast.summary["engine"]["iterations"] == slow.summary["engine"]["iterations"]
+    assert fast.summary["engine"]["iterations"] == eager.summary["engine"]["iterations"]
     assert fast.summary["engine"]["events"] < slow.summary["engine"]["events"]
     if blocks:
         assert fast.summary["preemptions"] > 0
@@ -75,7 +78,9 @@ def test_random_traces_finish_in_order_and_fast_equals_slow(programs, blocks, se
                               scheduler={"max_num_seqs": seqs, "max_num_batched_tokens": budget})
     fast = simulate(trace, cfg, perf=LinearPerf())
     slow = simulate(trace, cfg.replace(scheduler={"fast_decode": False}), perf=LinearPerf())
+    eager = simulate(trace, cfg.replace(scheduler={"lazy_decode": False}), perf=LinearPerf())
     assert_same_replay(fast.turns, slow.turns)
+    assert_same_replay(fast.turns, eager.turns)
     t = fast.turns
     assert t["finish_s"].notna().all()  # every released turn finished
     assert (t["first_token_s"] >= t["release_s"]).all() and (t["finish_s"] >= t["first_token_s"]).all()
