@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -51,16 +52,28 @@ class ToolStats:
         return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]
 
 
-@dataclass(frozen=True, slots=True)
 class GapContext:
-    """What a retention policy may look at when a call ends (all per instance)."""
+    """What a retention policy may look at when a call ends (all per instance). ``recompute_s`` may be given as
+    a zero-argument callable: it is priced on first read only (most policies never read it)."""
 
-    now_s: float
-    context_blocks: int  #: blocks of the program's history held by the finished call
-    used_blocks: int  #: blocks in use on the instance (the running batch's memory)
-    recompute_s: float  #: estimated time to prefill the program's context again
-    swap_s: float | None  #: time to write the context to host memory and back (None: no tier)
-    true_gap_s: float  #: the actual tool duration (only the oracle may use it)
+    __slots__ = ("_recompute", "context_blocks", "now_s", "swap_s", "true_gap_s", "used_blocks")
+
+    def __init__(self, now_s: float, context_blocks: int, used_blocks: int,
+                 recompute_s: float | Callable[[], float], swap_s: float | None, true_gap_s: float) -> None:
+        self.now_s = now_s
+        self.context_blocks = context_blocks  #: blocks of the program's history held by the finished call
+        self.used_blocks = used_blocks  #: blocks in use on the instance (the running batch's memory)
+        self._recompute = recompute_s
+        self.swap_s = swap_s  #: time to write the context to host memory and back (None: no tier)
+        self.true_gap_s = true_gap_s  #: the actual tool duration (only the oracle may use it)
+
+    @property
+    def recompute_s(self) -> float:
+        """Estimated time to prefill the program's context again."""
+        v = self._recompute
+        if callable(v):
+            v = self._recompute = float(v())
+        return v
 
 
 class Retention(Protocol):

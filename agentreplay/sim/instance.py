@@ -287,7 +287,7 @@ class Instance:
         if res is not None and res.tiers:
             swap_s = 2 * blocks * res.block_bytes / res.tiers[0].link.bytes_per_s
         ctx = GapContext(now_s=self.engine.now, context_blocks=blocks, used_blocks=self.pool.used_blocks,
-                         recompute_s=self.perf.iteration_time_s([(max(1, r.computed), 0)], ()),
+                         recompute_s=lambda: self.perf.iteration_time_s([(max(1, r.computed), 0)], ()),
                          swap_s=swap_s, true_gap_s=r.next_gap_s)
         d = self.retention.decide(r, ctx)
         action = d.action

@@ -80,7 +80,7 @@ class Orchestrator:
         pid = self.w.prefix_ids[p]
         self.infos[p] = ProgramInfo(self.engine.now, prefix_key=pid,
                                     prefix_tokens=int(self.w.prefix_tokens[p]) if pid is not None else 0)
-        self._release(int(self.w.turn_start[p]))
+        self._release(int(self.w.turn_start[p]), p)
 
     def _segments(self, inst: Instance, p: int) -> tuple[Segment | None, Segment, int]:
         base = int(self.w.prefix_tokens[p]) // self.bs
@@ -92,9 +92,8 @@ class Orchestrator:
         prog = inst.pool.segment(("prog", p), base)
         return pfx, prog, base
 
-    def _release(self, turn: int) -> None:
+    def _release(self, turn: int, p: int) -> None:
         w = self.w
-        p = int(np.searchsorted(w.turn_start, turn, side="right") - 1)
         now = self.engine.now
         info = self.infos[p]
         assert info is not None
@@ -129,9 +128,10 @@ class Orchestrator:
             return
         gap = r.next_gap_s
         self.rec.turn_tool_s[r.turn] = gap
-        self.engine.at(self.engine.now + gap, PHASE_RELEASE, self._tool_done, (r.turn, r.tool_class, gap))
+        self.engine.at(self.engine.now + gap, PHASE_RELEASE, self._tool_done,
+                       (r.turn, r.program, r.tool_class, gap))
 
-    def _tool_done(self, arg: tuple[int, str, float]) -> None:
-        turn, tool_class, gap = arg
+    def _tool_done(self, arg: tuple[int, int, str, float]) -> None:
+        turn, p, tool_class, gap = arg
         self.tool_stats.observe(tool_class, gap)
-        self._release(turn + 1)
+        self._release(turn + 1, p)

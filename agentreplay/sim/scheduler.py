@@ -235,15 +235,21 @@ class Scheduler:
         return plan
 
     def _admit(self, plan: StepPlan, budget: int) -> StopReason:
-        pool, bs = self.pool, self.bs
         waiting, running = self.waiting, self.running
+        if not waiting:
+            return "empty"
+        pool, bs = self.pool, self.bs
         full_isl = self.reserve_full_isl
-        # blocks the prefills already scheduled in this step will still need for the rest of their prompts
-        reserved = sum(held_blocks(x.total_tokens, x.base, bs) - held_blocks(before + n, x.base, bs)
-                       for x, n, before in plan.prefill) if full_isl else 0
         if self.order.sorted and len(waiting) > 1:
             now = self.now
             waiting.sort(key=lambda r: self.order.key(r, now))
+        if len(running) >= self.max_num_seqs:
+            return "max_seqs"
+        if budget <= 0:
+            return "no_budget"
+        # blocks the prefills already scheduled in this step will still need for the rest of their prompts
+        reserved = sum(held_blocks(x.total_tokens, x.base, bs) - held_blocks(before + n, x.base, bs)
+                       for x, n, before in plan.prefill) if full_isl else 0
         i = 0
         while i < len(waiting):
             if len(running) >= self.max_num_seqs:
