@@ -1,11 +1,12 @@
 """Simulator speed benchmark: wall time, simulated turns per second and peak RSS per cell.
 
-Run from the project root:  python benchmarks/bench_sim.py [--scale] [--only NAME]
+Run from the project root:  python benchmarks/bench_sim.py [--scale] [--synth] [--only NAME] [--profile NAME]
 
 Each cell runs in a fresh subprocess so its peak RSS is its own. Cells:
 - core-1x: the 500 bundled programs (20,163 turns), closed loop 64 in flight, Llama-3.1-70B TP4 on H100, 1 instance
 - core-8x: the same on 8 instances (least-loaded routing)
-- with --synth: 100,000 synthetic programs (``agentreplay.synth``, ~4 M turns) on 32 instances, 2,048 in flight
+- with --synth: 100,000 synthetic programs (``agentreplay.synth``, ~4 M turns) on 32 instances, 2,048 in flight,
+  and the same with 4,000 programs (synth-4k, a quick stand-in for profiling: ``--profile synth-4k``)
 - with --scale: the bundled programs replicated 10x and 100x under new ids, same cluster and concurrency (16 in
   flight, one H100, Llama-3.1-8B), to show how cost grows with the number of turns.
 """
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CELLS = {
@@ -26,6 +28,7 @@ CELLS = {
     "core-8x": {"copies": 1, "instances": 8, "concurrency": 64, "model": "llama-3.1-70b", "tp": 4},
 }
 SYNTH = {
+    "synth-4k": {"synthetic": 4_000, "instances": 32, "concurrency": 2048, "model": "llama-3.1-8b", "tp": 1},
     "synth-100k": {"synthetic": 100_000, "instances": 32, "concurrency": 2048, "model": "llama-3.1-8b", "tp": 1},
 }
 SCALE = {
@@ -35,12 +38,27 @@ SCALE = {
 }
 
 
-def run_cell(spec: dict) -> dict:
-    """In the child: build the workload, time simulate() only, report figures as JSON."""
+#: Components of the hot path for ``--profile``: self time of the functions in these files, summed.
+COMPONENTS = {
+    "scheduler (vLLM step + admission)": ("agentreplay/sim/scheduler.py",),
+    "instance (step, completion, runs, retention)": ("agentreplay/sim/instance.py",),
+    "decode cohort": ("agentreplay/sim/cohort.py",),
+    "performance model": ("agentreplay/perf/",),
+    "KV pool and tiers": ("agentreplay/kv/", "agentreplay/sim/residency.py"),
+    "router": ("agentreplay/sim/router.py",),
+    "orchestrator, tools, requests": ("agentreplay/sim/orchestrator.py", "agentreplay/sim/tools",
+                                      "agentreplay/sim/request.py", "agentreplay/policy/"),
+    "metrics recorder": ("agentreplay/sim/metrics.py",),
+    "event engine": ("agentreplay/sim/engine.py",),
+}
+
+
+def build(spec: dict) -> tuple[Any, Any]:
+    """The cell's workload and configuration."""
     sys.path.insert(0, str(ROOT))
     import numpy as np
 
-    from agentreplay.sim import SimConfig, simulate
+    from agentreplay.sim import SimConfig
     from agentreplay.sim.workload import Workload, compile_trace
     from agentreplay.trace.io import read_trace
 
@@ -64,6 +82,14 @@ def run_cell(spec: dict) -> dict:
     cfg = SimConfig().replace(hardware={"gpu": "h100-sxm", "model": spec["model"], "tp": spec["tp"],
                                         "instances": spec["instances"]},
                               workload={"concurrency": spec["concurrency"]})
+    return w, cfg
+
+
+def run_cell(spec: dict) -> dict:
+    """In the child: build the workload, time simulate() only, report figures as JSON."""
+    from agentreplay.sim import simulate
+
+    w, cfg = build(spec)
     t0 = time.perf_counter()
     res = simulate(w, cfg)
     wall = time.perf_counter() - t0
@@ -76,13 +102,44 @@ def run_cell(spec: dict) -> dict:
             "jct_mean_s": round(s["jct_s"]["mean"], 1)}
 
 
+def profile_cell(name: str, spec: dict) -> None:
+    """Run one cell under cProfile and print where the time goes: self time per component and the top
+    functions (profiling slows the run about 2.5x; the shares are what matter)."""
+    import cProfile
+    import pstats
+
+    from agentreplay.sim import simulate
+
+    w, cfg = build(spec)
+    prof = cProfile.Profile()
+    prof.runcall(simulate, w, cfg)
+    stats = pstats.Stats(prof)
+    total = sum(v[2] for v in stats.stats.values())  # type: ignore[attr-defined]
+    shares: dict[str, float] = dict.fromkeys(COMPONENTS, 0.0)
+    shares["other (builtins, numpy, setup)"] = 0.0
+    for (path, _, _), v in stats.stats.items():  # type: ignore[attr-defined]
+        rel = path.replace("\\", "/")
+        key = next((c for c, parts in COMPONENTS.items() if any(p in rel for p in parts)),
+                   "other (builtins, numpy, setup)")
+        shares[key] += v[2]
+    print(f"{name}: {total:.1f} s of profiled self time")
+    for key, t in sorted(shares.items(), key=lambda kv: -kv[1]):
+        print(f"  {100 * t / total:5.1f}%  {key}")
+    print("top functions by self time:")
+    stats.sort_stats("tottime").print_stats(12)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scale", action="store_true", help="also run the 10x / 100x linear-scaling cells")
     ap.add_argument("--synth", action="store_true", help="also run the 100,000-program synthetic cell")
     ap.add_argument("--only", help="run one cell by name")
+    ap.add_argument("--profile", metavar="NAME", help="profile one cell in-process and print where the time goes")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.profile:
+        profile_cell(args.profile, {**CELLS, **SCALE, **SYNTH}[args.profile])
+        return
     if args.child:
         print(json.dumps(run_cell(json.loads(args.child))))
         return
