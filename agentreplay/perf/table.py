@@ -23,15 +23,20 @@ With every refinement at its default :class:`RefinedPerfModel` prices exactly li
 covers from the table, the rest (and points outside the table's range) from a fallback roofline:
 
 - dense operators: seconds per layer (per forward for embedding, final norm, LM head, sampler) of the whole
-  operator, kernel launches included, against tokens (sequences for LM head and sampler); monotone
-  piecewise-linear interpolation of log seconds in log tokens through the points (made non-decreasing by
-  isotonic regression in log space when the measurements are not);
-- prefill attention: one chunk of ``tokens`` over ``context`` cached tokens, per layer; bilinear in
-  (log tokens, log(1 + context)) on the grid of measured values (rows completed along context with the
-  fallback's shape, then made non-decreasing along both axes); an iteration sums its chunks;
-- decode attention, per layer: ``a(n) + c * sum_ctx``: ``c`` one constant and ``a`` one intercept per measured
-  batch size, fitted to the decode table by non-negative least squares on relative residuals; ``a`` is
-  interpolated like a dense operator. Decode-only iterations therefore cost exactly ``A(n) + c * sum_ctx``.
+  operator, kernel launches included, against tokens (sequences for LM head and sampler); between two points
+  log seconds is linear in the log of the fallback's time of the operator (:mod:`agentreplay.perf.interp`), so
+  the fallback supplies the shape between measurements (fixed cost, saturation, the memory- to compute-bound
+  ridge); a GEMM's fallback time is taken at its token count rounded up to whole tiles of
+  ``gemm_tile_tokens`` (:data:`GEMM_TILE_TOKENS`), so its interpolation steps with the tiles. Points are made
+  non-decreasing first (isotonic regression in log space) when the measurements are not;
+- prefill attention: one chunk of ``tokens`` over ``context`` cached tokens, per layer, on the grid of measured
+  values (:class:`agentreplay.perf.interp.Grid`: rows completed along context in the fallback's shape, linear
+  in log tokens between rows, in the fallback's affine context shape between columns, non-decreasing along
+  both axes); an iteration sums its chunks;
+- decode attention, per layer: ``a(n) + c(n) * sum_ctx``: an intercept ``a_b`` and a slope ``c_b`` per measured
+  batch size, fitted to the decode table by non-negative least squares on relative residuals with the slopes
+  non-decreasing in batch size (:func:`agentreplay.perf.interp.fit_decode`); ``a`` is interpolated in log-log,
+  ``c`` linearly in log batch size. Decode-only iterations therefore cost exactly ``A(n) + c(n) * sum_ctx``.
 - outside a table's range the value is anchored at the nearest table point and scaled by the fallback:
   ``t(x) = t(x_edge) * R(x) / R(x_edge)`` (continuous, monotone). A table measured on another TP, model or
   dtype is scaled point by point by the ratio of the target's to the source's roofline (``source=``).
@@ -44,7 +49,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from importlib import resources
@@ -52,9 +57,9 @@ from pathlib import Path
 from typing import Final
 
 import numpy as np
-from numpy.typing import ArrayLike
 
 from agentreplay.perf.catalog import Dtype, Efficiency, GpuSpec, ModelSpec, load_gpu, load_model
+from agentreplay.perf.interp import Curve, Grid, fit_decode
 from agentreplay.perf.model import OPERATORS, PerfModel, PrefillItem
 
 # ---------------------------------------------------------------------------------------------- kernels
@@ -69,6 +74,11 @@ KERNELS: Final[dict[str, tuple[str, ...]]] = {
 PER_FORWARD: Final = frozenset(("embedding", "final_layernorm", "lm_head", "sampler"))
 EMITTING: Final = frozenset(("lm_head", "sampler"))  #: priced by the number of sequences that emit a token
 _IDX: Final = {op: i for i, op in enumerate(OPERATORS)}
+#: Operators that are one GEMM over the tokens (sequences for the LM head), whose time steps with CTA tiles.
+GEMM_OPS: Final = frozenset(op for op, k in KERNELS.items() if k == ("gemm",))
+#: Token granularity of the GEMM reference shape of :class:`TablePerfModel` (the smallest M tile of cuBLAS /
+#: CUTLASS bf16 tensor-core kernels on Ampere to Blackwell is 64 rows; larger tiles are multiples of it).
+GEMM_TILE_TOKENS: Final = 64
 
 
 def launch_s(pm: PerfModel, op: str) -> float:
@@ -236,112 +246,6 @@ def load_refinement(gpu: GpuSpec, path: str | Path | None = None) -> tuple[Effic
     return eff, Refinement(**{k: float(v) for k, v in entry.items() if k in REFINEMENT_FIELDS})
 
 
-# ---------------------------------------------------------------------------------------------- interpolation
-def isotonic(y: np.ndarray) -> np.ndarray:
-    """Non-decreasing least-squares fit to ``y`` (pool adjacent violators, equal weights); ``y`` itself when
-    it is already non-decreasing."""
-    vals: list[float] = []
-    counts: list[int] = []
-    for v in np.asarray(y, dtype=float):
-        vals.append(float(v))
-        counts.append(1)
-        while len(vals) > 1 and vals[-2] > vals[-1]:
-            n = counts[-2] + counts[-1]
-            vals[-2] = (vals[-2] * counts[-2] + vals[-1] * counts[-1]) / n
-            counts[-2] = n
-            vals.pop()
-            counts.pop()
-    return np.repeat(vals, counts)
-
-
-class Curve:
-    """Monotone piecewise-linear interpolation of log seconds in log x through measured points (x > 0).
-    Repeated x are averaged in log space. Outside ``[lo, hi]`` the caller anchors (:meth:`at`)."""
-
-    __slots__ = ("hi", "lo", "lx", "ly")
-
-    def __init__(self, x: ArrayLike, seconds: ArrayLike) -> None:
-        xs, s = np.asarray(x, dtype=float), np.asarray(seconds, dtype=float)
-        if len(xs) == 0 or len(xs) != len(s) or (xs <= 0).any() or (s <= 0).any():
-            raise ValueError("a curve needs as many x as seconds, at least one point, all > 0")
-        ux, inv = np.unique(xs, return_inverse=True)
-        ly = np.bincount(inv, weights=np.log(s)) / np.bincount(inv)
-        self.lx, self.ly = np.log(ux), isotonic(ly)
-        self.lo, self.hi = float(ux[0]), float(ux[-1])
-
-    def __call__(self, x: float) -> float:
-        """Interpolated seconds at ``x`` clamped to the range."""
-        return math.exp(float(np.interp(math.log(x), self.lx, self.ly)))
-
-    def at(self, x: float, ref: Callable[[float], float]) -> float:
-        """Seconds at ``x``; outside the range the edge value times ``ref(x) / ref(edge)``."""
-        if x < self.lo:
-            return self(self.lo) * ref(x) / ref(self.lo)
-        if x > self.hi:
-            return self(self.hi) * ref(x) / ref(self.hi)
-        return self(x)
-
-
-class Grid:
-    """Prefill attention per layer on (chunk tokens, cached context): see the module docstring."""
-
-    __slots__ = ("cols", "lg", "lr", "lu", "rows")
-
-    def __init__(self, tokens: ArrayLike, context: ArrayLike, seconds: ArrayLike,
-                 ref: Callable[[float, float], float]) -> None:
-        n, c, s = (np.asarray(v, dtype=float) for v in (tokens, context, seconds))
-        if len(n) == 0 or not len(n) == len(c) == len(s) or (n <= 0).any() or (c < 0).any() or (s <= 0).any():
-            raise ValueError("a prefill grid needs matching tokens (> 0), context (>= 0) and seconds (> 0)")
-        self.rows, self.cols = np.unique(n), np.unique(c)
-        g = np.empty((len(self.rows), len(self.cols)))
-        for i, r in enumerate(self.rows):
-            sel = n == r
-            cu, inv = np.unique(c[sel], return_inverse=True)
-            ly = isotonic(np.bincount(inv, weights=np.log(s[sel])) / np.bincount(inv))
-            for j, col in enumerate(self.cols):
-                if cu[0] <= col <= cu[-1]:
-                    g[i, j] = np.interp(np.log1p(col), np.log1p(cu), ly)
-                else:
-                    edge, ledge = (cu[0], ly[0]) if col < cu[0] else (cu[-1], ly[-1])
-                    g[i, j] = ledge + math.log(ref(r, col) / ref(r, edge))
-        g = np.maximum.accumulate(np.maximum.accumulate(g, axis=1), axis=0)
-        self.lg, self.lr, self.lu = g, np.log(self.rows), np.log1p(self.cols)
-
-    def _inside(self, tokens: float, context: float) -> float:
-        x, u = math.log(tokens), math.log1p(context)
-        i = min(max(int(np.searchsorted(self.lr, x, side="right")) - 1, 0), max(len(self.lr) - 2, 0))
-        j = min(max(int(np.searchsorted(self.lu, u, side="right")) - 1, 0), max(len(self.lu) - 2, 0))
-        fx = (x - self.lr[i]) / (self.lr[i + 1] - self.lr[i]) if len(self.lr) > 1 else 0.0
-        fu = (u - self.lu[j]) / (self.lu[j + 1] - self.lu[j]) if len(self.lu) > 1 else 0.0
-        i1, j1 = min(i + 1, len(self.lr) - 1), min(j + 1, len(self.lu) - 1)
-        g = self.lg
-        v = (g[i, j] * (1 - fx) * (1 - fu) + g[i1, j] * fx * (1 - fu) + g[i, j1] * (1 - fx) * fu + g[i1, j1] * fx * fu)
-        return math.exp(v)
-
-    def at(self, tokens: float, context: float, ref: Callable[[float, float], float]) -> float:
-        tc = min(max(tokens, self.rows[0]), self.rows[-1])
-        cc = min(max(context, self.cols[0]), self.cols[-1])
-        v = self._inside(tc, cc)
-        if tc != tokens or cc != context:
-            v *= ref(tokens, context) / ref(tc, cc)
-        return v
-
-
-def fit_decode(batch: ArrayLike, context: ArrayLike, seconds: ArrayLike) -> tuple[
-        np.ndarray, np.ndarray, float]:
-    """``(batch sizes, intercepts a_b, c)`` minimising sum(((a_b + c * b * ctx) / t - 1) ** 2) with a, c >= 0
-    (non-negative least squares on relative residuals) over decode-attention points of one layer."""
-    from scipy.optimize import nnls  # scipy is a dependency; imported here to keep the module light
-
-    b, x, t = (np.asarray(v, dtype=float) for v in (batch, context, seconds))
-    bs, inv = np.unique(b, return_inverse=True)
-    m = np.zeros((len(t), len(bs) + 1))
-    m[np.arange(len(t)), inv] = 1.0
-    m[:, -1] = b * x
-    sol, _ = nnls(m / t[:, None], np.ones(len(t)))
-    return bs, sol[:-1], float(sol[-1])
-
-
 # ---------------------------------------------------------------------------------------------- tables
 @dataclass(frozen=True)
 class MeasuredTable:
@@ -400,15 +304,26 @@ class TablePerfModel:
     ``source``: the roofline of the cell the table was measured on when it differs from the target (other TP,
     model or dtype); the table is then scaled point by point by target / source roofline time.
 
-    Invariants: more tokens or longer contexts never cost less; a table point is reproduced to float
-    precision (same cell, monotone data); decode-only iterations cost exactly ``A(n) + c * sum_ctx``;
-    ``sum(breakdown(...).values())`` equals ``iteration_time_s(...)`` up to rounding.
+    ``gemm_tile_tokens``: the token granularity of the GEMM reference shape (1: none; module docstring).
+
+    Invariants: more tokens, more sequences or longer contexts never cost less; a table point is reproduced to
+    float precision (same cell, monotone data; decode: data linear in the context per batch size with slopes
+    non-decreasing in batch size); decode-only iterations of ``n`` sequences cost exactly ``A(n) + c(n) *
+    sum_ctx`` (:meth:`decode_coeffs`); ``sum(breakdown(...).values())`` equals ``iteration_time_s(...)`` up to
+    rounding.
     """
 
-    def __init__(self, table: MeasuredTable, fallback: PerfModel, source: PerfModel | None = None) -> None:
+    def __init__(self, table: MeasuredTable, fallback: PerfModel, source: PerfModel | None = None, *,
+                 gemm_tile_tokens: int = GEMM_TILE_TOKENS) -> None:
+        if gemm_tile_tokens < 1:
+            raise ValueError(f"gemm_tile_tokens={gemm_tile_tokens} must be >= 1")
         self.table, self.fallback = table, fallback
         self.gpu, self.model, self.dtype, self.tp = fallback.gpu, fallback.model, fallback.dtype, fallback.tp
         self._layers = fallback.model.num_hidden_layers
+        self._tile = gemm_tile_tokens
+        self._tiled = GEMM_OPS - ({"gate_up_proj", "down_proj"} if fallback.model.is_moe else set())
+        self._refs: dict[tuple[int, bool], dict[str, float]] = {}
+        self._kernel_s = {op: kernels_s(fallback, op) for op in KERNELS}
         src = source if source is not None else fallback
         self._curves: dict[str, Curve] = {}
         for op, (xs, raw) in table.ops.items():
@@ -417,7 +332,7 @@ class TablePerfModel:
             secs = np.asarray(raw, dtype=float)
             if source is not None:
                 secs = secs * np.array([self._op_ref(fallback, op, v) / self._op_ref(src, op, v) for v in xs])
-            self._curves[op] = Curve(xs, secs)
+            self._curves[op] = Curve(xs, secs, [self._shape(op, v) for v in xs])
         self._grid: Grid | None = None
         if table.attention_prefill is not None and len(table.attention_prefill[0]):
             pn, pc, praw = table.attention_prefill
@@ -427,18 +342,20 @@ class TablePerfModel:
                                           for a, b in zip(pn, pc, strict=True)])
             self._grid = Grid(pn, pc, psecs, lambda a, b: self._pf_ref(fallback, a, b))
         self._dec: Curve | None = None
-        self._c = fallback.decode_coeffs(1)[1]  # seconds per context token, whole model
+        self._dec_log_batches = np.zeros(0)
+        self._dec_slopes = np.zeros(0)  # seconds per context token per layer, at each measured batch size
+        self._c = fallback.decode_coeffs(1)[1]  # seconds per context token, whole model, without a decode table
         if table.attention_decode is not None and len(table.attention_decode[0]):
             bs, icpt, slope = fit_decode(*table.attention_decode)
             if source is not None:
                 icpt = icpt * np.array([self._dec_ref(fallback, b) / self._dec_ref(src, b) for b in bs])
-                slope *= (fallback.decode_coeffs(1)[1] / self._layers) / (
+                slope = slope * (fallback.decode_coeffs(1)[1] / self._layers) / (
                     src.decode_coeffs(1)[1] / src.model.num_hidden_layers)  # per-layer ratio
             self._dec = Curve(bs, np.maximum(icpt, 1e-12))
-            self._c = self._layers * slope
+            self._dec_log_batches, self._dec_slopes = np.log(bs), slope
         self._covered = frozenset(self._curves) | ({"attention_prefill"} if self._grid else set()) | (
             {"attention_decode"} if self._dec else set())
-        self._a_cache: dict[int, float] = {}
+        self._coeffs: dict[int, tuple[float, float]] = {}
 
     # ---- references from a roofline (per layer, or per forward, launches included) -------------------------
     @staticmethod
@@ -457,6 +374,34 @@ class TablePerfModel:
     def _dec_ref(pm: PerfModel, batch: float) -> float:
         bd = pm.breakdown((), [0] * max(1, round(batch)))
         return bd["attention_decode"] / pm.model.num_hidden_layers + kernels_s(pm, "attention_decode")
+
+    def _ref(self, op: str, x: float) -> float:
+        """The fallback's seconds of ``op`` at ``x`` tokens (sequences for :data:`EMITTING`), per layer or per
+        forward, launches included; memoised per (x, emitting), all tabulated operators at once."""
+        n, emitting = max(1, round(x)), op in EMITTING
+        got = self._refs.get((n, emitting))
+        if got is None:
+            pm = self.fallback
+            bd = pm.breakdown((), [0] * n) if emitting else pm.breakdown([(n, 0, False)], ())
+            got = self._refs[(n, emitting)] = {
+                o: bd[o] / (1 if o in PER_FORWARD else self._layers) + self._kernel_s[o]
+                for o in self.table.ops if (o in EMITTING) == emitting}
+        return got[op]
+
+    def _shape(self, op: str, x: float) -> float:
+        """The reference a dense curve interpolates in: :meth:`_ref`, with a GEMM's token count rounded up to
+        whole tiles of ``gemm_tile_tokens`` (a GEMM computes whole CTA tiles, so its time steps with them)."""
+        if self._tile > 1 and op in self._tiled:
+            x = -(-max(1, round(x)) // self._tile) * self._tile
+        return self._ref(op, x)
+
+    def _decode_slope(self, n: int) -> float:
+        """Seconds per context token of a decode iteration of ``n`` sequences, whole model: the per-batch slopes
+        interpolated linearly in log batch size (held at the edges); non-decreasing in ``n``."""
+        if not len(self._dec_slopes):
+            return self._c
+        u = math.log(max(n, 1))
+        return self._layers * float(np.interp(u, self._dec_log_batches, self._dec_slopes))
 
     @classmethod
     def from_names(cls, gpu: str, model: str, dtype: Dtype = "bf16", tp: int = 1, *,
@@ -499,13 +444,12 @@ class TablePerfModel:
             if x == 0:
                 continue
             per = 1 if op in PER_FORWARD else n_layers
-            own = fb[op] / per + kernels_s(fbm, op)
-
-            def ref(v: float, op: str = op, x: int = x, own: float = own) -> float:
-                return own if v == x else self._op_ref(fbm, op, v)
-
-            out[_IDX[op]] = per * curve.at(x, ref)
-            removed += per * kernels_s(fbm, op)
+            if curve.lo <= x <= curve.hi:  # the common case, without closures
+                v = curve(x, self._shape(op, x) if curve.lr is not None else None)
+            else:
+                v = curve.at(x, lambda v, op=op: self._ref(op, v), lambda v, op=op: self._shape(op, v))
+            out[_IDX[op]] = per * v
+            removed += per * self._kernel_s[op]
         attn_kernel = False
         if self._grid is not None and prefill:
             pf = 0.0
@@ -516,23 +460,26 @@ class TablePerfModel:
         if self._dec is not None and decode_ctx:
             n = len(decode_ctx)
             a = self._dec.at(n, lambda v: self._dec_ref(fbm, v))
-            out[_IDX["attention_decode"]] = n_layers * a + (self._c * sum(decode_ctx) if with_ctx else 0.0)
+            c = self._decode_slope(n) if with_ctx else 0.0
+            out[_IDX["attention_decode"]] = n_layers * a + (c * sum(decode_ctx) if with_ctx else 0.0)
             attn_kernel = True
         if attn_kernel:
-            removed += n_layers * kernels_s(fbm, "attention_prefill")
+            removed += n_layers * self._kernel_s["attention_prefill"]
         k = _IDX["kernel_overhead"]
         out[k] = max(0.0, out[k] - removed)
         return out
 
     # ---- public API ---------------------------------------------------------------------------------------
     def decode_coeffs(self, n_seqs: int) -> tuple[float, float]:
-        """``(A, c)``: a decode-only iteration of ``n_seqs`` sequences costs ``A + c * sum_ctx`` exactly."""
+        """``(A, c)``: a decode-only iteration of ``n_seqs`` sequences costs ``A + c * sum_ctx`` exactly; both
+        depend on ``n_seqs`` (the decode table's per-batch slopes) and never decrease with it. Memoised."""
         if n_seqs < 0:
             raise ValueError(f"n_seqs={n_seqs} must be >= 0")
-        a = self._a_cache.get(n_seqs)
-        if a is None:
-            a = self._a_cache[n_seqs] = sum(self._priced((), [0] * n_seqs, with_ctx=False)) if n_seqs else 0.0
-        return a, self._c
+        got = self._coeffs.get(n_seqs)
+        if got is None:
+            a = sum(self._priced((), [0] * n_seqs, with_ctx=False)) if n_seqs else 0.0
+            got = self._coeffs[n_seqs] = (a, self._decode_slope(n_seqs))
+        return got
 
     def decode_only_time_s(self, n_seqs: int, sum_ctx: int) -> float:
         if n_seqs < 0 or sum_ctx < 0:

@@ -22,7 +22,8 @@ from agentreplay.perf import (
     load_gpu,
     load_model,
 )
-from agentreplay.perf.table import Curve, fit_decode, isotonic, load_refinement, load_tables
+from agentreplay.perf.interp import Curve, fit_decode, isotonic
+from agentreplay.perf.table import load_refinement, load_tables
 
 EFF = Efficiency(
     compute_efficiency=0.7, bandwidth_efficiency=0.8, attn_prefill_efficiency=0.5, attn_decode_efficiency=0.7,
@@ -260,3 +261,46 @@ def test_pricer_from_names() -> None:
         "rtx4090", "llama-3.1-8b").iteration_time_s([(100, 0)], [5])
     with pytest.raises(ValueError, match="allowed"):
         pricer_from_names("magic", "rtx4090", "llama-3.1-8b")
+
+
+def test_gemm_tiles_shape_the_interpolation() -> None:
+    """A GEMM measured as the fallback's time at whole 64-token tiles: with tiles the table reproduces the held-out
+    token counts exactly, without them it interpolates across the steps."""
+    fb = RefinedPerfModel(gpu(), load_model("llama-3.1-8b"), refinement=REF)
+
+    def tiled(n: float) -> float:
+        return TablePerfModel._op_ref(fb, "gate_up_proj", -(-int(n) // 64) * 64)
+
+    knots = [1, 48, 200, 700, 2000]
+    table = MeasuredTable("tiles", "unit", "llama-3.1-8b", ops={"gate_up_proj": (knots, [tiled(n) for n in knots])})
+    with_tiles, without = TablePerfModel(table, fb), TablePerfModel(table, fb, gemm_tile_tokens=1)
+    layers, worst = fb.model.num_hidden_layers, 0.0
+    for n in (20, 100, 130, 300, 450, 1000, 1500):
+        want = layers * tiled(n)
+        assert with_tiles.breakdown([(n, 0, False)], ())["gate_up_proj"] == pytest.approx(want, rel=1e-9), n
+        worst = max(worst, abs(without.breakdown([(n, 0, False)], ())["gate_up_proj"] / want - 1))
+    assert worst > 0.02
+    sweep = [with_tiles.prefill_time_s(n) for n in range(1, 2500, 5)]
+    assert all(a <= b for a, b in itertools.pairwise(sweep))
+    with pytest.raises(ValueError, match="gemm_tile_tokens"):
+        TablePerfModel(table, fb, gemm_tile_tokens=0)
+
+
+def test_table_decode_slope_per_batch_size() -> None:
+    fb = RefinedPerfModel(gpu(), load_model("llama-3.1-8b"), refinement=REF)
+    b, ctx = (np.array(v).ravel() for v in np.meshgrid([1, 4, 16], [64, 1024, 8192]))
+    slope = {1: 2e-9, 4: 3e-9, 16: 3.5e-9}
+    secs = [5e-6 + 1e-6 * np.log2(x) + slope[x] * x * k for x, k in zip(b, ctx, strict=True)]
+    pm = TablePerfModel(MeasuredTable("dec", "unit", "llama-3.1-8b",
+                                      attention_decode=(b.tolist(), ctx.tolist(), secs)), fb)
+    layers = fb.model.num_hidden_layers
+    for x in (1, 4, 16):
+        assert pm.decode_coeffs(x)[1] == pytest.approx(layers * slope[x], rel=1e-6)
+    assert pm.decode_coeffs(2)[1] == pytest.approx(layers * 2.5e-9, rel=1e-6)  # linear in log batch size
+    assert pm.decode_coeffs(64)[1] == pm.decode_coeffs(16)[1]  # held beyond the table
+    a, c = pm.decode_coeffs(8)
+    assert pm.iteration_time_s([], [100, 2000, 0, 7, 9, 11, 13, 5000]) == a + c * 7140
+    assert pm.iteration_time_s([(30, 0)], [1000] * 8) == pytest.approx(
+        sum(pm.breakdown([(30, 0)], [1000] * 8).values()), rel=1e-12)
+    dec = [pm.decode_step_time_s(n, 4000) for n in range(1, 40)]
+    assert all(x <= y for x, y in itertools.pairwise(dec))
