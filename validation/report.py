@@ -21,7 +21,7 @@ import pandas as pd
 
 from validation import calibrate as K
 from validation import components as C
-from validation import e2e
+from validation import diagnostics, e2e
 
 TARGETS: Final = {"component_validation_mape_pct": 5.0, "vllm_run_mean_pct": 10.0, "llmperf_throughput_pct": 10.0}
 COMPONENT_METRICS: Final = ("layer_time_s", "attention_prefill_s", "attention_decode_s", "lm_head_s", "all_reduce_s")
@@ -180,6 +180,9 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
         t.columns = [f"{pr} {r[:3]}." for pr, r in cols]
         secs.append(("Operator error by pricer (MAPE %, per GPU and operator group)", _md(t.round(1).reset_index(),
                                                                                         ".1f")))
+    lim = diagnostics.limits_markdown(s, _md)
+    if lim:
+        secs.append(("Limits of the table pricer", lim))
     ref = refinement_table(catalog)
     if len(ref):
         secs.append(("Refined roofline parameters (catalog/roofline.toml)", "Fitted on the calibration split only "

@@ -11,9 +11,10 @@ Component metrics: ``layer_time_s`` (one decoder layer = the sum of the measured
 ``all_reduce_s``. Operator-level rows (the fit diagnostics) go to ``component_ops.parquet``.
 
 Pricer comparison (:data:`PRICERS`): the same component points priced by the default roofline, the refined
-roofline and the measured-table pricer, each judged under its own declared split, go to ``pricers.parquet``
-(metric rows, plus the RTX 4090 vLLM run and the LLMPerf RTX 3090 BF16 cells replayed with each pricer) and
-``pricer_ops.parquet`` (operator rows).
+roofline and the measured-table pricer (and its GEMM-tile ablation), each judged under its own declared split, go
+to ``pricers.parquet`` (metric rows, plus the RTX 4090 vLLM run and the LLMPerf RTX 3090 BF16 cells replayed with
+each pricer) and ``pricer_ops.parquet`` (operator rows). What limits the table pricer (all-reduce across GPU counts,
+the decode form) is summarised by :func:`table_limits`.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ import numpy as np
 import pandas as pd
 
 from agentreplay.perf import list_gpus, load_gpu
-from agentreplay.perf.table import TablePerfModel, load_refinement, refinement_path
+from agentreplay.perf.table import GEMM_TILE_TOKENS, TablePerfModel, load_refinement, refinement_path
 from validation import calibrate as K
 from validation import components as C
-from validation import e2e, report
+from validation import diagnostics, e2e, report
 from validation.measured import Measured, load
 
 COLUMNS: Final = ["source", "cell_id", "gpu", "model", "dtype", "tp", "metric", "measured", "simulated",
@@ -92,6 +93,9 @@ PRICERS: Final = {
     "table": "TablePerfModel of each cell built from every other of its compared token counts (attention: every "
              "other token / batch count and context of the full grid), judged on the held-out points of the same "
              "cell; refined roofline as the fallback (and for all-reduce, with the roofline split)",
+    "table-untiled": "as 'table', with the GEMM reference shape not rounded to 64-token tiles (gemm_tile_tokens=1): "
+                     "the one constant of the table's interpolation, chosen by comparing the two on the held-out "
+                     "points of every GPU",
     "table-tp": "TablePerfModel of each TP=1 cell (all its points) scaled to the TP>1 cells of the same source, "
                 "GPU and model by the refined roofline's TP2/4/8 : TP1 ratio, judged on every point of those cells",
     "table (Splitwise)": "whole-model Splitwise iterations priced with the full Vidur table of the same GPU, model "
@@ -105,9 +109,10 @@ def _dense_attention(points: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return points[~att], points[att]
 
 
-def _table_pricers(data: K.ComponentData, g: str, fallback: dict[str, Any]
+def _table_pricers(data: K.ComponentData, g: str, fallback: dict[str, Any], tile: int = GEMM_TILE_TOKENS
                    ) -> tuple[dict[str, Any], dict[str, Any], pd.Series]:
-    """(held-out-size tables, other-TP tables) per cell of ``g``, and the table-protocol role of every op row."""
+    """(held-out-size tables, other-TP tables) per cell of ``g``, and the table-protocol role of every op row;
+    ``tile``: the tables' GEMM tile granularity (``TablePerfModel(gemm_tile_tokens=...)``)."""
     ops = data.ops[data.ops["gpu"] == g]
     full = data.full[data.full["gpu"] == g]
     role = pd.Series("validation", index=ops.index)
@@ -120,7 +125,7 @@ def _table_pricers(data: K.ComponentData, g: str, fallback: dict[str, Any]
         role.loc[o.index] = np.where(C.point_keys(o).isin(keys), "calibration", "validation")
         spec = data.specs[cid]
         own[cid] = TablePerfModel(C.table_from_points(pts, cid, g, spec.name, data.tps[cid]),  # type: ignore
-                                  fallback[cid])
+                                  fallback[cid], gemm_tile_tokens=tile)
     other: dict[str, Any] = {}
     for cid in ops["cell_id"].unique():
         sib = _SIBLING.sub("/tp1", cid)
@@ -155,10 +160,12 @@ def pricer_rows(data: K.ComponentData, catalog: str | Path | None = None) -> tup
         plain = {c: C.roofline(gpu, data.specs[c], data.tps[c], gpu.efficiency) for c in ops["cell_id"].unique()}
         refined = {c: C.roofline(gpu, data.specs[c], data.tps[c], eff_r, ref_r) for c in ops["cell_id"].unique()}
         own, other, table_role = _table_pricers(data, g, refined)  # type: ignore[arg-type]
+        untiled, _, _ = _table_pricers(data, g, refined, tile=1)  # type: ignore[arg-type]
         ar = data.allreduce[data.allreduce["gpu"] == g].reset_index(drop=True)
         it = data.iterations[data.iterations["gpu"] == g].reset_index(drop=True)
         for name, pricers, roles in (("roofline", plain, ops["role"]), ("refined", refined, ops["role"]),
-                                     ("table", own, table_role), ("table-tp", other, None)):
+                                     ("table", own, table_role), ("table-tp", other, None),
+                                     ("table-untiled", untiled, table_role)):
             sel = ops[ops["cell_id"].isin(list(pricers))]
             if not len(sel):
                 continue
@@ -290,6 +297,8 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
     sensitivity = llmperf_burst(tables, catalog)
     summary = report.headline(errors, sensitivity)
     summary.update(report.pricer_headline(pricers))
+    if len(pricer_ops):
+        summary["table_limits"] = table_limits(data, pricers, pricer_ops)
     floors = [d for cid, d in dists.items() if "ttft_floor_s" in d]
     if floors:
         summary["llmperf_ttft_below_compute_floor"] = {
@@ -300,6 +309,22 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
                  pricer_ops=pricer_ops, catalog=catalog)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
     return summary
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """JSON-ready rows: floats rounded, NaN as None."""
+    return [{k: (None if isinstance(v, float) and not np.isfinite(v) else round(v, 3) if isinstance(v, float) else v)
+             for k, v in r.items()} for r in df.to_dict("records")]
+
+
+def table_limits(data: K.ComponentData, pricers: pd.DataFrame, pricer_ops: pd.DataFrame) -> dict[str, Any]:
+    """What limits the table pricer on held-out points (:mod:`validation.diagnostics`): the 4-GPU all-reduce
+    against ring-structure predictions from the 2- and 8-GPU curves and floors fitted to the 4-GPU points
+    themselves; the decode attention's linear-in-context form fitted to every point of each batch size."""
+    priced = pricers[(pricers["pricer"] == "table") & (pricers["metric"] == "all_reduce_s")]
+    ar, shape = diagnostics.allreduce_limits(data.allreduce, priced)
+    dec = diagnostics.decode_linear_floor(data.full, pricer_ops[pricer_ops["pricer"] == "table"])
+    return {"allreduce": _records(ar), "allreduce_shape": _records(shape), "decode_linear": _records(dec)}
 
 
 def llmperf_burst(tables: dict[str, pd.DataFrame], catalog: str | Path | None) -> pd.DataFrame:

@@ -1,0 +1,68 @@
+"""Table-pricer limit diagnostics: ring all-reduce predictions across GPU counts on synthetic ring data, the
+MAPE-optimal constant, and the decode linear-form floor."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from validation import diagnostics as D
+
+SIZES = np.geomspace(4096, 64 << 20, 12)
+
+
+def ring(n: int, lat_s: float = 8e-6, bus_bw: float = 150e9) -> np.ndarray:
+    return (n - 1) * lat_s + D.ring_share(n) * SIZES / bus_bw
+
+
+def test_ring_share_matches_nccl_bus_bandwidth() -> None:
+    assert D.ring_share(2) == 1.0 and D.ring_share(4) == 1.5 and D.ring_share(8) == 1.75
+
+
+@pytest.mark.parametrize("residuals", D.RESIDUALS)
+def test_ring_solve_is_exact_on_ring_data(residuals: str) -> None:
+    got = D.ring_solve(SIZES, ring(2), 2, ring(8), 8, 4, residuals)
+    assert got == pytest.approx(ring(4), rel=1e-6)
+    assert not D.ring_infeasible(SIZES, ring(2), 2, ring(8), 8).any()
+
+
+def test_busbw_interp_exact_without_latency_only() -> None:
+    assert D.busbw_interp(SIZES, ring(2, 0.0), 2, ring(8, 0.0), 8, 4) == pytest.approx(ring(4, 0.0), rel=1e-12)
+    with_latency = D.busbw_interp(SIZES, ring(2), 2, ring(8), 8, 4)
+    assert np.max(np.abs(with_latency / ring(4) - 1)) > 0.05  # latency does not follow the bus-bandwidth rule
+
+
+def test_faster_with_more_gpus_has_no_ring_solution() -> None:
+    t2 = ring(2)
+    assert D.ring_infeasible(SIZES, t2, 2, 0.5 * t2, 8).all()  # 8 GPUs twice as fast: negative latency
+
+
+def test_mape_best_constant() -> None:
+    c, err = D.mape_best_constant([10.0, 10.0, 60.0])
+    assert c == 10.0 and err == pytest.approx(100 * (50 / 60) / 3, rel=1e-12)
+    c2, _ = D.mape_best_constant([1.0, 2.0, 3.0, 100.0])
+    assert c2 in (1.0, 2.0)
+
+
+def test_allreduce_limits_on_ring_data() -> None:
+    rows = [(f"net/n{n}", n, int(s), float(t), "g") for n in (2, 4, 8) for s, t in zip(SIZES, ring(n), strict=True)]
+    ar = pd.DataFrame(rows, columns=["cell_id", "tp", "bytes", "measured_s", "gpu"])
+    priced = ar[ar["tp"] == 4].assign(simulated=lambda d: d["measured_s"] * 1.1)[["cell_id", "bytes", "simulated"]]
+    table, shape = D.allreduce_limits(ar, priced)
+    by = table.set_index("method")["all MAPE %"]
+    assert by.filter(like="pricers'").iloc[0] == pytest.approx(10.0, rel=1e-9)
+    assert (by.filter(like="ring latency") < 1e-4).all()
+    assert by.filter(like="non-decreasing").iloc[0] == pytest.approx(0.0, abs=1e-9)
+    assert shape.loc[0, "next-size drops > 30%"] == 0
+
+
+def test_decode_linear_floor_is_zero_on_linear_data() -> None:
+    b, ctx = (v.ravel() for v in np.meshgrid([1, 4, 16], [64, 512, 4096]))
+    t = 5e-6 + 3e-9 * b * ctx
+    full = pd.DataFrame({"cell_id": "c", "group": "attention_decode", "batch_size": b, "context_tokens": ctx,
+                         "measured_s": t})
+    ops = full.assign(gpu="g", role="validation", predicted_s=t * 1.2)
+    out = D.decode_linear_floor(full, ops)
+    assert out.loc[0, "table pricer MAPE %"] == pytest.approx(20.0, rel=1e-9)
+    assert out.loc[0, "linear form fitted to every point of each batch size, MAPE %"] == pytest.approx(0.0, abs=1e-6)
