@@ -190,7 +190,8 @@ class Scheduler:
                     prefill.append((r, n, c))
                     left -= n
             if need <= pool.free_blocks:
-                pool.allocate(need)
+                if need:
+                    pool.allocate(need)
                 plan.prefill, plan.decode, plan.cohort = prefill, decode, n_dec
                 plan.stop = self._admit(plan, left)
                 return plan
