@@ -29,24 +29,45 @@ class Decision:
 
 @dataclass(slots=True)
 class ToolStats:
-    """Observed tool durations per class, in completion order (sorted copies for quantiles)."""
+    """Observed tool durations per class. ``observe`` is O(1) (a simulation records millions); the sorted copy a
+    quantile needs is brought up to date when one is asked for (a short batch is inserted, a long one merged)."""
 
-    sorted_s: dict[str, list[float]] = field(default_factory=dict)
     sums: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    _sorted: dict[str, list[float]] = field(default_factory=dict)
+    _new: dict[str, list[float]] = field(default_factory=dict)
 
     def observe(self, tool_class: str, duration_s: float) -> None:
-        bisect.insort(self.sorted_s.setdefault(tool_class, []), duration_s)
+        new = self._new.get(tool_class)
+        if new is None:
+            new = self._new[tool_class] = []
+        new.append(duration_s)
         self.sums[tool_class] = self.sums.get(tool_class, 0.0) + duration_s
+        self.counts[tool_class] = self.counts.get(tool_class, 0) + 1
 
     def count(self, tool_class: str) -> int:
-        return len(self.sorted_s.get(tool_class, ()))
+        return self.counts.get(tool_class, 0)
 
     def mean(self, tool_class: str) -> float | None:
         n = self.count(tool_class)
         return self.sums[tool_class] / n if n else None
 
+    def sorted_s(self, tool_class: str) -> list[float]:
+        """The class's durations, sorted."""
+        xs = self._sorted.setdefault(tool_class, [])
+        new = self._new.get(tool_class)
+        if new:
+            if len(new) <= 8:
+                for v in new:
+                    bisect.insort(xs, v)
+            else:
+                xs.extend(new)
+                xs.sort()
+            new.clear()
+        return xs
+
     def quantile(self, tool_class: str, q: float) -> float | None:
-        xs = self.sorted_s.get(tool_class)
+        xs = self.sorted_s(tool_class)
         if not xs:
             return None
         return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]

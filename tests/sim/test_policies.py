@@ -210,3 +210,20 @@ def test_heterogeneous_cluster_and_decision_log(tmp_path) -> None:
     assert {"route", "admit", "retention"} <= events
     res.write(tmp_path)
     assert (tmp_path / "decisions.jsonl").read_text().count("\n") == len(res.decisions)
+
+
+@settings(max_examples=60, deadline=None)
+@given(events=st.lists(st.one_of(st.tuples(st.sampled_from("ab"), st.floats(0, 100)),
+                                 st.tuples(st.just("q"), st.floats(0, 1))), max_size=80))
+def test_tool_stats_quantiles_equal_a_sorted_list(events) -> None:
+    """Observations are batched and sorted lazily; every quantile equals the one of the full sorted history."""
+    stats, seen = ToolStats(), {"a": [], "b": []}
+    for key, x in events:
+        if key == "q":
+            for cls, xs in seen.items():
+                want = sorted(xs)[min(len(xs) - 1, max(0, math.ceil(x * len(xs)) - 1))] if xs else None
+                assert stats.quantile(cls, x) == want
+                assert stats.count(cls) == len(xs)
+        else:
+            stats.observe(key, x)
+            seen[key].append(x)
