@@ -150,14 +150,14 @@ def main() -> None:
         cells.update(SCALE)
     if args.only:
         cells = {args.only: {**CELLS, **SCALE, **SYNTH}[args.only]}
-    print(f"{'cell':<12}{'turns':>10}{'wall s':>9}{'turns/s':>10}{'RSS MiB':>9}{'events':>10}{'hit':>8}"
+    print(f"{'cell':<12}{'turns':>10}{'wall s':>9}{'turns/s':>10}{'RSS MiB':>9}{'events':>12}{'hit':>8}"
           f"{'preempt':>9}{'JCT mean s':>12}")
     for name, spec in cells.items():
         out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True,
                              check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"{name:<12}{r['turns']:>10,}{r['wall_s']:>9.2f}{r['turns_per_s']:>10,}{r['peak_rss_mib']:>9,}"
-              f"{r['events']:>10,}{r['prefix_hit_rate']:>8.3f}{r['preemptions']:>9,}{r['jct_mean_s']:>12,.1f}",
+              f"{r['events']:>12,}{r['prefix_hit_rate']:>8.3f}{r['preemptions']:>9,}{r['jct_mean_s']:>12,.1f}",
               flush=True)
 
 
