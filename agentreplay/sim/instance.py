@@ -269,7 +269,10 @@ class Instance:
         for r in finished:
             self.on_finish(r)
         if self.sched.running or self.sched.waiting:
-            self._wake()
+            if not self._wake_pending and self.engine.nothing_else_now():
+                self._step()  # exactly what the wake event would do next
+            else:
+                self._wake()
 
     def check_idle(self) -> None:
         """Invariant check for an idle instance (nothing running or waiting): every block in use belongs to a
