@@ -25,7 +25,7 @@ and empties the cohort (before the scheduler's general path, which may preempt).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from agentreplay.sim.request import Request
 
@@ -70,13 +70,11 @@ class DecodeCohort:
                 r.computed = r.c_off + t
                 r.generated = r.g_off + t
 
-    def dissolve(self, members: Iterable[Request]) -> None:
+    def dissolve(self, members: Sequence[Request]) -> None:
         """Refresh every member (all of them must be in ``members``) and empty the cohort."""
-        t = self.tick
+        self.sync(members)
         for r in members:
             if r.lazy:
-                r.computed = r.c_off + t
-                r.generated = r.g_off + t
                 r.lazy = False
                 self.n -= 1
         assert self.n == 0, "dissolve: members missing from the given requests"
