@@ -51,7 +51,7 @@ import math
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from functools import cache
+from functools import cache, partial
 from importlib import resources
 from pathlib import Path
 from typing import Final
@@ -449,7 +449,7 @@ class TablePerfModel:
             if curve.lo <= x <= curve.hi:  # the common case, without closures
                 v = curve(x, self._shape(op, x) if curve.lr is not None else None)
             else:
-                v = curve.at(x, lambda v, op=op: self._ref(op, v), lambda v, op=op: self._shape(op, v))
+                v = curve.at(x, partial(self._ref, op), partial(self._shape, op))
             out[_IDX[op]] = per * v
             removed += per * self._kernel_s[op]
         attn_kernel = False
