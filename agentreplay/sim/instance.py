@@ -144,6 +144,12 @@ class Instance:
             self._truncate_run()
 
     def _wake(self) -> None:
+        """Something may have changed what the scheduler would do (a request arrived, KV finished loading, a pin
+        expired, a tier write freed blocks): schedule now if idle. During a decode run, end the run after the
+        step in progress, where a step-by-step engine would next run the scheduler."""
+        if self._run is not None:
+            self._truncate_run()
+            return
         if not self._wake_pending:
             self._wake_pending = True
             self.engine.at(self.engine.now, PHASE_SCHEDULE, self._step)
@@ -185,8 +191,10 @@ class Instance:
         if self.on_sample is not None:
             self.on_sample(self)
         co = self.sched.cohort
+        # a run needs the next steps to schedule the same: not after a step that started KV loads (the next
+        # step's admission no longer reserves their blocks, so it may admit what this one could not)
         if self.fast_decode and not plan.prefill and not plan.decode and plan.stop in _STABLE_STOPS \
-                and plan.cohort == len(self.sched.running):
+                and plan.cohort == len(self.sched.running) and not plan.loading:
             self._start_run(plan)
             return
         n_dec = len(plan.decode) + plan.cohort

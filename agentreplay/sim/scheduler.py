@@ -54,6 +54,7 @@ class StepPlan:
     cohort: int = 0
     preempted: list[Request] = field(default_factory=list)
     admitted: list[Request] = field(default_factory=list)
+    loading: list[Request] = field(default_factory=list)  #: admitted to load their KV first (they stay waiting)
     stop: StopReason = "empty"
 
     @property
@@ -326,6 +327,7 @@ class Scheduler:
                 assert self.residency is not None and link is not None
                 r.held = True
                 self.residency.load(r, ext_source, ext_blocks, link)
+                plan.loading.append(r)
                 i += 1
                 continue
             del waiting[i]

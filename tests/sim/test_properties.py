@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentreplay.policy.presets import PRESETS, apply_preset
 from agentreplay.sim import SimConfig, simulate
 from agentreplay.sim.workload import compile_trace
 from agentreplay.trace.io import read_trace
@@ -46,6 +47,22 @@ def test_fast_decode_equals_step_by_step_on_real_programs(bundled_head, blocks) 
     assert fast.summary["engine"]["events"] < slow.summary["engine"]["events"]
     if blocks:
         assert fast.summary["preemptions"] > 0
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_fast_lazy_and_eager_paths_agree_under_every_preset(bundled_head, preset) -> None:
+    """Pins, TTL expiries, host-tier writes and KV loads end or forbid decode runs exactly where a step-by-step
+    engine would schedule differently (found: a load completing mid-run, and a step that starts loads)."""
+    cfg = apply_preset(SimConfig().replace(workload={"concurrency": 16}, hardware={"instances": 2},
+                                           cache={"num_gpu_blocks": 6000}), preset)
+    fast = simulate(bundled_head, cfg)
+    slow = simulate(bundled_head, cfg.replace(scheduler={"fast_decode": False}))
+    eager = simulate(bundled_head, cfg.replace(scheduler={"lazy_decode": False}))
+    cols = ["first_scheduled_s", "reloaded_dram_tokens"]
+    assert_same_replay(fast.turns, slow.turns)
+    assert_same_replay(fast.turns, eager.turns)
+    pd.testing.assert_frame_equal(fast.turns[cols], slow.turns[cols], check_exact=True)
+    pd.testing.assert_frame_equal(fast.turns[cols], eager.turns[cols], check_exact=True)
 
 
 programs_st = st.lists(
