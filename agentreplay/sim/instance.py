@@ -48,6 +48,7 @@ class _Run:
     a: float
     c: float
 
+    allocated: int = 1  #: steps whose KV blocks are allocated (the first step's by the scheduler)
     _ends: np.ndarray | None = None  # completion time of every step, computed once per run
 
     def _all_ends(self) -> np.ndarray:
@@ -349,13 +350,26 @@ class Instance:
         else:
             decoding.append(r)
 
+    def sync_pool(self) -> None:
+        """Allocate the blocks of the decode-run steps started by now, as a step-by-step engine would have (for
+        a reader of this pool from outside, e.g. another instance loading a migrating program's cached KV)."""
+        run = self._run
+        if run is not None:
+            self._allocate_run(run, run.steps_done_by(self.engine.now))
+
+    def _allocate_run(self, run: _Run, upto: int) -> None:
+        if upto > run.allocated:
+            self.pool.allocate(self.sched.cohort.crossings(run.allocated, upto - run.allocated))
+            run.allocated = upto
+
     def _apply_run(self, run: _Run, now: float, finished: list[Request]) -> None:
-        """Apply ``run.steps`` decode steps of the cohort; blocks beyond the first step are allocated now (same
-        pool state as step by step: nothing else touches this pool during the run)."""
+        """Apply ``run.steps`` decode steps of the cohort; the blocks of steps not yet allocated (all beyond the
+        first, unless :meth:`sync_pool` ran) are allocated now: the same pool state as step by step, since only
+        tail appends (releases) touch this pool during the run."""
         co = self.sched.cohort
         k = run.steps
         self.stats.decode_runs += 1
         self.stats.iterations += k - 1
         self.stats.decode_tokens += k * run.n
-        self.pool.allocate(co.crossings(1, k - 1))
+        self._allocate_run(run, k)
         finished.extend(co.advance(k))

@@ -163,7 +163,11 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
     links: list[Link] = [] if fabric is None else [fabric]
 
     def remote(r: Any) -> tuple[SegmentPool, Link] | None:
-        return None if fabric is None else (instances[r.migrate_from].pool, fabric)
+        if fabric is None:
+            return None
+        old = instances[r.migrate_from]
+        old.sync_pool()  # its decode run's evictions so far, as step by step
+        return old.pool, fabric
 
     tc = cfg.tiers
     for i, spec in enumerate(specs):

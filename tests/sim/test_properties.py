@@ -65,6 +65,22 @@ def test_fast_lazy_and_eager_paths_agree_under_every_preset(bundled_head, preset
     pd.testing.assert_frame_equal(fast.turns[cols], eager.turns[cols], check_exact=True)
 
 
+def test_fast_lazy_and_eager_paths_agree_when_programs_migrate_with_their_kv(bundled_head) -> None:
+    """Another instance reads the old instance's pool mid-run (cached KV moved over the cluster link): the run's
+    evictions so far must be applied first (found: the fast path loaded blocks a step-by-step engine had
+    evicted)."""
+    cfg = apply_preset(SimConfig().replace(workload={"concurrency": 24}, hardware={"instances": 3},
+                                           cache={"num_gpu_blocks": 6000}), "continuum")
+    cfg = cfg.replace(router={"inter_instance_gbps": 50.0, "affinity_max_outstanding": 6})
+    fast = simulate(bundled_head, cfg)
+    slow = simulate(bundled_head, cfg.replace(scheduler={"fast_decode": False}))
+    eager = simulate(bundled_head, cfg.replace(scheduler={"lazy_decode": False}))
+    assert fast.turns["reloaded_remote_tokens"].sum() > 0
+    cols = INT_COLS + TIME_COLS + ["reloaded_remote_tokens"]
+    pd.testing.assert_frame_equal(fast.turns[cols], slow.turns[cols], check_exact=True)
+    pd.testing.assert_frame_equal(fast.turns[cols], eager.turns[cols], check_exact=True)
+
+
 programs_st = st.lists(
     st.lists(st.tuples(st.integers(1, 300), st.integers(1, 40), st.sampled_from([0.0, 0.05, 0.3, 1.0])),
              min_size=1, max_size=4),
