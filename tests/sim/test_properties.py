@@ -125,6 +125,31 @@ def test_random_traces_finish_in_order_and_fast_equals_slow(programs, blocks, se
     assert (t["cached_tokens"] < t["input_tokens"]).all()
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs=programs_st, blocks=st.integers(60, 200), seqs=st.integers(1, 4), budget=st.integers(16, 256),
+       conc=st.integers(1, 6), prefix=st.sampled_from([0, 20, 40]), preset=st.sampled_from(sorted(PRESETS)),
+       instances=st.integers(1, 3), gbps=st.sampled_from([0.0, 1.0, 50.0]),
+       dram_gib=st.sampled_from([0.0, 0.05, 1.0]), ttl=st.sampled_from([0.01, 0.3, 5.0]), unpin=st.booleans())
+def test_random_traces_fast_equals_slow_under_presets_tiers_and_migration(
+        programs, blocks, seqs, budget, conc, prefix, preset, instances, gbps, dram_gib, ttl, unpin) -> None:
+    """Every source of wakes and cross-instance reads (pins and their expiry, tier writes and loads, migrations)
+    on random traces: the three engine paths agree exactly."""
+    trace = make_trace(grow(programs), shared_prefix_tokens=prefix)
+    longest = max(i + o for turns in grow(programs) for i, o, _ in turns)
+    cfg = SimConfig().replace(cache={"num_gpu_blocks": max(blocks, -(-longest // 16))},
+                              workload={"concurrency": conc}, hardware={"instances": instances},
+                              scheduler={"max_num_seqs": seqs, "max_num_batched_tokens": budget})
+    cfg = apply_preset(cfg, preset).replace(router={"inter_instance_gbps": gbps},
+                                            policy={"ttl_s": ttl, "unpin_on_pressure": unpin})
+    if dram_gib:
+        cfg = cfg.replace(tiers={"dram_gib": dram_gib})
+    runs = [simulate(trace, c, perf=LinearPerf()).turns for c in
+            (cfg, cfg.replace(scheduler={"fast_decode": False}), cfg.replace(scheduler={"lazy_decode": False}))]
+    cols = INT_COLS + TIME_COLS + ["reloaded_dram_tokens", "reloaded_remote_tokens"]
+    for other in runs[1:]:
+        pd.testing.assert_frame_equal(runs[0][cols], other[cols], check_exact=True)
+
+
 def test_token_conservation_on_the_bundled_trace(bundled_head) -> None:
     res = simulate(bundled_head, SimConfig().replace(workload={"concurrency": 16}))
     assert res.summary["input_tokens"] == int(bundled_head.input_tokens.sum())
