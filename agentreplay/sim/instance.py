@@ -230,7 +230,7 @@ class Instance:
         self.engine.at(run.end_of_step(k), PHASE_COMPLETE, self._complete, self._gen)
 
     def _truncate_run(self) -> None:
-        """A request arrived mid-run: end the run at the end of the step in progress."""
+        """Something woke the instance mid-run: end the run at the end of the step in progress."""
         run = self._run
         assert run is not None
         j = max(1, run.steps_done_by(self.engine.now))
