@@ -260,12 +260,17 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
     parts, skipped = [], []
     ops = pd.DataFrame()
     pricer_parts, pricer_ops = [], pd.DataFrame()
+    has_components = False
     if (tables["cells"]["kind"] == "component").any():
         data = K.component_data(measured)
-        comp, ops, skipped = component_rows(measured, catalog, data)
-        parts.append(comp)
-        met, pricer_ops = pricer_rows(data, catalog)
-        pricer_parts.append(met)
+        has_components = bool(len(data.ops) or len(data.iterations) or len(data.allreduce))
+        if has_components:
+            comp, ops, skipped = component_rows(measured, catalog, data)
+            parts.append(comp)
+            met, pricer_ops = pricer_rows(data, catalog)
+            pricer_parts.append(met)
+        else:  # every component cell was skipped (e.g. a model the catalog cannot price)
+            skipped = list(data.skipped)
     alt = e2e.alternatives(tables, catalog)
     if len(alt) and "metric" in alt:
         alt = alt[alt["metric"].notna()]
@@ -284,7 +289,8 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
     if len(live_rows):
         parts.append(live_rows)
     if not parts:
-        raise ValueError("no measured cell could be simulated")
+        why = "; ".join(f"{c}: {r}" for c, r in skipped) or "no cell of a kind the validation simulates"
+        raise ValueError(f"no measured cell could be simulated ({why})")
     errors = finish(pd.concat(parts, ignore_index=True))
     errors.to_parquet(out / "errors.parquet", index=False)
     if len(ops):
@@ -297,7 +303,7 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
     sensitivity = llmperf_burst(tables, catalog)
     summary = report.headline(errors, sensitivity)
     summary.update(report.pricer_headline(pricers))
-    if len(pricer_ops):
+    if has_components and len(pricer_ops):
         summary["table_limits"] = table_limits(data, pricers, pricer_ops)
     floors = [d for cid, d in dists.items() if "ttft_floor_s" in d]
     if floors:

@@ -118,3 +118,15 @@ def test_unrecognised_measured_path(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["validate", "--out", str(tmp_path / "o"), "--measured", str(tmp_path),
                                    "--no-default-sources"])
     assert res.exit_code == 1
+
+
+def test_only_uncomparable_component_cells_fail_with_the_reason(tmp_path: Path) -> None:
+    """A user source whose every component cell is skipped (Vidur profile of phi-2: a non-gated MLP the
+    performance model does not price) exits 1 naming the cell and why, instead of a bare pandas error."""
+    src = shared_path("measurements", "profiles-vidur", "data", "profiling", "compute", "h100", "microsoft",
+                      "phi-2")
+    res = CliRunner().invoke(app, ["validate", "--out", str(tmp_path / "o"), "--measured", str(src),
+                                   "--no-default-sources"])
+    assert res.exit_code == 1
+    text = " ".join(res.output.replace("│", " ").split())  # the message may be wrapped in a box
+    assert "vidur/h100-sxm/phi-2/tp1" in text and "non-gated MLP" in text
