@@ -267,8 +267,9 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
         if has_components:
             comp, ops, skipped = component_rows(measured, catalog, data)
             parts.append(comp)
-            met, pricer_ops = pricer_rows(data, catalog)
-            pricer_parts.append(met)
+            if len(data.ops):  # the pricer comparison is per operator (whole-model iterations alone have none)
+                met, pricer_ops = pricer_rows(data, catalog)
+                pricer_parts.append(met)
         else:  # every component cell was skipped (e.g. a model the catalog cannot price)
             skipped = list(data.skipped)
     alt = e2e.alternatives(tables, catalog)

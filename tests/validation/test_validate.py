@@ -130,3 +130,17 @@ def test_only_uncomparable_component_cells_fail_with_the_reason(tmp_path: Path) 
     assert res.exit_code == 1
     text = " ".join(res.output.replace("│", " ").split())  # the message may be wrapped in a box
     assert "vidur/h100-sxm/phi-2/tp1" in text and "non-gated MLP" in text
+
+
+def test_whole_model_iterations_alone_are_validated(tmp_path: Path) -> None:
+    """Splitwise's perf_model.csv on its own: whole-model iterations only, no operator profile (the pricer
+    comparison, which is per operator, is left out rather than failing)."""
+    src = shared_path("measurements", "profiles-splitwise", "perf_model.csv")
+    out = tmp_path / "o"
+    res = CliRunner().invoke(app, ["validate", "--out", str(out), "--measured", str(src), "--no-default-sources",
+                                   "--quick"])
+    assert res.exit_code == 0, res.output
+    df = pd.read_parquet(out / "errors.parquet")
+    check_errors(df)
+    assert {"prefill_iteration_s", "decode_iteration_s"} <= set(df["metric"])
+    assert not (out / "pricers.parquet").exists()
