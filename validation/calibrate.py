@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -209,16 +210,24 @@ def _stage(o: pd.DataFrame, a: pd.DataFrame, gpu: GpuSpec, data: ComponentData, 
                                C.predict_allreduce(a, gpu, e)])
         return w * (np.log(np.maximum(pred, 1e-12)) - meas)
 
-    lo = np.array([BOUNDS[p][0] for p in params])
-    hi = np.array([BOUNDS[p][1] for p in params])
+    x, cost = _fit(resid, params, BOUNDS, START)
+    return eff_of(x), cost
+
+
+def _fit(resid: Callable[[np.ndarray], np.ndarray], params: list[str], bounds: dict[str, tuple[float, float]],
+         start: dict[str, float]) -> tuple[np.ndarray, float]:
+    """Bounded soft-L1 least squares of ``resid`` over ``params``, from the catalog start and from the middle of
+    the bounds; the better of the two ``(x, cost)``."""
+    lo = np.array([bounds[p][0] for p in params])
+    hi = np.array([bounds[p][1] for p in params])
     best = None
-    for start in (np.clip([START[p] for p in params], lo + 1e-6, hi - 1e-6), (lo + hi) / 2):
-        r = least_squares(resid, start, bounds=(lo, hi), loss="soft_l1", f_scale=ROBUST_SCALE, x_scale="jac",
+    for x0 in (np.clip([start[p] for p in params], lo + 1e-6, hi - 1e-6), (lo + hi) / 2):
+        r = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=ROBUST_SCALE, x_scale="jac",
                           diff_step=1e-4, max_nfev=400)
         if best is None or r.cost < best.cost:
             best = r
     assert best is not None
-    return eff_of(best.x), float(best.cost)
+    return best.x, float(best.cost)
 
 
 def fit_gpu(data: ComponentData, gpu: GpuSpec, prior: Efficiency | None = None) -> GpuFit:
@@ -305,17 +314,9 @@ def _refined_stage(o: pd.DataFrame, a: pd.DataFrame, gpu: GpuSpec, data: Compone
                                C.predict_allreduce(a, gpu, e, r)])
         return w * (np.log(np.maximum(pred, 1e-12)) - meas)
 
-    lo = np.array([REFINED_BOUNDS[p][0] for p in params])
-    hi = np.array([REFINED_BOUNDS[p][1] for p in params])
-    best = None
-    for start in (np.clip([REFINED_START[p] for p in params], lo + 1e-6, hi - 1e-6), (lo + hi) / 2):
-        res = least_squares(resid, start, bounds=(lo, hi), loss="soft_l1", f_scale=ROBUST_SCALE, x_scale="jac",
-                            diff_step=1e-4, max_nfev=400)
-        if best is None or res.cost < best.cost:
-            best = res
-    assert best is not None
-    e, r = _apply(eff, ref, params, best.x)
-    return e, r, float(best.cost)
+    x, cost = _fit(resid, params, REFINED_BOUNDS, REFINED_START)
+    e, r = _apply(eff, ref, params, x)
+    return e, r, cost
 
 
 def fit_refined(data: ComponentData, gpu: GpuSpec) -> RefinedFit:
