@@ -10,6 +10,12 @@ from rich.table import Table
 
 from agentreplay.cli.app import app, console, fail
 
+#: Options both commands take: extra measured sources, and whether ../shared/measurements is read too.
+Measured = Annotated[list[Path] | None, typer.Option("--measured", help="Extra measured source (repeatable); "
+                                                     "format auto-detected by the registered collectors.")]
+NoDefaults = Annotated[bool, typer.Option("--no-default-sources", help="Use only --measured paths, not "
+                                          "../shared/measurements.")]
+
 
 def _pct(v: float | None) -> str:
     return "-" if v is None or v != v else f"{v:.1f}"  # None / NaN -> "-"
@@ -19,13 +25,8 @@ def _pct(v: float | None) -> str:
 def calibrate(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the calibrated gpus.toml here (and "
                                              "calibration.json beside it) instead of the packaged catalog.")] = None,
-    measured: Annotated[list[Path] | None, typer.Option("--measured", help="Extra profile folder (repeatable); "
-                                                        "format auto-detected.")] = None,
-    live: Annotated[list[Path] | None, typer.Option("--live", help="Live-engine comparison JSON "
-                                                    "(benchmarks/vllm_cpu/validate.py), repeatable; default: "
-                                                    "reports/live/*.json")] = None,
-    no_defaults: Annotated[bool, typer.Option("--no-default-sources", help="Use only --measured paths, not "
-                                              "../shared/measurements.")] = False,
+    measured: Measured = None,
+    no_defaults: NoDefaults = False,
 ) -> None:
     """Fit the performance model's per-GPU efficiencies to the measured component profiles.
 
@@ -63,13 +64,11 @@ def calibrate(
 @app.command()
 def validate(
     out: Annotated[Path, typer.Option("--out", "-o", help="Report folder.")] = Path("reports/latest"),
-    measured: Annotated[list[Path] | None, typer.Option("--measured", help="Extra measured source (repeatable); "
-                                                        "format auto-detected by the registered collectors.")] = None,
+    measured: Measured = None,
     live: Annotated[list[Path] | None, typer.Option("--live", help="Live-engine comparison JSON "
                                                     "(benchmarks/vllm_cpu/validate.py), repeatable; default: "
                                                     "reports/live/*.json")] = None,
-    no_defaults: Annotated[bool, typer.Option("--no-default-sources", help="Use only --measured paths, not "
-                                              "../shared/measurements.")] = False,
+    no_defaults: NoDefaults = False,
     quick: Annotated[bool, typer.Option(help="Skip the agent-JCT replay (the slowest cell).")] = False,
     catalog: Annotated[Path | None, typer.Option(help="GPU catalog TOML to validate (default: packaged).")] = None,
 ) -> None:
