@@ -9,9 +9,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 Arrival = Literal["closed", "poisson", "trace"]
 ToolMode = Literal["replay", "fixed", "scale", "generative"]
@@ -330,16 +331,25 @@ def from_dict(data: dict[str, Any]) -> SimConfig:
     return SimConfig(**kwargs)
 
 
-def load(path: str | Path) -> SimConfig:
+T = TypeVar("T")
+
+
+def load_toml_as(path: str | Path, parse: Callable[[dict[str, Any]], T], error: type[ValueError]) -> T:
+    """``parse`` of the TOML file at ``path``; an unreadable file, bad TOML, or an ``error`` raised by ``parse``
+    becomes ``error`` with the file's path in front of the message."""
     p = Path(path)
     try:
         data = tomllib.loads(p.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{p}: {exc}") from exc
+        raise error(f"{p}: {exc}") from exc
     try:
-        return from_dict(data)
-    except ConfigError as exc:
-        raise ConfigError(f"{p}: {exc}") from exc
+        return parse(data)
+    except error as exc:
+        raise error(f"{p}: {exc}") from exc
+
+
+def load(path: str | Path) -> SimConfig:
+    return load_toml_as(path, from_dict, ConfigError)
 
 
 def to_toml(cfg: SimConfig) -> str:

@@ -36,14 +36,13 @@ import hashlib
 import itertools
 import json
 import re
-import tomllib
 import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentreplay.sim.config import ConfigError, SimConfig, from_dict
+from agentreplay.sim.config import ConfigError, SimConfig, from_dict, load_toml_as
 
 _SWEEP_KEYS = {"trace", "seeds", "max_programs"}
 _TOP_KEYS = {"sweep", "base", "grid", "zip"}
@@ -98,14 +97,7 @@ class SweepSpec:
 def load_spec(path: str | Path) -> SweepSpec:
     """Read and expand a spec file; raises :class:`SpecError` naming the file."""
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise SpecError(f"{p}: {exc}") from exc
-    try:
-        return parse_spec(data, base_dir=p.parent)
-    except SpecError as exc:
-        raise SpecError(f"{p}: {exc}") from exc
+    return load_toml_as(p, lambda data: parse_spec(data, base_dir=p.parent), SpecError)
 
 
 def parse_spec(data: dict[str, Any], base_dir: str | Path = ".") -> SweepSpec:
