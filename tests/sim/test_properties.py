@@ -29,6 +29,19 @@ def assert_same_replay(a: pd.DataFrame, b: pd.DataFrame) -> None:
     pd.testing.assert_frame_equal(a[INT_COLS + TIME_COLS], b[INT_COLS + TIME_COLS], check_exact=True)
 
 
+def three_paths(trace, cfg: SimConfig, **kw):
+    """The same replay with fast decode, step by step (``fast_decode=False``) and eager (``lazy_decode=False``)."""
+    return (simulate(trace, cfg, **kw), simulate(trace, cfg.replace(scheduler={"fast_decode": False}), **kw),
+            simulate(trace, cfg.replace(scheduler={"lazy_decode": False}), **kw))
+
+
+def assert_paths_agree(runs, extra: tuple[str, ...] = ()) -> None:
+    """Every path's per-turn frame equals the fast path's, bit for bit, on the replay columns and ``extra``."""
+    cols = INT_COLS + TIME_COLS + list(extra)
+    for other in runs[1:]:
+        pd.testing.assert_frame_equal(runs[0].turns[cols], other.turns[cols], check_exact=True)
+
+
 @pytest.fixture(scope="module")
 def bundled_head():
     return compile_trace(read_trace(BUNDLED)).head(40)
@@ -37,11 +50,8 @@ def bundled_head():
 @pytest.mark.parametrize("blocks", [None, 6000])  # roomy, and tight enough to preempt
 def test_fast_decode_equals_step_by_step_on_real_programs(bundled_head, blocks) -> None:
     cfg = SimConfig().replace(workload={"concurrency": 12}, cache={"num_gpu_blocks": blocks})
-    fast = simulate(bundled_head, cfg)
-    slow = simulate(bundled_head, cfg.replace(scheduler={"fast_decode": False}))
-    eager = simulate(bundled_head, cfg.replace(scheduler={"lazy_decode": False}))
-    assert_same_replay(fast.turns, slow.turns)
-    assert_same_replay(fast.turns, eager.turns)
+    fast, slow, eager = three_paths(bundled_head, cfg)
+    assert_paths_agree((fast, slow, eager))
     assert fast.summary["engine"]["iterations"] == slow.summary["engine"]["iterations"]
     assert fast.summary["engine"]["iterations"] == eager.summary["engine"]["iterations"]
     assert fast.summary["engine"]["events"] < slow.summary["engine"]["events"]
@@ -55,14 +65,7 @@ def test_fast_lazy_and_eager_paths_agree_under_every_preset(bundled_head, preset
     engine would schedule differently (found: a load completing mid-run, and a step that starts loads)."""
     cfg = apply_preset(SimConfig().replace(workload={"concurrency": 16}, hardware={"instances": 2},
                                            cache={"num_gpu_blocks": 6000}), preset)
-    fast = simulate(bundled_head, cfg)
-    slow = simulate(bundled_head, cfg.replace(scheduler={"fast_decode": False}))
-    eager = simulate(bundled_head, cfg.replace(scheduler={"lazy_decode": False}))
-    cols = ["first_scheduled_s", "reloaded_dram_tokens"]
-    assert_same_replay(fast.turns, slow.turns)
-    assert_same_replay(fast.turns, eager.turns)
-    pd.testing.assert_frame_equal(fast.turns[cols], slow.turns[cols], check_exact=True)
-    pd.testing.assert_frame_equal(fast.turns[cols], eager.turns[cols], check_exact=True)
+    assert_paths_agree(three_paths(bundled_head, cfg), ("first_scheduled_s", "reloaded_dram_tokens"))
 
 
 def test_fast_lazy_and_eager_paths_agree_when_programs_migrate_with_their_kv(bundled_head) -> None:
@@ -72,13 +75,9 @@ def test_fast_lazy_and_eager_paths_agree_when_programs_migrate_with_their_kv(bun
     cfg = apply_preset(SimConfig().replace(workload={"concurrency": 24}, hardware={"instances": 3},
                                            cache={"num_gpu_blocks": 6000}), "continuum")
     cfg = cfg.replace(router={"inter_instance_gbps": 50.0, "affinity_max_outstanding": 6})
-    fast = simulate(bundled_head, cfg)
-    slow = simulate(bundled_head, cfg.replace(scheduler={"fast_decode": False}))
-    eager = simulate(bundled_head, cfg.replace(scheduler={"lazy_decode": False}))
-    assert fast.turns["reloaded_remote_tokens"].sum() > 0
-    cols = INT_COLS + TIME_COLS + ["reloaded_remote_tokens"]
-    pd.testing.assert_frame_equal(fast.turns[cols], slow.turns[cols], check_exact=True)
-    pd.testing.assert_frame_equal(fast.turns[cols], eager.turns[cols], check_exact=True)
+    runs = three_paths(bundled_head, cfg)
+    assert runs[0].turns["reloaded_remote_tokens"].sum() > 0
+    assert_paths_agree(runs, ("reloaded_remote_tokens",))
 
 
 programs_st = st.lists(
@@ -109,12 +108,9 @@ def test_random_traces_finish_in_order_and_fast_equals_slow(programs, blocks, se
     blocks = max(blocks, -(-longest // 16))
     cfg = SimConfig().replace(cache={"num_gpu_blocks": blocks}, workload={"concurrency": conc},
                               scheduler={"max_num_seqs": seqs, "max_num_batched_tokens": budget})
-    fast = simulate(trace, cfg, perf=LinearPerf())
-    slow = simulate(trace, cfg.replace(scheduler={"fast_decode": False}), perf=LinearPerf())
-    eager = simulate(trace, cfg.replace(scheduler={"lazy_decode": False}), perf=LinearPerf())
-    assert_same_replay(fast.turns, slow.turns)
-    assert_same_replay(fast.turns, eager.turns)
-    t = fast.turns
+    runs = three_paths(trace, cfg, perf=LinearPerf())
+    assert_paths_agree(runs)
+    t = runs[0].turns
     assert t["finish_s"].notna().all()  # every released turn finished
     assert (t["first_token_s"] >= t["release_s"]).all() and (t["finish_s"] >= t["first_token_s"]).all()
     for _, g in t.groupby("program_id"):  # turn t+1 released only after turn t and its tool gap
@@ -143,11 +139,7 @@ def test_random_traces_fast_equals_slow_under_presets_tiers_and_migration(
                                             policy={"ttl_s": ttl, "unpin_on_pressure": unpin})
     if dram_gib:
         cfg = cfg.replace(tiers={"dram_gib": dram_gib})
-    runs = [simulate(trace, c, perf=LinearPerf()).turns for c in
-            (cfg, cfg.replace(scheduler={"fast_decode": False}), cfg.replace(scheduler={"lazy_decode": False}))]
-    cols = INT_COLS + TIME_COLS + ["reloaded_dram_tokens", "reloaded_remote_tokens"]
-    for other in runs[1:]:
-        pd.testing.assert_frame_equal(runs[0][cols], other[cols], check_exact=True)
+    assert_paths_agree(three_paths(trace, cfg, perf=LinearPerf()), ("reloaded_dram_tokens", "reloaded_remote_tokens"))
 
 
 def test_token_conservation_on_the_bundled_trace(bundled_head) -> None:
