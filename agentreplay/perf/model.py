@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+
+from mypy_extensions import mypyc_attr
 
 from agentreplay.perf.catalog import (
     ACT_BYTES,
@@ -42,9 +43,9 @@ from agentreplay.perf.catalog import (
     load_gpu,
     load_model,
 )
+from agentreplay.perf.pricer import IterationPricer, PrefillItem
 
-#: A prefill item: (chunk_tokens, cached_prefix_tokens) or (chunk_tokens, cached_prefix_tokens, emits_token).
-PrefillItem = tuple[int, int] | tuple[int, int, bool]
+__all__ = ["OPERATORS", "IterationPricer", "PerfModel", "PrefillItem"]
 
 #: Operator names of :meth:`PerfModel.breakdown`, in pricing order (names follow LLMServingSim's profiles).
 OPERATORS: tuple[str, ...] = (
@@ -57,14 +58,6 @@ _KERNELS_PER_LAYER = 9  # 2 fused add+RMSNorm, qkv, rotary, attention, o, gate_u
 _KERNELS_PER_MOE_LAYER = 2  # router GEMM, top-k + token alignment
 
 
-@runtime_checkable
-class IterationPricer(Protocol):
-    """What the engine needs from a performance model (this one, or e.g. a measured table)."""
-
-    def iteration_time_s(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> float: ...
-    def decode_coeffs(self, n_seqs: int) -> tuple[float, float]: ...
-
-
 def _linear(k_in: int, n_out: int, peak: float, w_bytes: int, bw: float) -> tuple[float, float, float]:
     """(compute seconds per token, weight-read seconds, activation seconds per token) of a k_in x n_out GEMM."""
     return 2.0 * k_in * n_out / peak, k_in * n_out * w_bytes / bw, (k_in + n_out) * ACT_BYTES / bw
@@ -75,6 +68,7 @@ def _cost(op: tuple[float, float, float], tokens: int) -> float:
     return max(tokens * flop_s, weight_s + tokens * act_s)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # perf.table.RefinedPerfModel refines it
 class PerfModel:
     """Prices iterations for one (GPU, model, dtype, TP) with the given efficiencies. Times are seconds.
 
@@ -97,6 +91,7 @@ class PerfModel:
         model.validate_tp(tp)
         eff = efficiency if efficiency is not None else gpu.efficiency
         self.gpu, self.model, self.dtype, self.tp, self.kv_dtype, self.efficiency = gpu, model, dtype, tp, kv_dtype, eff
+        self._coeffs: dict[int, tuple[float, float]] = {}  # decode_coeffs memo, filled on first use
 
         bw = gpu.mem_bandwidth_gbps * 1e9 * eff.bandwidth_efficiency  # bytes/s, weights and activations
         kv_bw = gpu.mem_bandwidth_gbps * 1e9 * eff.attn_decode_efficiency  # bytes/s, paged KV-cache traffic
@@ -259,10 +254,9 @@ class PerfModel:
         """``(A, c)`` with decode-only iteration time ``A + c * sum_ctx`` for ``n_seqs`` sequences. The engine
         prices every decode-only step as ``A + c * sum_ctx`` so that a run of k steps summed one by one gives
         bit-identical times whether or not it is fast-forwarded. Memoised per ``n_seqs`` (a pure function)."""
-        cache = self.__dict__.setdefault("_coeffs", {})
-        got = cache.get(n_seqs)
+        got = self._coeffs.get(n_seqs)
         if got is None:
-            got = cache[n_seqs] = (self.decode_only_time_s(n_seqs, 0), self._c_key)
+            got = self._coeffs[n_seqs] = (self.decode_only_time_s(n_seqs, 0), self._c_key)
         return got
 
     def decode_only_time_s(self, n_seqs: int, sum_ctx: int) -> float:

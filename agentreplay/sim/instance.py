@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from agentreplay.kv.segment_pool import SegmentPool
-from agentreplay.perf.model import IterationPricer
+from agentreplay.perf.pricer import IterationPricer
 from agentreplay.policy.retention import GapContext, Retention
 from agentreplay.sim.engine import PHASE_COMPLETE, PHASE_SCHEDULE, Engine
 from agentreplay.sim.request import Request

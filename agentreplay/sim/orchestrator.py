@@ -47,6 +47,8 @@ class Orchestrator:
         self.log = log
         self.infos: list[ProgramInfo | None] = [None] * workload.n_programs
         self.affinity_breaks = 0
+        #: the segment a request names until it is routed (the router reads only its tokens and program)
+        self._unrouted = Segment(("unrouted",), 0, 0)
 
     def start(self) -> None:
         n = self.w.n_programs
@@ -66,8 +68,8 @@ class Orchestrator:
                 p = int(np.argmax(np.isnan(arr)))
                 raise ValueError(f"arrival 'trace': program {self.w.program_ids[p]!r} has no arrival_s")
             arr = arr - arr.min()
-            for p in np.argsort(arr, kind="stable"):
-                self.engine.at(float(arr[p]), PHASE_RELEASE, self._arrive, int(p))
+            for q in np.argsort(arr, kind="stable").tolist():
+                self.engine.at(float(arr[q]), PHASE_RELEASE, self._arrive, q)
             self._next_program = n
 
     def _arrive_next(self) -> None:
@@ -100,7 +102,7 @@ class Orchestrator:
         last = turn == int(w.turn_start[p + 1]) - 1
         r = Request(turn=turn, program=p, turn_idx=turn - int(w.turn_start[p]), prompt=int(w.input_tokens[turn]),
                     target_out=int(w.output_tokens[turn]), reuse=int(w.reused_tokens[turn]), pfx=None,
-                    prog=None, base=0, release_s=now, info=info, tool_class=w.tool_class[turn],  # type: ignore[arg-type]
+                    prog=self._unrouted, base=0, release_s=now, info=info, tool_class=w.tool_class[turn],
                     last=last)
         if not last:
             r.next_gap_s = self.tools.gap_s(turn, self.rng_tools)

@@ -195,9 +195,8 @@ ROUTERS: dict[str, Callable[[RouterConfig], Router]] = {
 
 
 def make_router(cfg: RouterConfig | str) -> Router:
-    if isinstance(cfg, str):
-        cfg = RouterConfig(policy=cfg)  # type: ignore[arg-type]
+    rc = RouterConfig(policy=cfg) if isinstance(cfg, str) else cfg  # type: ignore[arg-type]
     try:
-        return ROUTERS[cfg.policy](cfg)
+        return ROUTERS[rc.policy](rc)
     except KeyError:
-        raise ValueError(f"unknown router {cfg.policy!r}; known: {sorted(ROUTERS)}") from None
+        raise ValueError(f"unknown router {rc.policy!r}; known: {sorted(ROUTERS)}") from None

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentreplay.kv.segment_pool import Segment
 from agentreplay.kv.tiers import HostTier, Link
 from agentreplay.policy.presets import PRESETS, apply_preset
 from agentreplay.policy.queue import ContinuumOrder, Plas
@@ -29,7 +30,7 @@ def cfg(**sections) -> SimConfig:
 def req(turn: int = 0, program: int = 0, prompt: int = 100, release: float = 0.0, service: int = 0,
         arrival: float = 0.0) -> Request:
     return Request(turn=turn, program=program, turn_idx=0, prompt=prompt, target_out=1, reuse=0, pfx=None,
-                   prog=None, base=0, release_s=release,  # type: ignore[arg-type]
+                   prog=Segment(("prog", program), 0, 0), base=0, release_s=release,
                    info=ProgramInfo(arrival, service_tokens=service))
 
 
