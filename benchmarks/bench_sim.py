@@ -104,7 +104,11 @@ def run_cell(spec: dict) -> dict:
 
 def profile_cell(name: str, spec: dict) -> None:
     """Run one cell under cProfile and print where the time goes: self time per component and the top
-    functions (profiling slows the run about 2.5x; the shares are what matter)."""
+    functions (profiling slows the run about 2.5x; the shares are what matter). Runs the pure-Python sources
+    (``AGENTREPLAY_PURE_PYTHON``): cProfile cannot see inside the compiled modules."""
+    import os
+
+    os.environ["AGENTREPLAY_PURE_PYTHON"] = "1"  # before agentreplay is first imported
     import cProfile
     import pstats
 
@@ -129,6 +133,14 @@ def profile_cell(name: str, spec: dict) -> None:
     stats.sort_stats("tottime").print_stats(12)
 
 
+def build_label() -> str:
+    """Which build the child processes run: compiled hot path (mypyc, ``setup.py``) or pure Python."""
+    code = "from agentreplay import _native; print(len(_native.compiled_modules()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    n = int(out.stdout.strip())
+    return f"compiled hot path ({n} modules, mypyc)" if n else "pure Python (AGENTREPLAY_PURE_PYTHON or no compiler)"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scale", action="store_true", help="also run the 10x / 100x linear-scaling cells")
@@ -150,6 +162,7 @@ def main() -> None:
         cells.update(SCALE)
     if args.only:
         cells = {args.only: {**CELLS, **SCALE, **SYNTH}[args.only]}
+    print(f"build: {build_label()}")
     print(f"{'cell':<12}{'turns':>10}{'wall s':>9}{'turns/s':>10}{'RSS MiB':>9}{'events':>12}{'hit':>8}"
           f"{'preempt':>9}{'JCT mean s':>12}")
     for name, spec in cells.items():
