@@ -58,7 +58,8 @@ def _replay(tmp: Path, pure: bool) -> Path:
 
 
 @pytest.mark.slow
-def test_compiled_build_replays_exactly_like_the_sources(tmp_path: Path) -> None:
+def test_compiled_build_replays_exactly_like_the_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AGENTREPLAY_PURE_PYTHON", raising=False)  # what the installed build provides
     pure, default = _replay(tmp_path, True), _replay(tmp_path, False)
     assert json.loads((pure / "build.json").read_text())["scheduler"].endswith(".py")
     assert json.loads((pure / "build.json").read_text())["compiled"] == []
