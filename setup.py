@@ -17,6 +17,7 @@ identical to the pure-Python one (``tests/sim/test_native.py``).
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import json
 import os
 import sys
@@ -48,10 +49,22 @@ HOT = [
 ]
 
 
+def remove_compiled() -> None:
+    """Delete compiled modules an earlier editable build left beside the sources: Python would import them
+    before the sources, and without a manifest nothing would notice that they are stale."""
+    for p in HOT:
+        src = ROOT / p
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            src.with_suffix(suffix).unlink(missing_ok=True)
+    for f in ROOT.glob("*__mypyc*"):
+        f.unlink()
+
+
 def native_extensions() -> list:
     MANIFEST.unlink(missing_ok=True)
     if os.environ.get("AGENTREPLAY_PURE_PYTHON", "").strip() not in ("", "0"):
         print("agentreplay: AGENTREPLAY_PURE_PYTHON set, installing pure Python", file=sys.stderr)
+        remove_compiled()
         return []
     try:
         from mypyc.build import mypycify
