@@ -72,7 +72,13 @@ def native_extensions() -> list:
         print(f"agentreplay: mypyc unavailable ({e}), installing pure Python", file=sys.stderr)
         return []
     os.chdir(ROOT)  # mypycify takes paths relative to the project root
-    exts = mypycify(HOT, opt_level="3")
+    try:
+        exts = mypycify(HOT, opt_level="3")
+    except (Exception, SystemExit) as e:  # mypyc exits on a type error it cannot compile
+        print(f"agentreplay: WARNING: mypyc could not compile the hot path ({e!r}); installing pure Python "
+              "(simulations run about 3x slower)", file=sys.stderr)
+        remove_compiled()
+        return []
     for ext in exts:
         ext.optional = True  # a failed C build leaves the pure-Python sources in use
     MANIFEST.write_text(json.dumps(

@@ -40,7 +40,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -61,8 +61,8 @@ class ToolModelError(ValueError):
     """A tool-model file is invalid; the message names the file and the field (``classes.test.params.mu``)."""
 
 
-Params = Mapping[str, float]
-Arr = np.ndarray
+Params: TypeAlias = Mapping[str, float]
+Arr: TypeAlias = np.ndarray  # explicit: stays a valid alias when numpy is not installed (the mypyc build)
 
 
 @dataclass(frozen=True, slots=True)
