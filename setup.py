@@ -9,7 +9,8 @@ identical to the pure-Python one (``tests/sim/test_native.py``).
 
 - ``AGENTREPLAY_PURE_PYTHON=1 pip install ...`` skips compilation (e.g. on a machine without a C compiler;
   compilation failures are also tolerated: the extensions are optional and the sources are used).
-- The build records a SHA-256 of each compiled source in ``agentreplay/_native_sources.json``;
+- The build records how it went (compiled, or pure Python and why) and a SHA-256 of each compiled source in
+  ``agentreplay/_native_sources.json``;
   ``agentreplay/__init__.py`` refuses to import when a compiled module's source has changed since (an editable
   install whose compiled modules no longer match the code) and says how to rebuild.
 """
@@ -60,16 +61,25 @@ def remove_compiled() -> None:
         f.unlink()
 
 
+def write_manifest(build: str) -> None:
+    """Record how this build went (``agentreplay._native.build_status``) and the hash of each compiled source."""
+    sources = {p[:-3].replace("/", "."): hashlib.sha256((ROOT / p).read_bytes()).hexdigest() for p in HOT}
+    MANIFEST.write_text(json.dumps({"build": build, "sources": sources if build == "compiled" else {}},
+                                   indent=1, sort_keys=True) + "\n")
+
+
 def native_extensions() -> list:
-    MANIFEST.unlink(missing_ok=True)
     if os.environ.get("AGENTREPLAY_PURE_PYTHON", "").strip() not in ("", "0"):
         print("agentreplay: AGENTREPLAY_PURE_PYTHON set, installing pure Python", file=sys.stderr)
         remove_compiled()
+        write_manifest("pure: AGENTREPLAY_PURE_PYTHON")
         return []
     try:
         from mypyc.build import mypycify
     except ImportError as e:  # build isolation off and mypy missing
         print(f"agentreplay: mypyc unavailable ({e}), installing pure Python", file=sys.stderr)
+        remove_compiled()
+        write_manifest(f"pure: mypyc unavailable ({e})")
         return []
     os.chdir(ROOT)  # mypycify takes paths relative to the project root
     try:
@@ -78,12 +88,11 @@ def native_extensions() -> list:
         print(f"agentreplay: WARNING: mypyc could not compile the hot path ({e!r}); installing pure Python "
               "(simulations run about 3x slower)", file=sys.stderr)
         remove_compiled()
+        write_manifest(f"pure: mypyc failed ({e!r}); run mypy on the modules of setup.py HOT to see why")
         return []
     for ext in exts:
         ext.optional = True  # a failed C build leaves the pure-Python sources in use
-    MANIFEST.write_text(json.dumps(
-        {p[:-3].replace("/", "."): hashlib.sha256((ROOT / p).read_bytes()).hexdigest() for p in HOT},
-        indent=1, sort_keys=True) + "\n")
+    write_manifest("compiled")
     return exts
 
 

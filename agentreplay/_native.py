@@ -43,15 +43,27 @@ def _compiled_file(pkg: Path, module: str) -> Path | None:
     return None
 
 
-def _manifest(pkg: Path) -> dict[str, str]:
+def _read_manifest(pkg: Path) -> dict:
     path = pkg / MANIFEST_NAME
     if not path.exists():
         return {}
     try:
         data = json.loads(path.read_text())
-        return {str(k): str(v) for k, v in data.items()}
-    except (OSError, ValueError, AttributeError) as e:
+        if not isinstance(data, dict) or not isinstance(data.get("sources", {}), dict):
+            raise ValueError("expected an object with 'build' and 'sources'")
+        return data
+    except (OSError, ValueError) as e:
         raise StaleNativeModuleError(f"{path}: unreadable build manifest ({e}); reinstall agentreplay") from e
+
+
+def _manifest(pkg: Path) -> dict[str, str]:
+    return {str(k): str(v) for k, v in _read_manifest(pkg).get("sources", {}).items()}
+
+
+def build_status(pkg: Path = PKG) -> str:
+    """How the installed package was built: ``compiled``, or ``pure: <why>`` (``unknown`` without a manifest,
+    e.g. a source tree that was never installed)."""
+    return str(_read_manifest(pkg).get("build", "unknown"))
 
 
 def compiled_modules(pkg: Path = PKG) -> list[str]:

@@ -44,22 +44,51 @@ class Recorder:
         self.interval_s = interval_s
         self._next_sample: dict[int, float] = {}
         self.samples: list[tuple[float, int, int, int, int, int]] = []
+        self._views()
+
+    def _views(self) -> None:
+        """Memoryviews of the arrays for the per-turn writes: about 3x cheaper per element than numpy scalar
+        assignment, same values (the arrays stay the storage). Typed ``Any``: typeshed's ``memoryview`` takes
+        only ints, while these views also hold float64."""
+        self._v_instance: Any = self.turn_instance.data
+        self._v_release: Any = self.turn_release_s.data
+        self._v_first_sched: Any = self.turn_first_sched_s.data
+        self._v_first_token: Any = self.turn_first_token_s.data
+        self._v_finish: Any = self.turn_finish_s.data
+        self._v_cached: Any = self.turn_cached.data
+        self._v_cached_prefix: Any = self.turn_cached_prefix.data
+        self._v_recomputed: Any = self.turn_recomputed.data
+        self._v_preemptions: Any = self.turn_preemptions.data
+        self._v_tool: Any = self.turn_tool_s.data
+        self._v_reloaded: dict[str, Any] = {src: a.data for src, a in self.turn_reloaded.items()}
+        self._v_arrival: Any = self.program_arrival_s.data
+        self._v_program_finish: Any = self.program_finish_s.data
 
     def record_turn(self, r: Request) -> None:
         t = r.turn
-        if not np.isnan(self.turn_finish_s[t]):
+        done = self._v_finish[t]
+        if done == done:  # not NaN
             raise RuntimeError(f"turn {t} of program {self.w.program_ids[r.program]!r} finished twice")
-        self.turn_instance[t] = r.instance
-        self.turn_release_s[t] = r.release_s
-        self.turn_first_sched_s[t] = r.first_sched_s
-        self.turn_first_token_s[t] = r.first_token_s
-        self.turn_finish_s[t] = r.finish_s
-        self.turn_cached[t] = r.cached_tokens
-        self.turn_cached_prefix[t] = r.cached_prefix_tokens
-        self.turn_recomputed[t] = r.recomputed_tokens
-        self.turn_preemptions[t] = r.preemptions
+        self._v_instance[t] = r.instance
+        self._v_release[t] = r.release_s
+        self._v_first_sched[t] = r.first_sched_s
+        self._v_first_token[t] = r.first_token_s
+        self._v_finish[t] = r.finish_s
+        self._v_cached[t] = r.cached_tokens
+        self._v_cached_prefix[t] = r.cached_prefix_tokens
+        self._v_recomputed[t] = r.recomputed_tokens
+        self._v_preemptions[t] = r.preemptions
         for src, n in r.reloaded_tokens.items():
-            self.turn_reloaded[src][t] = n
+            self._v_reloaded[src][t] = n
+
+    def program_arrived(self, p: int, now: float) -> None:
+        self._v_arrival[p] = now
+
+    def program_finished(self, p: int, now: float) -> None:
+        self._v_program_finish[p] = now
+
+    def tool_gap(self, turn: int, seconds: float) -> None:
+        self._v_tool[turn] = seconds
 
     def sample(self, inst: Any) -> None:
         """Instance time series, at most one sample per ``interval_s`` per instance."""

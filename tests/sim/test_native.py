@@ -80,8 +80,16 @@ def _fake_package(tmp: Path, source: str, recorded: str, compiled: bool) -> Path
     if compiled:
         (pkg / "sim" / f"hot{importlib.machinery.EXTENSION_SUFFIXES[0]}").write_bytes(b"")
     digest = hashlib.sha256(recorded.encode()).hexdigest()
-    (pkg / _native.MANIFEST_NAME).write_text(json.dumps({"agentreplay.sim.hot": digest}))
+    (pkg / _native.MANIFEST_NAME).write_text(json.dumps({"build": "compiled",
+                                                         "sources": {"agentreplay.sim.hot": digest}}))
     return pkg
+
+
+def test_the_hot_path_type_checks_for_mypyc() -> None:
+    """A type error in a hot-path module makes the build fall back to pure Python (about 3x slower) without
+    failing the install; this test makes that visible. Pure builds asked for, or without mypy, pass."""
+    status = _native.build_status()
+    assert not status.startswith("pure: mypyc failed"), status
 
 
 def test_a_compiled_module_whose_source_changed_is_refused(tmp_path: Path) -> None:
