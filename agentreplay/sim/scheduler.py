@@ -67,6 +67,18 @@ def held_blocks(tokens: int, base: int, block_size: int) -> int:
     return max(base, -(-tokens // block_size))
 
 
+def next_chunk(r: Request, budget: int, block_size: int) -> tuple[int, int, bool]:
+    """``(tokens, new blocks, is_decode)`` of a running request's next iteration under ``budget`` tokens (vLLM:
+    a decode is one token and needs a new block exactly when its computed tokens fill the last one; a prefill
+    chunk is ``min(remaining, budget)`` tokens)."""
+    c = r.computed
+    remaining = r.prompt + r.generated - c
+    if remaining == 1 and r.generated:
+        return 1, (1 if c % block_size == 0 and c >= r.base * block_size else 0), True
+    n = min(remaining, budget)
+    return n, held_blocks(c + n, r.base, block_size) - held_blocks(c, r.base, block_size), False
+
+
 class Scheduler:
     """Queues and the per-step decision. Owns ``waiting`` (queue order) and ``running`` (admission order)."""
 
@@ -179,17 +191,13 @@ class Scheduler:
                 if left <= 0:
                     break
                 r = running[j]
-                c = r.computed
-                remaining = r.prompt + r.generated - c
-                if remaining == 1 and r.generated:
+                n, blocks, is_decode = next_chunk(r, left, bs)
+                need += blocks
+                if is_decode:
                     decode.append(r)
-                    need += 1 if c % bs == 0 and c >= r.base * bs else 0
-                    left -= 1
                 else:
-                    n = min(remaining, left)
-                    need += held_blocks(c + n, r.base, bs) - held_blocks(c, r.base, bs)
-                    prefill.append((r, n, c))
-                    left -= n
+                    prefill.append((r, n, r.computed))
+                left -= n
             if need <= pool.free_blocks:
                 if need:
                     pool.allocate(need)
@@ -202,14 +210,7 @@ class Scheduler:
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
-            c = r.computed
-            remaining = r.prompt + r.generated - c
-            if remaining == 1 and r.generated:  # decode: a new block exactly when c fills the last one
-                n = 1
-                need = 1 if c % bs == 0 and c >= r.base * bs else 0
-            else:
-                n = min(remaining, budget)
-                need = held_blocks(c + n, r.base, bs) - held_blocks(c, r.base, bs)
+            n, need, is_decode = next_chunk(r, budget, bs)
             self_preempted = False
             while need > pool.free_blocks and not self._room(need, 0, r.program):
                 # victims come from the not-yet-scheduled part (vLLM FCFS pops the tail; its priority mode
@@ -224,10 +225,10 @@ class Scheduler:
                 break  # vLLM: "No more request to schedule"
             if need:
                 pool.allocate(need)
-            if n == 1 and remaining == 1 and r.generated:
+            if is_decode:
                 plan.decode.append(r)
             else:
-                plan.prefill.append((r, n, c))
+                plan.prefill.append((r, n, r.computed))
             budget -= n
             i += 1
         if plan.preempted:
