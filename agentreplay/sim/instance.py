@@ -18,6 +18,7 @@ decode cohort as a whole (:mod:`agentreplay.sim.cohort`); a request whose prompt
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -49,38 +50,34 @@ class _Run:
     c: float
 
     allocated: int = 1  #: steps whose KV blocks are allocated (the first step's by the scheduler)
-    _ends: np.ndarray | None = None  # completion time of every step, computed once per run
+    _ends: list[float] | np.ndarray | None = None  # completion time of every step, computed once per run
 
-    def _all_ends(self) -> np.ndarray:
+    def _all_ends(self) -> list[float] | np.ndarray:
         """Step completion times, summed one step at a time in order (``np.add.accumulate`` is sequential),
-        so they are bit-identical to single decode steps priced as ``a + c * sum_ctx``."""
+        so they are bit-identical to single decode steps priced as ``a + c * sum_ctx``. Short runs sum in a
+        Python loop, which beats numpy's call overhead there."""
         if self._ends is None:
-            s = self.sum_ctx + self.n * np.arange(self.steps, dtype=np.int64)
-            steps = self.a + self.c * s.astype(np.float64)
-            self._ends = np.add.accumulate(np.concatenate(([self.t0], steps)))[1:]
+            if self.steps <= _SHORT_RUN:
+                ends: list[float] = []
+                t, s, a, c, n = self.t0, self.sum_ctx, self.a, self.c, self.n
+                for _ in range(self.steps):
+                    t += a + c * s
+                    s += n
+                    ends.append(t)
+                self._ends = ends
+            else:
+                steps = self.a + self.c * (self.sum_ctx + self.n * np.arange(self.steps, dtype=np.int64)).astype(
+                    np.float64)
+                self._ends = np.add.accumulate(np.concatenate(([self.t0], steps)))[1:]
         return self._ends
 
     def end_of_step(self, j: int) -> float:
         """Completion time of step ``j`` (1-based)."""
-        if self._ends is None and j <= _SHORT_RUN:  # a Python loop beats numpy's call overhead here
-            t, s, a, c, n = self.t0, self.sum_ctx, self.a, self.c, self.n
-            for _ in range(j):
-                t += a + c * s
-                s += n
-            return t
         return float(self._all_ends()[j - 1])
 
     def steps_done_by(self, now: float) -> int:
         """The step in progress at ``now`` (1-based); a step ending exactly at ``now`` counts as that one."""
-        if self._ends is None and self.steps <= _SHORT_RUN:
-            t, s, a, c, n = self.t0, self.sum_ctx, self.a, self.c, self.n
-            for j in range(1, self.steps + 1):
-                t += a + c * s
-                s += n
-                if t >= now:
-                    return j
-            return self.steps
-        return min(self.steps, int(np.searchsorted(self._all_ends(), now, side="left")) + 1)
+        return min(self.steps, bisect_left(self._all_ends(), now) + 1)
 
 
 @dataclass(slots=True)
