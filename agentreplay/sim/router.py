@@ -36,15 +36,8 @@ def _load(inst: Instance, metric: str) -> int:
 
 def least_loaded(instances: Sequence[Instance], metric: str = "requests") -> int:
     """Index of the instance with the least load; ties to the lowest index (deterministic)."""
-    if metric == "requests":  # the common case, without a call per instance
-        loads = [len(inst.sched.waiting) + len(inst.sched.running) for inst in instances]
-        return loads.index(min(loads))
-    best, best_load = 0, None
-    for i, inst in enumerate(instances):
-        load = _load(inst, metric)
-        if best_load is None or load < best_load:
-            best, best_load = i, load
-    return best
+    loads = [_load(inst, metric) for inst in instances]
+    return loads.index(min(loads))
 
 
 class RoundRobin:
