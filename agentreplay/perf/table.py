@@ -361,11 +361,18 @@ class TablePerfModel:
 
     # ---- references from a roofline (per layer, or per forward, launches included) -------------------------
     @staticmethod
-    def _op_ref(pm: PerfModel, op: str, x: float) -> float:
-        n = max(1, round(x))
-        bd = pm.breakdown((), [0] * n) if op in EMITTING else pm.breakdown([(n, 0, False)], ())
-        per = 1 if op in PER_FORWARD else pm.model.num_hidden_layers
-        return bd[op] / per + kernels_s(pm, op)
+    def _op_breakdown(pm: PerfModel, n: int, emitting: bool) -> dict[str, float]:
+        """``pm``'s operator seconds at ``n`` tokens (sequences when ``emitting``: LM head and sampler)."""
+        return pm.breakdown((), [0] * n) if emitting else pm.breakdown([(n, 0, False)], ())
+
+    @staticmethod
+    def _op_unit(pm: PerfModel, bd: dict[str, float], op: str) -> float:
+        """``op``'s seconds in ``bd`` per layer (per forward for :data:`PER_FORWARD`), launches included."""
+        return bd[op] / (1 if op in PER_FORWARD else pm.model.num_hidden_layers) + kernels_s(pm, op)
+
+    @classmethod
+    def _op_ref(cls, pm: PerfModel, op: str, x: float) -> float:
+        return cls._op_unit(pm, cls._op_breakdown(pm, max(1, round(x)), op in EMITTING), op)
 
     @staticmethod
     def _pf_ref(pm: PerfModel, tokens: float, context: float) -> float:
@@ -384,10 +391,9 @@ class TablePerfModel:
         got = self._refs.get((n, emitting))
         if got is None:
             pm = self.fallback
-            bd = pm.breakdown((), [0] * n) if emitting else pm.breakdown([(n, 0, False)], ())
-            got = self._refs[(n, emitting)] = {
-                o: bd[o] / (1 if o in PER_FORWARD else self._layers) + self._kernel_s[o]
-                for o in self.table.ops if (o in EMITTING) == emitting}
+            bd = self._op_breakdown(pm, n, emitting)
+            got = self._refs[(n, emitting)] = {o: self._op_unit(pm, bd, o) for o in self.table.ops
+                                                if (o in EMITTING) == emitting}
         return got[op]
 
     def _shape(self, op: str, x: float) -> float:
