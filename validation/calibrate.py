@@ -395,7 +395,8 @@ def calibrate(measured: Measured, catalog: str | Path | None = None) -> tuple[di
 
 
 # ---------------------------------------------------------------------------------------------- error tables
-def mape(err: pd.Series) -> float:
+def mape(err: pd.Series | np.ndarray) -> float:
+    """Mean absolute relative error in % (NaN without points; NaN errors propagate)."""
     return float(np.mean(np.abs(err)) * 100) if len(err) else float("nan")
 
 

@@ -26,6 +26,7 @@ from numpy.typing import ArrayLike
 from scipy.optimize import least_squares, nnls
 
 from agentreplay.perf.interp import isotonic
+from validation.calibrate import mape
 
 SMALL_BYTES: Final = 1 << 20  #: all-reduce sizes below this are reported apart (the latency-bound regime)
 
@@ -87,12 +88,7 @@ def mape_best_constant(measured: ArrayLike) -> tuple[float, float]:
     m = np.sort(np.asarray(measured, dtype=float))
     w = 1.0 / m
     c = float(m[np.searchsorted(np.cumsum(w), w.sum() / 2)])
-    return c, float(np.mean(np.abs(c / m - 1)) * 100)
-
-
-def _mape(pred: np.ndarray, meas: np.ndarray) -> float:
-    """MAPE % (NaN when there are no points or any prediction is missing)."""
-    return float(np.mean(np.abs(pred / meas - 1)) * 100) if len(meas) else float("nan")
+    return c, mape(c / m - 1)
 
 
 def allreduce_limits(allreduce: pd.DataFrame, priced: pd.DataFrame, n_val: int = 4,
@@ -124,8 +120,8 @@ def allreduce_limits(allreduce: pd.DataFrame, priced: pd.DataFrame, n_val: int =
         }
         for name, v in preds.items():
             rows.append({"gpu": g, "method": name, "< 1 MiB n": int(small.sum()),
-                         "< 1 MiB MAPE %": _mape(v[small], t[small]), ">= 1 MiB n": int((~small).sum()),
-                         ">= 1 MiB MAPE %": _mape(v[~small], t[~small]), "all MAPE %": _mape(v, t)})
+                         "< 1 MiB MAPE %": mape(v[small] / t[small] - 1), ">= 1 MiB n": int((~small).sum()),
+                         ">= 1 MiB MAPE %": mape(v[~small] / t[~small] - 1), "all MAPE %": mape(v / t - 1)})
         drops = t[1:] / t[:-1] - 1
         bad = ring_infeasible(s, ta, n_cal[0], tb, n_cal[1])
         shape.append({"gpu": g, f"{n_val}-GPU us below 1 MiB (min / median / max)":
@@ -161,10 +157,9 @@ def decode_linear_floor(full: pd.DataFrame, table_ops: pd.DataFrame) -> pd.DataF
             c = np.array([coef[b][1] for b in vc["batch_size"]])
             pred = a + c * vc["batch_size"].to_numpy() * vc["context_tokens"].to_numpy()
             floor.append(np.abs(pred / vc["measured_s"].to_numpy() - 1))
-        rows.append({"gpu": g, "held-out points": len(v), "table pricer MAPE %": float(
-            np.mean(np.abs(v["predicted_s"] / v["measured_s"] - 1)) * 100),
-            "linear form fitted to every point of each batch size, MAPE %": float(
-                np.mean(np.concatenate(floor)) * 100)})
+        rows.append({"gpu": g, "held-out points": len(v),
+                     "table pricer MAPE %": mape(v["predicted_s"] / v["measured_s"] - 1),
+                     "linear form fitted to every point of each batch size, MAPE %": mape(np.concatenate(floor))})
     return pd.DataFrame(rows)
 
 

@@ -30,10 +30,6 @@ _COLORS: Final = {"llmservingsim-v0": "tab:blue", "llmservingsim-perf": "tab:cya
                   "splitwise": "tab:olive", "vllm-run": "tab:red", "llmperf": "tab:purple", "agent-jct": "tab:orange"}
 
 
-def _mape(e: pd.Series) -> float:
-    return float(np.mean(np.abs(e)) * 100) if len(e) else float("nan")
-
-
 # ---------------------------------------------------------------------------------------------- headline
 def headline(df: pd.DataFrame, burst: pd.DataFrame | None = None) -> dict[str, Any]:
     """The figures the brief asks for, computed from the error rows."""
@@ -44,13 +40,13 @@ def headline(df: pd.DataFrame, burst: pd.DataFrame | None = None) -> dict[str, A
         v = d[d["role"] == "validation"]
         att = v["metric"].str.startswith("attention")
         out["component_mape_pct"][g] = {
-            **{r: _mape(d.loc[d["role"] == r, "rel_error"]) for r in ("calibration", "validation")},
-            "validation_layer_time": _mape(v.loc[v["metric"] == "layer_time_s", "rel_error"]),
-            "validation_attention": _mape(v.loc[att, "rel_error"]),
+            **{r: K.mape(d.loc[d["role"] == r, "rel_error"]) for r in ("calibration", "validation")},
+            "validation_layer_time": K.mape(v.loc[v["metric"] == "layer_time_s", "rel_error"]),
+            "validation_attention": K.mape(v.loc[att, "rel_error"]),
             "validation_time_weighted": float((v["rel_error"].abs() * v["measured"]).sum() / v["measured"].sum()
                                               * 100) if len(v) else float("nan")}
     it = df[df["metric"].isin(ITERATION_METRICS)]
-    out["splitwise_mape_pct"] = {g: {**{f"{m} MAPE": _mape(d.loc[d["metric"] == m, "rel_error"])
+    out["splitwise_mape_pct"] = {g: {**{f"{m} MAPE": K.mape(d.loc[d["metric"] == m, "rel_error"])
                                         for m in ITERATION_METRICS},
                                      **{f"{m} median APE": float(d.loc[d["metric"] == m, "rel_error"].abs()
                                                                  .median() * 100) for m in ITERATION_METRICS}}
@@ -92,7 +88,7 @@ def pricer_headline(p: pd.DataFrame) -> dict[str, Any]:
         return out
     comp = p[p["metric"].isin(COMPONENT_METRICS)]
     out["pricer_component_mape_pct"] = {
-        g: {pr: {r: _mape(x.loc[x["role"] == r, "rel_error"]) for r in ("calibration", "validation")}
+        g: {pr: {r: K.mape(x.loc[x["role"] == r, "rel_error"]) for r in ("calibration", "validation")}
             for pr, x in d.groupby("pricer")} for g, d in comp.groupby("gpu")}
     run = p[p["source"] == "vllm-run"]
     out["pricer_vllm_run_pct"] = {pr: {m: float(x.loc[x["metric"] == m, "rel_error"].mean() * 100)
@@ -100,7 +96,7 @@ def pricer_headline(p: pd.DataFrame) -> dict[str, Any]:
                                   for pr, x in run.groupby("pricer")}
     sw = p[p["metric"].isin(ITERATION_METRICS)]
     out["pricer_splitwise_mape_pct"] = {
-        g: {pr: {m: _mape(x.loc[x["metric"] == m, "rel_error"]) for m in ITERATION_METRICS}
+        g: {pr: {m: K.mape(x.loc[x["metric"] == m, "rel_error"]) for m in ITERATION_METRICS}
             for pr, x in d.groupby("pricer")} for g, d in sw.groupby("gpu")}
     lp = p[(p["source"] == "llmperf") & (p["metric"] == "throughput_output_tok_s")]
     out["pricer_llmperf_rtx3090_bf16_throughput_pct"] = {pr: float(x["rel_error"].mean() * 100)
@@ -159,7 +155,7 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
             x = d[d["pricer"] == pr]
             tot = comp[(comp["gpu"] == g) & (comp["pricer"] == pr)]["rel_error"].abs().sum()
             row[f"{pr} n"] = len(x)
-            row[f"{pr} MAPE %"] = _mape(x["rel_error"])
+            row[f"{pr} MAPE %"] = K.mape(x["rel_error"])
             row[f"{pr} share %"] = float(x["rel_error"].abs().sum() / tot * 100) if tot else float("nan")
         diag.append(row)
     lines = ["Validation points per GPU and metric: MAPE and the metric's share of the GPU's summed absolute error "
@@ -174,7 +170,7 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
     secs.append(("Where the component error comes from", "\n".join(lines)))
     if len(pricer_ops):
         t = pricer_ops.groupby(["gpu", "group", "pricer", "role"])["rel_error"].apply(
-            lambda e: float(np.mean(np.abs(e)) * 100)).unstack(["pricer", "role"])
+            K.mape).unstack(["pricer", "role"])
         cols = [(pr, r) for pr in PRICER_ORDER for r in ("calibration", "validation") if (pr, r) in t.columns]
         t = t.reindex(columns=cols)
         t.columns = [f"{pr} {r[:3]}." for pr, r in cols]
