@@ -68,28 +68,27 @@ def write_manifest(build: str) -> None:
                                    indent=1, sort_keys=True) + "\n")
 
 
+def pure_python(why: str, warn: bool = False) -> list:
+    """Install the sources only: say why, remove stale compiled modules, record it in the manifest."""
+    print(f"agentreplay: {'WARNING: ' if warn else ''}{why}; installing pure Python"
+          + (" (simulations run about 3x slower)" if warn else ""), file=sys.stderr)
+    remove_compiled()
+    write_manifest(f"pure: {why}")
+    return []
+
+
 def native_extensions() -> list:
     if os.environ.get("AGENTREPLAY_PURE_PYTHON", "").strip() not in ("", "0"):
-        print("agentreplay: AGENTREPLAY_PURE_PYTHON set, installing pure Python", file=sys.stderr)
-        remove_compiled()
-        write_manifest("pure: AGENTREPLAY_PURE_PYTHON")
-        return []
+        return pure_python("AGENTREPLAY_PURE_PYTHON set")
     try:
         from mypyc.build import mypycify
     except ImportError as e:  # build isolation off and mypy missing
-        print(f"agentreplay: mypyc unavailable ({e}), installing pure Python", file=sys.stderr)
-        remove_compiled()
-        write_manifest(f"pure: mypyc unavailable ({e})")
-        return []
+        return pure_python(f"mypyc unavailable ({e})")
     os.chdir(ROOT)  # mypycify takes paths relative to the project root
     try:
         exts = mypycify(HOT, opt_level="3")
     except (Exception, SystemExit) as e:  # mypyc exits on a type error it cannot compile
-        print(f"agentreplay: WARNING: mypyc could not compile the hot path ({e!r}); installing pure Python "
-              "(simulations run about 3x slower)", file=sys.stderr)
-        remove_compiled()
-        write_manifest(f"pure: mypyc failed ({e!r}); run mypy on the modules of setup.py HOT to see why")
-        return []
+        return pure_python(f"mypyc failed ({e!r}); run mypy on the modules of setup.py HOT to see why", warn=True)
     for ext in exts:
         ext.optional = True  # a failed C build leaves the pure-Python sources in use
     write_manifest("compiled")
