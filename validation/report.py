@@ -210,16 +210,60 @@ def _residual_shapes(ops: pd.DataFrame) -> str:
             "attention kernel beyond the shared per-kernel overhead.\n\n" + _md(a.round(1).reset_index(), ".1f"))
 
 
+def _calibration_record(catalog: str | Path | None) -> dict[str, Any]:
+    """The ``calibration.json`` that goes with ``catalog`` (empty when there is none)."""
+    import json
+
+    from agentreplay.perf.table import calibration_path
+
+    path = calibration_path(catalog)
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _origin(rec: dict[str, Any] | None) -> str:
+    """One GPU's entry of ``calibration.json`` in words: fitted, or borrowed from which GPU."""
+    if rec is None:
+        return "not calibrated (catalog values)"
+    if rec.get("calibrated_from"):
+        return f"no measured profile: those of {rec['calibrated_from']}"
+    return "fitted on its own profiles"
+
+
 def refinement_table(catalog: str | Path | None = None) -> pd.DataFrame:
-    """The parameters in the refined roofline's TOML, one row per GPU with a fit of its own."""
+    """The parameters in the refined roofline's TOML, one row per GPU, with where they come from (``from``: its
+    own fit, or borrowed from the nearest profiled GPU)."""
     import tomllib
 
     from agentreplay.perf.table import refinement_path
 
     with open(refinement_path(catalog), "rb") as fh:
         gpus = tomllib.load(fh).get("gpu", {})
+    recs = _calibration_record(catalog).get("refined", {}).get("gpus", {})
     params = [p for _, _, ps in K.REFINED_STAGES for p in ps]
-    return pd.DataFrame([{"gpu": g, **{p: v.get(p, float("nan")) for p in params}} for g, v in sorted(gpus.items())])
+    return pd.DataFrame([{"gpu": g, "from": _origin(recs.get(g)), **{p: v.get(p, float("nan")) for p in params}}
+                         for g, v in sorted(gpus.items())])
+
+
+def gpu_provenance(df: pd.DataFrame, catalog: str | Path | None = None) -> pd.DataFrame:
+    """Where each catalog GPU's performance parameters come from: its datasheet peaks (gpus.toml) and either its
+    own fit on measured profiles (``calibration.json``: the calibration points) or, for a GPU without any measured
+    profile, the kernel-level efficiencies of the nearest profiled GPU (:data:`validation.calibrate.NEAREST`);
+    and how many measured cells of ``df`` (the errors table) judge it."""
+    from agentreplay.perf import list_gpus, load_gpu
+
+    recs = _calibration_record(catalog).get("gpus", {})
+    cells = df.groupby("gpu")["cell_id"].nunique() if len(df) else pd.Series(dtype=int)
+    rows = []
+    for g in list_gpus(catalog):
+        spec = load_gpu(g, catalog)
+        rows.append({"gpu": g, "architecture": spec.architecture, "bf16 TFLOPS": spec.bf16_tflops,
+                     "memory GB/s": spec.mem_bandwidth_gbps, "interconnect GB/s": spec.interconnect_bw_gbps,
+                     "efficiencies": _origin(recs.get(g)),
+                     "borrowed from": (recs.get(g) or {}).get("calibrated_from") or "",
+                     "operator points (cal. / val.)": "{calibration:,} / {validation:,}".format(
+                         **(recs.get(g) or {}).get("points", {"calibration": 0, "validation": 0})),
+                     "measured cells": int(cells.get(g, 0))})
+    return pd.DataFrame(rows)
 
 
 def _verdict(err_pct: float, target: float) -> str:
@@ -377,6 +421,13 @@ def _sections(df: pd.DataFrame, ops: pd.DataFrame, agg: dict[str, pd.DataFrame],
                                       pricer_ops if pricer_ops is not None else pd.DataFrame(), catalog)
     if p_head:
         head.insert(1 + bool(s.get("splitwise_mape_pct")), p_head)
+    prov = gpu_provenance(df, catalog)
+    borrowed = prov[prov["borrowed from"] != ""]
+    if len(borrowed):
+        head.append("- GPUs without any measured profile (" + ", ".join(
+            f"{g} from {src}" for g, src in zip(borrowed["gpu"], borrowed["borrowed from"], strict=True))
+            + "): datasheet peaks with the efficiencies of the nearest profiled GPU; no measured cell judges them, "
+              "so no error figure exists for them (see 'Where each GPU's parameters come from').")
     secs = [("Headline figures", "\n".join(head))]
     secs.append(("Calibration / validation split", "\n".join(f"- **{k}**: {v}" for k, v in K.SPLIT.items()) + (
         "\n- Operators compared but not fitted: " + ", ".join(sorted({g for _, g in K.FIT_EXCLUDE}))
@@ -386,6 +437,12 @@ def _sections(df: pd.DataFrame, ops: pd.DataFrame, agg: dict[str, pd.DataFrame],
         f"\n- Deterministic subsampling: at most {C.MAX_POINTS} log-spaced token counts per operator curve and "
         f"{2 * C.MAX_POINTS} evenly spaced points per attention curve; Splitwise repeats and profile repeats are "
         "reduced to their median." + ("\n- --quick: the agent-JCT replay was skipped." if quick else ""))))
+    secs.append(("Where each GPU's parameters come from", "Datasheet peaks from catalog/gpus.toml (each value's "
+                 "source is commented there); efficiencies fitted by `agentreplay calibrate` on the GPU's own "
+                 "calibration points (catalog/calibration.json), or, for a GPU without any measured profile, the "
+                 "kernel-level efficiencies of the nearest profiled GPU of its class (validation/calibrate.py "
+                 "NEAREST). Operator points: the GPU's operator-profile points by role in calibration.json; "
+                 "measured cells: the cells of this report on that GPU.\n\n" + _md(prov, ".4g")))
     secs += p_secs
     if len(ops) and not p_secs:
         t = K.mape_table(ops).round(1).reset_index()

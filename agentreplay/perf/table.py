@@ -232,6 +232,12 @@ def tables_path(catalog: str | Path | None = None) -> Path:
     return _beside(catalog, "tables.toml")
 
 
+def calibration_path(catalog: str | Path | None = None) -> Path:
+    """``calibration.json`` (what ``agentreplay calibrate`` fitted, on which points, or borrowed from which GPU)
+    beside the GPU catalog ``catalog`` when it exists there, else the packaged one."""
+    return _beside(catalog, "calibration.json")
+
+
 def load_refinement(gpu: GpuSpec, path: str | Path | None = None) -> tuple[Efficiency, Refinement]:
     """``(efficiency, refinement)`` of ``gpu`` from a ``roofline.toml`` (``[gpu."name"]`` tables holding
     Efficiency keys, which override the GPU catalog's, and :class:`Refinement` keys). No entry: the catalog

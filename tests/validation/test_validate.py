@@ -14,7 +14,9 @@ from typer.testing import CliRunner
 
 import agentreplay.cli.validate  # noqa: F401  (registers the commands)
 from agentreplay.cli.app import app
+from agentreplay.perf import list_gpus, load_gpu
 from tests.conftest import shared_path
+from validation import report as R
 from validation import validate as V
 from validation.measured import collect_path
 
@@ -109,6 +111,26 @@ def test_component_subset_has_both_roles(tmp_path: Path) -> None:
     assert "## Where the component error comes from" in report and "## Limits of the table pricer" in report
     lim = summary["table_limits"]  # no all-reduce profile in this subset; the decode linear-form floor is there
     assert lim["allreduce"] == [] and [r["gpu"] for r in lim["decode_linear"]] == ["rtx4090"]
+    assert "## Where each GPU's parameters come from" in report
+    assert "GPUs without any measured profile (" in report and "b200 from h100-sxm" in report
+
+
+def test_gpu_provenance_marks_borrowed_parameters() -> None:
+    """Every catalog GPU is listed; the ones with no measured profile (B200, H200) say whose efficiencies they
+    carry, the profiled ones how many calibration points fitted them; cells are counted from the errors table."""
+    errors = pd.DataFrame({"gpu": ["h100-sxm", "h100-sxm", "rtx4090"], "cell_id": ["a", "b", "c"]})
+    prov = R.gpu_provenance(errors).set_index("gpu")
+    assert set(prov.index) == set(list_gpus())
+    for g in ("b200", "h200"):
+        assert prov.loc[g, "borrowed from"] == "h100-sxm" and prov.loc[g, "measured cells"] == 0
+        assert prov.loc[g, "efficiencies"] == "no measured profile: those of h100-sxm"
+    assert prov.loc["h100-sxm", "borrowed from"] == "" and prov.loc["h100-sxm", "measured cells"] == 2
+    assert prov.loc["h100-sxm", "efficiencies"] == "fitted on its own profiles"
+    assert prov.loc["b200", "operator points (cal. / val.)"] == "0 / 0"
+    assert prov.loc["b200", "bf16 TFLOPS"] == load_gpu("b200").bf16_tflops  # datasheet peaks from the catalog
+    ref = R.refinement_table().set_index("gpu")
+    assert ref.loc["h200", "from"] == "no measured profile: those of h100-sxm"
+    assert ref.loc["rtx4090", "from"] == "fitted on its own profiles"
 
 
 def test_unrecognised_measured_path(tmp_path: Path) -> None:
