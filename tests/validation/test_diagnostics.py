@@ -57,6 +57,22 @@ def test_allreduce_limits_on_ring_data() -> None:
     assert shape.loc[0, "next-size drops > 30%"] == 0
 
 
+def test_allreduce_method_is_chosen_on_the_other_gpus() -> None:
+    """The method a choice without this GPU's 4-GPU points picks: best mean MAPE on the others; floors (fitted to
+    the 4-GPU points) never compete."""
+    rows = [{"gpu": g, "method": m, "all MAPE %": v} for g, m, v in [
+        ("a", "pricers' ring fit", 40.0), ("a", "per size: ring (relative)", 28.0), ("a", "floor: best", 1.0),
+        ("b", "pricers' ring fit", 17.0), ("b", "per size: ring (relative)", 25.0), ("b", "floor: best", 0.5),
+        ("c", "pricers' ring fit", 19.0), ("c", "per size: ring (relative)", 30.0)]]
+    a = D._chosen_elsewhere(rows, "a")
+    assert "mean MAPE 18.0% there" in a and "the global ring fit the pricers use, 40.0% here" in a
+    b = D._chosen_elsewhere(rows, "b")
+    # on a and c: ring fit (40 + 19) / 2 = 29.5, per size (28 + 30) / 2 = 29.0 -> per size, 25.0 on b
+    assert "mean MAPE 29.0% there" in b and "'per size: ring (relative)', 25.0% here" in b
+    solo = [r for r in rows if r["gpu"] == "a"]
+    assert "no other GPU" in D._chosen_elsewhere(solo, "a")
+
+
 def test_decode_linear_floor_is_zero_on_linear_data() -> None:
     b, ctx = (v.ravel() for v in np.meshgrid([1, 4, 16], [64, 512, 4096]))
     t = 5e-6 + 3e-9 * b * ctx
