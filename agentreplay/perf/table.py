@@ -37,6 +37,10 @@ covers from the table, the rest (and points outside the table's range) from a fa
   batch size, fitted to the decode table by non-negative least squares on relative residuals with the slopes
   non-decreasing in batch size (:func:`agentreplay.perf.interp.fit_decode`); ``a`` is interpolated in log-log,
   ``c`` linearly in log batch size. Decode-only iterations therefore cost exactly ``A(n) + c(n) * sum_ctx``.
+  No slope is below the DRAM stream (:func:`dram_key_s`: a key's K and V at the datasheet memory bandwidth): a
+  profile point faster than that read its KV cache from L2 (the RTX 4090 profile's batch-1 rows imply 1.8x the
+  GPU's 1,008 GB/s between its two longest contexts), which a served model, streaming every layer's weights
+  between two reads of the same KV, does not get.
 - outside a table's range the value is anchored at the nearest table point and scaled by the fallback:
   ``t(x) = t(x_edge) * R(x) / R(x_edge)`` (continuous, monotone). A table measured on another TP, model or
   dtype is scaled point by point by the ratio of the target's to the source's roofline (``source=``).
@@ -60,7 +64,7 @@ import numpy as np
 
 from agentreplay.perf.catalog import Dtype, Efficiency, GpuSpec, ModelSpec, load_gpu, load_model
 from agentreplay.perf.interp import Curve, Grid, fit_decode
-from agentreplay.perf.model import OPERATORS, PerfModel, PrefillItem
+from agentreplay.perf.model import DTYPE_BYTES, OPERATORS, PerfModel, PrefillItem
 
 # ---------------------------------------------------------------------------------------------- kernels
 #: Kernel classes each operator launches (per layer, or per forward for :data:`PER_FORWARD`).
@@ -81,6 +85,13 @@ GEMM_OPS: Final = frozenset(op for op, k in KERNELS.items() if k == ("gemm",))
 #: 1, 16, 32, 64, 128 and 256 on the held-out validation points (leave-one-out on the calibration points alone
 #: does not single it out); the validation report keeps the untiled ablation (pricer ``table-untiled``) beside it.
 GEMM_TILE_TOKENS: Final = 64
+
+
+def dram_key_s(pm: PerfModel) -> float:
+    """Seconds per decode context token per layer when the KV cache streams from DRAM at the datasheet peak
+    bandwidth: K and V of the rank's KV heads."""
+    kv_bytes = 2 * pm.model.kv_heads_per_rank(pm.tp) * pm.model.head_dim * DTYPE_BYTES[pm.kv_dtype]
+    return kv_bytes / (pm.gpu.mem_bandwidth_gbps * 1e9)
 
 
 def launch_s(pm: PerfModel, op: str) -> float:
@@ -360,7 +371,7 @@ class TablePerfModel:
                 slope = slope * (fallback.decode_coeffs(1)[1] / self._layers) / (
                     src.decode_coeffs(1)[1] / src.model.num_hidden_layers)  # per-layer ratio
             self._dec = Curve(bs, np.maximum(icpt, 1e-12))
-            self._dec_log_batches, self._dec_slopes = np.log(bs), slope
+            self._dec_log_batches, self._dec_slopes = np.log(bs), np.maximum(slope, dram_key_s(fallback))
         self._covered = frozenset(self._curves) | ({"attention_prefill"} if self._grid else set()) | (
             {"attention_decode"} if self._dec else set())
         self._coeffs: dict[int, tuple[float, float]] = {}

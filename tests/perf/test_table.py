@@ -23,7 +23,7 @@ from agentreplay.perf import (
     load_model,
 )
 from agentreplay.perf.interp import Curve, fit_decode, isotonic
-from agentreplay.perf.table import load_refinement, load_tables
+from agentreplay.perf.table import dram_key_s, load_refinement, load_tables
 
 EFF = Efficiency(
     compute_efficiency=0.7, bandwidth_efficiency=0.8, attn_prefill_efficiency=0.5, attn_decode_efficiency=0.7,
@@ -114,7 +114,7 @@ def synthetic_table(pm: PerfModel, tp: int = 1) -> MeasuredTable:
     pf_n, pf_c = (np.array(v).ravel() for v in np.meshgrid([16, 64, 256, 1024], [0, 128, 2048, 8192]))
     pf_s = [TablePerfModel._pf_ref(pm, n, c) * 0.9 for n, c in zip(pf_n, pf_c, strict=True)]
     dec_b, dec_c = (np.array(v).ravel() for v in np.meshgrid([1, 8, 64], [16, 1024, 8192]))
-    dec_s = 4e-6 + 1e-6 * np.log2(dec_b) + 2e-9 * dec_b * dec_c  # exactly linear in b * ctx per batch size
+    dec_s = 4e-6 + 1e-6 * np.log2(dec_b) + 3e-9 * dec_b * dec_c  # exactly linear in b * ctx per batch size
     return MeasuredTable("synthetic", "unit", pm.model.name, tp, ops=ops,
                          attention_prefill=(pf_n.tolist(), pf_c.tolist(), pf_s),
                          attention_decode=(dec_b.tolist(), dec_c.tolist(), dec_s.tolist()))
@@ -286,17 +286,34 @@ def test_gemm_tiles_shape_the_interpolation() -> None:
         TablePerfModel(table, fb, gemm_tile_tokens=0)
 
 
+def test_table_decode_slope_is_floored_at_the_dram_stream() -> None:
+    """A per-key slope faster than the datasheet DRAM bandwidth (a profile whose KV stayed in L2 between
+    repeats) is priced at the DRAM stream: 2 x 8 KV heads x 128 x 2 B = 4,096 B per key at 2,000 GB/s."""
+    fb = RefinedPerfModel(gpu(), load_model("llama-3.1-8b"), refinement=REF)
+    assert dram_key_s(fb) == pytest.approx(4096 / 2000e9, rel=1e-12)
+    b, ctx = (np.array(v).ravel() for v in np.meshgrid([1, 4], [64, 1024, 8192]))
+    slope = {1: 1e-9, 4: 3e-9}
+    secs = [5e-6 + slope[x] * x * k for x, k in zip(b, ctx, strict=True)]
+    pm = TablePerfModel(MeasuredTable("dec", "unit", "llama-3.1-8b",
+                                      attention_decode=(b.tolist(), ctx.tolist(), secs)), fb)
+    layers = fb.model.num_hidden_layers
+    assert pm.decode_coeffs(1)[1] == pytest.approx(layers * 4096 / 2000e9, rel=1e-9)
+    assert pm.decode_coeffs(4)[1] == pytest.approx(layers * 3e-9, rel=1e-6)
+    fp8 = RefinedPerfModel(gpu(), load_model("llama-3.1-8b"), kv_dtype="fp8", refinement=REF)
+    assert dram_key_s(fp8) == pytest.approx(2048 / 2000e9, rel=1e-12)  # one byte per KV element
+
+
 def test_table_decode_slope_per_batch_size() -> None:
     fb = RefinedPerfModel(gpu(), load_model("llama-3.1-8b"), refinement=REF)
     b, ctx = (np.array(v).ravel() for v in np.meshgrid([1, 4, 16], [64, 1024, 8192]))
-    slope = {1: 2e-9, 4: 3e-9, 16: 3.5e-9}
+    slope = {1: 3e-9, 4: 4e-9, 16: 4.5e-9}  # all above the DRAM floor (4,096 B per key at 2,000 GB/s)
     secs = [5e-6 + 1e-6 * np.log2(x) + slope[x] * x * k for x, k in zip(b, ctx, strict=True)]
     pm = TablePerfModel(MeasuredTable("dec", "unit", "llama-3.1-8b",
                                       attention_decode=(b.tolist(), ctx.tolist(), secs)), fb)
     layers = fb.model.num_hidden_layers
     for x in (1, 4, 16):
         assert pm.decode_coeffs(x)[1] == pytest.approx(layers * slope[x], rel=1e-6)
-    assert pm.decode_coeffs(2)[1] == pytest.approx(layers * 2.5e-9, rel=1e-6)  # linear in log batch size
+    assert pm.decode_coeffs(2)[1] == pytest.approx(layers * 3.5e-9, rel=1e-6)  # linear in log batch size
     assert pm.decode_coeffs(64)[1] == pm.decode_coeffs(16)[1]  # held beyond the table
     a, c = pm.decode_coeffs(8)
     assert pm.iteration_time_s([], [100, 2000, 0, 7, 9, 11, 13, 5000]) == a + c * 7140
