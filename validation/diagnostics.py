@@ -13,6 +13,9 @@ fitted to the 4-GPU points themselves: the best constant per size band and the b
 **Decode attention in the linear form.** The simulator needs a decode-only iteration to cost ``A(n) + c(n) *
 sum_ctx``; :func:`decode_linear_floor` fits ``a_b + c_b * b * ctx`` to *every* measured point of each batch size
 (in-sample) and reports its error on the held-out points: what the form itself leaves, before any interpolation.
+:func:`decode_beyond_dram` lists the batch sizes whose measured time grows with the context more slowly than
+their KV cache can stream from DRAM at the datasheet bandwidth (the table prices those at the DRAM stream,
+:func:`agentreplay.perf.table.dram_key_s`).
 """
 
 from __future__ import annotations
@@ -163,6 +166,35 @@ def decode_linear_floor(full: pd.DataFrame, table_ops: pd.DataFrame) -> pd.DataF
     return pd.DataFrame(rows)
 
 
+def decode_beyond_dram(full: pd.DataFrame, key_bytes: dict[str, float], peak_bps: dict[str, float]
+                       ) -> pd.DataFrame:
+    """Decode-attention rows of ``full`` (op_points without subsampling, with ``gpu``) whose growth with the
+    context beats the datasheet memory bandwidth ``peak_bps[gpu]``: per (cell, batch size ``b``), the least-squares
+    slope ``s`` of time against context over the contexts of at least 1/8 of the longest (where the KV read
+    dominates), read as ``b * key_bytes / s`` bytes per second (``key_bytes[cell_id]``: K and V bytes of one key
+    in one layer, per rank). A curve that does not rise over that range (time not resolving the KV read, e.g. a
+    small KV per rank) is no evidence either way and is left out. One row per flagged (cell, batch size)."""
+    rows = []
+    dec = full[full["group"] == "attention_decode"]
+    for (cid, b), d in dec.groupby(["cell_id", "batch_size"]):
+        d = d[d["context_tokens"] >= d["context_tokens"].max() / 8]
+        if len(d) < 2 or cid not in key_bytes:
+            continue
+        d = d.sort_values("context_tokens")
+        t = d["measured_s"].to_numpy(dtype=float)
+        slope = np.polyfit(d["context_tokens"].to_numpy(dtype=float), t, 1)[0]
+        gpu = str(d["gpu"].iloc[0])
+        if slope <= 0 or t[-1] <= t[0]:
+            continue
+        rate = b * key_bytes[cid] / slope
+        if rate > peak_bps[gpu]:
+            rows.append({"gpu": gpu, "cell_id": cid, "batch size": int(b),
+                         "contexts": f"{d['context_tokens'].min():,} - {d['context_tokens'].max():,}",
+                         "implied GB/s": rate / 1e9, "datasheet GB/s": peak_bps[gpu] / 1e9,
+                         "ratio": rate / peak_bps[gpu]})
+    return pd.DataFrame(rows)
+
+
 def _chosen_elsewhere(rows: list[dict[str, Any]], gpu: str) -> str:
     """Which all-reduce method a choice made on the other GPUs' 4-GPU curves picks (lowest mean MAPE over them;
     the floors, fitted to the 4-GPU points, are not candidates), and what it gives on ``gpu``: a method choice
@@ -220,4 +252,10 @@ def limits_markdown(s: dict[str, Any], md: Callable[..., str]) -> str:
                 "sum_ctx. The same form fitted to every measured point of each batch size (in-sample, not a "
                 "prediction) is the best it can do on the held-out points:", "",
                 md(pd.DataFrame(lim["decode_linear"])), ""]
+    for r in lim.get("decode_beyond_dram", []):
+        out.append(f"- {r['gpu']}, batch {r['batch size']}: over contexts {r['contexts']} the measured time "
+                   f"grows as if the KV cache streamed at {r['implied GB/s']:,.0f} GB/s, {r['ratio']:.2f}x "
+                   f"the datasheet {r['datasheet GB/s']:,.0f} GB/s: the profile read it from L2, which a served "
+                   "model (every layer's weights stream between two reads of the same KV) does not; the table "
+                   "prices that slope at the DRAM stream instead.")
     return "\n".join(out).rstrip()

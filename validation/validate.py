@@ -305,7 +305,7 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
     summary = report.headline(errors, sensitivity)
     summary.update(report.pricer_headline(pricers))
     if has_components and len(pricer_ops):
-        summary["table_limits"] = table_limits(data, pricers, pricer_ops)
+        summary["table_limits"] = table_limits(data, pricers, pricer_ops, catalog)
     floors = [d for cid, d in dists.items() if "ttft_floor_s" in d]
     if floors:
         summary["llmperf_ttft_below_compute_floor"] = {
@@ -324,14 +324,22 @@ def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
              for k, v in r.items()} for r in df.to_dict("records")]
 
 
-def table_limits(data: K.ComponentData, pricers: pd.DataFrame, pricer_ops: pd.DataFrame) -> dict[str, Any]:
+def table_limits(data: K.ComponentData, pricers: pd.DataFrame, pricer_ops: pd.DataFrame,
+                 catalog: str | Path | None = None) -> dict[str, Any]:
     """What limits the table pricer on held-out points (:mod:`validation.diagnostics`): the 4-GPU all-reduce
     against ring-structure predictions from the 2- and 8-GPU curves and floors fitted to the 4-GPU points
-    themselves; the decode attention's linear-in-context form fitted to every point of each batch size."""
+    themselves; the decode attention's linear-in-context form fitted to every point of each batch size; decode
+    profile rows faster than the DRAM stream."""
     priced = pricers[(pricers["pricer"] == "table") & (pricers["metric"] == "all_reduce_s")]
     ar, shape = diagnostics.allreduce_limits(data.allreduce, priced)
     dec = diagnostics.decode_linear_floor(data.full, pricer_ops[pricer_ops["pricer"] == "table"])
-    return {"allreduce": _records(ar), "allreduce_shape": _records(shape), "decode_linear": _records(dec)}
+    cids = data.full.loc[data.full["group"] == "attention_decode", "cell_id"].unique()
+    specs: dict[str, Any] = data.specs
+    key_bytes = {c: specs[c].kv_bytes_per_token("bf16", data.tps[c]) / specs[c].num_hidden_layers for c in cids}
+    peak = {g: load_gpu(g, catalog).mem_bandwidth_gbps * 1e9 for g in data.full["gpu"].unique()}
+    beyond = diagnostics.decode_beyond_dram(data.full, key_bytes, peak)
+    return {"allreduce": _records(ar), "allreduce_shape": _records(shape), "decode_linear": _records(dec),
+            "decode_beyond_dram": _records(beyond)}
 
 
 def llmperf_burst(tables: dict[str, pd.DataFrame], catalog: str | Path | None) -> pd.DataFrame:

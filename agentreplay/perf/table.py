@@ -38,9 +38,10 @@ covers from the table, the rest (and points outside the table's range) from a fa
   non-decreasing in batch size (:func:`agentreplay.perf.interp.fit_decode`); ``a`` is interpolated in log-log,
   ``c`` linearly in log batch size. Decode-only iterations therefore cost exactly ``A(n) + c(n) * sum_ctx``.
   No slope is below the DRAM stream (:func:`dram_key_s`: a key's K and V at the datasheet memory bandwidth): a
-  profile point faster than that read its KV cache from L2 (the RTX 4090 profile's batch-1 rows imply 1.8x the
-  GPU's 1,008 GB/s between its two longest contexts), which a served model, streaming every layer's weights
-  between two reads of the same KV, does not get.
+  profile faster than that read its KV cache from L2 (the RTX 4090 profile's batch-1 rows grow with the
+  context as if the KV streamed at 1.6x the GPU's 1,008 GB/s; validation report, "Limits of the table
+  pricer"), which a served model, streaming every layer's weights between two reads of the same KV, does not
+  get.
 - outside a table's range the value is anchored at the nearest table point and scaled by the fallback:
   ``t(x) = t(x_edge) * R(x) / R(x_edge)`` (continuous, monotone). A table measured on another TP, model or
   dtype is scaled point by point by the ratio of the target's to the source's roofline (``source=``).

@@ -73,6 +73,21 @@ def test_allreduce_method_is_chosen_on_the_other_gpus() -> None:
     assert "no other GPU" in D._chosen_elsewhere(solo, "a")
 
 
+def test_decode_beyond_dram_flags_only_rows_faster_than_the_datasheet() -> None:
+    """1,000 B per key at 1e12 B/s is 1 ns per key per sequence: batch 1 at 0.5 ns/key (2x) is flagged, batch 2 at
+    2 ns/key per sequence is not, a flat curve (no KV signal) is not; only contexts >= max / 8 enter the slope."""
+    ctx = np.array([16, 1024, 2048, 4096, 8192])
+    rows = []
+    for b, per_key, extra in ((1, 0.5e-9, 1e-3), (2, 2e-9, 0.0), (4, 0.0, 0.0)):
+        t = 1e-5 + b * per_key * ctx
+        t[0] += extra  # a slow short-context point below max / 8 does not change the slope
+        rows += [{"cell_id": "c", "gpu": "g", "group": "attention_decode", "batch_size": b, "context_tokens": k,
+                  "measured_s": v} for k, v in zip(ctx, t, strict=True)]
+    out = D.decode_beyond_dram(pd.DataFrame(rows), {"c": 1000.0}, {"g": 1e12})
+    assert out["batch size"].tolist() == [1]
+    assert out.loc[0, "ratio"] == pytest.approx(2.0, rel=1e-9) and out.loc[0, "contexts"] == "1,024 - 8,192"
+
+
 def test_decode_linear_floor_is_zero_on_linear_data() -> None:
     b, ctx = (v.ravel() for v in np.meshgrid([1, 4, 16], [64, 512, 4096]))
     t = 5e-6 + 3e-9 * b * ctx
