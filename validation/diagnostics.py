@@ -20,6 +20,7 @@ their KV cache can stream from DRAM at the datasheet bandwidth (the table prices
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -28,8 +29,9 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from scipy.optimize import least_squares, nnls
 
-from agentreplay.perf.interp import isotonic
+from agentreplay.perf.interp import Grid, isotonic
 from validation.calibrate import mape
+from validation.components import in_table
 
 SMALL_BYTES: Final = 1 << 20  #: all-reduce sizes below this are reported apart (the latency-bound regime)
 
@@ -195,6 +197,46 @@ def decode_beyond_dram(full: pd.DataFrame, key_bytes: dict[str, float], peak_bps
     return pd.DataFrame(rows)
 
 
+def grid_rule_cv(full: pd.DataFrame, references: dict[str, Callable[[float, float], float]]) -> pd.DataFrame:
+    """How the prefill-attention grid's rules predict the table's *own* points (the calibration side of the table
+    protocol; no held-out point enters), per GPU: each inner token row held out and predicted from the other
+    rows, between rows linear in log tokens (the rule in use) or in log reference; the largest row held out and
+    extrapolated from the rest, scaled by the reference (the rule in use) or as a power law in tokens through the
+    two rows below it. ``full``: op_points without subsampling (with ``gpu``); ``references[cell_id]``: the
+    cell's per-layer prefill-attention reference ``(tokens, context) -> seconds``."""
+    errs: dict[tuple[str, str, str], list[float]] = {}
+    pf = full[(full["group"] == "attention_prefill") & (full["probe"] == "attn_prefill")]
+    for cid, f in pf.groupby("cell_id"):
+        if cid not in references:
+            continue
+        ref, gpu = references[cid], str(f["gpu"].iloc[0])
+        pts = f[in_table(f)]
+        rows = np.unique(pts["num_tokens"])
+        for k in range(1, len(rows)):
+            rest, held = pts[pts["num_tokens"] != rows[k]], pts[pts["num_tokens"] == rows[k]]
+            args = (rest["num_tokens"], rest["context_tokens"], rest["measured_s"], ref)
+            ctx, meas = held["context_tokens"].to_numpy(dtype=float), held["measured_s"].to_numpy(dtype=float)
+            n = float(rows[k])
+            if k < len(rows) - 1:
+                kind = "interpolate an inner token row"
+                rules = {"log tokens (in use)": Grid(*args),
+                         "log reference": Grid(*args, reference_between_rows=True)}
+                preds = {r: np.array([g.at(n, c, ref) for c in ctx]) for r, g in rules.items()}
+            else:
+                kind = "extrapolate the largest token row"
+                g = Grid(*args)
+                preds = {"reference-scaled (in use)": np.array([g.at(n, c, ref) for c in ctx])}
+                if k >= 2:
+                    lo, hi = float(rows[k - 2]), float(rows[k - 1])
+                    t_lo = np.array([g.at(lo, c, ref) for c in ctx])
+                    t_hi = np.array([g.at(hi, c, ref) for c in ctx])
+                    preds["power law in tokens"] = t_hi * (n / hi) ** (np.log(t_hi / t_lo) / math.log(hi / lo))
+            for r, pr in preds.items():
+                errs.setdefault((gpu, kind, r), []).extend(np.abs(pr / meas - 1).tolist())
+    return pd.DataFrame([{"gpu": g, "held out": kind, "rule": r, "points": len(v), "MAPE %": 100 * float(np.mean(v))}
+                         for (g, kind, r), v in sorted(errs.items())])
+
+
 def _chosen_elsewhere(rows: list[dict[str, Any]], gpu: str) -> str:
     """Which all-reduce method a choice made on the other GPUs' 4-GPU curves picks (lowest mean MAPE over them;
     the floors, fitted to the 4-GPU points, are not candidates), and what it gives on ``gpu``: a method choice
@@ -214,17 +256,33 @@ def _chosen_elsewhere(rows: list[dict[str, Any]], gpu: str) -> str:
             "degree), where the per-size forms need measured 2- and 8-GPU times at each size.")
 
 
+def _flat(t: pd.DataFrame) -> pd.DataFrame:
+    """Join a two-level column index into single ``"level 1: level 2"`` names."""
+    t.columns = [f"{a}: {b}" for a, b in t.columns]
+    return t
+
+
 def limits_markdown(s: dict[str, Any], md: Callable[..., str]) -> str:
     """Report section: the GEMM-tile ablation of the table pricer (``s["pricer_component_mape_pct"]``) and what no
     interpolation of the table can fix (``s["table_limits"]``, from :func:`allreduce_limits` and
     :func:`decode_linear_floor`); ``md`` renders a DataFrame as a Markdown table."""
     pc, lim = s.get("pricer_component_mape_pct", {}), s.get("table_limits", {})
     out = []
-    abl = [{"gpu": g, **{f"{pr} val. %": d[pr]["validation"] for pr in ("table", "table-untiled")}}
-           for g, d in pc.items() if "table" in d and "table-untiled" in d]
+    abl = [{"gpu": g, **{f"{pr} val. %": d[pr]["validation"] for pr in ("table", "table-untiled", "table-rowref")
+                         if pr in d}} for g, d in pc.items() if "table" in d]
     if abl:
-        out += ["GEMM reference shape rounded to whole 64-token tiles (table) or not (table-untiled), component "
-                "validation MAPE per GPU:", "", md(pd.DataFrame(abl)), ""]
+        out += ["The table's two interpolation choices, component validation MAPE per GPU: GEMM reference shape "
+                "rounded to whole 64-token tiles (table) or not (table-untiled); prefill-attention token rows "
+                "interpolated in log tokens (table) or in log reference (table-rowref):", "", md(pd.DataFrame(abl)),
+                ""]
+    if lim.get("grid_rules"):
+        rules = pd.DataFrame(lim["grid_rules"]).pivot_table(index="gpu", columns=["held out", "rule"],
+                                                            values="MAPE %")
+        out += ["The prefill-attention rules judged on the tables' own points instead (each inner token row, and the "
+                "largest, held out of a table built from its other rows; no validation point is used). A held-out "
+                "row's neighbours here are 4 grid rows apart; a validation point's are 2 apart (every other grid "
+                "row is in the table), and a shipped table has every grid row. MAPE % per GPU:", "",
+                md(_flat(rules.round(2)).reset_index(), ".2f"), ""]
     if lim.get("allreduce"):
         out += ["4-GPU all-reduce (validation) from the 2- and 8-GPU curves (calibration), MAPE % by size band. The "
                 "pricers use the ring fit of the first row; the per-size ring forms use the structure "

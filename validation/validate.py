@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -96,6 +97,8 @@ PRICERS: Final = {
     "table-untiled": "as 'table', with the GEMM reference shape not rounded to 64-token tiles (gemm_tile_tokens=1): "
                      "the one constant of the table's interpolation, chosen by comparing the two on the held-out "
                      "points of every GPU",
+    "table-rowref": "as 'table', with prefill-attention token rows interpolated in log reference (as the dense "
+                    "curves are) instead of log tokens (attention_rows_in_reference=True)",
     "table-tp": "TablePerfModel of each TP=1 cell (all its points) scaled to the TP>1 cells of the same source, "
                 "GPU and model by the refined roofline's TP2/4/8 : TP1 ratio, judged on every point of those cells",
     "table (Splitwise)": "whole-model Splitwise iterations priced with the full Vidur table of the same GPU, model "
@@ -109,10 +112,11 @@ def _dense_attention(points: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return points[~att], points[att]
 
 
-def _table_pricers(data: K.ComponentData, g: str, fallback: dict[str, Any], tile: int = GEMM_TILE_TOKENS
-                   ) -> tuple[dict[str, Any], dict[str, Any], pd.Series]:
+def _table_pricers(data: K.ComponentData, g: str, fallback: dict[str, Any], tile: int = GEMM_TILE_TOKENS,
+                   rows_in_reference: bool = False) -> tuple[dict[str, Any], dict[str, Any], pd.Series]:
     """(held-out-size tables, other-TP tables) per cell of ``g``, and the table-protocol role of every op row;
-    ``tile``: the tables' GEMM tile granularity (``TablePerfModel(gemm_tile_tokens=...)``)."""
+    ``tile``: the tables' GEMM tile granularity (``TablePerfModel(gemm_tile_tokens=...)``); ``rows_in_reference``:
+    prefill-attention rows interpolated in log reference (``TablePerfModel(attention_rows_in_reference=...)``)."""
     ops = data.ops[data.ops["gpu"] == g]
     full = data.full[data.full["gpu"] == g]
     role = pd.Series("validation", index=ops.index)
@@ -125,7 +129,8 @@ def _table_pricers(data: K.ComponentData, g: str, fallback: dict[str, Any], tile
         role.loc[o.index] = np.where(C.point_keys(o).isin(keys), "calibration", "validation")
         spec = data.specs[cid]
         own[cid] = TablePerfModel(C.table_from_points(pts, cid, g, spec.name, data.tps[cid]),  # type: ignore
-                                  fallback[cid], gemm_tile_tokens=tile)
+                                  fallback[cid], gemm_tile_tokens=tile,
+                                  attention_rows_in_reference=rows_in_reference)
     other: dict[str, Any] = {}
     for cid in ops["cell_id"].unique():
         sib = _SIBLING.sub("/tp1", cid)
@@ -161,11 +166,13 @@ def pricer_rows(data: K.ComponentData, catalog: str | Path | None = None) -> tup
         refined = {c: C.roofline(gpu, data.specs[c], data.tps[c], eff_r, ref_r) for c in ops["cell_id"].unique()}
         own, other, table_role = _table_pricers(data, g, refined)  # type: ignore[arg-type]
         untiled, _, _ = _table_pricers(data, g, refined, tile=1)  # type: ignore[arg-type]
+        rowref, _, _ = _table_pricers(data, g, refined, rows_in_reference=True)  # type: ignore[arg-type]
         ar = data.allreduce[data.allreduce["gpu"] == g].reset_index(drop=True)
         it = data.iterations[data.iterations["gpu"] == g].reset_index(drop=True)
         for name, pricers, roles in (("roofline", plain, ops["role"]), ("refined", refined, ops["role"]),
                                      ("table", own, table_role), ("table-tp", other, None),
-                                     ("table-untiled", untiled, table_role)):
+                                     ("table-untiled", untiled, table_role),
+                                     ("table-rowref", rowref, table_role)):
             sel = ops[ops["cell_id"].isin(list(pricers))]
             if not len(sel):
                 continue
@@ -338,8 +345,17 @@ def table_limits(data: K.ComponentData, pricers: pd.DataFrame, pricer_ops: pd.Da
     key_bytes = {c: specs[c].kv_bytes_per_token("bf16", data.tps[c]) / specs[c].num_hidden_layers for c in cids}
     peak = {g: load_gpu(g, catalog).mem_bandwidth_gbps * 1e9 for g in data.full["gpu"].unique()}
     beyond = diagnostics.decode_beyond_dram(data.full, key_bytes, peak)
+    refs = {}
+    pf = data.full[data.full["group"] == "attention_prefill"]
+    for g, cells in pf.groupby("gpu")["cell_id"].unique().items():
+        gpu = load_gpu(str(g), catalog)
+        eff, ref = load_refinement(gpu, refinement_path(catalog))
+        for c in cells:
+            fb = C.roofline(gpu, specs[c], data.tps[c], eff, ref)
+            refs[c] = partial(TablePerfModel._pf_ref, fb)
+    rules = diagnostics.grid_rule_cv(data.full, refs)
     return {"allreduce": _records(ar), "allreduce_shape": _records(shape), "decode_linear": _records(dec),
-            "decode_beyond_dram": _records(beyond)}
+            "decode_beyond_dram": _records(beyond), "grid_rules": _records(rules)}
 
 
 def llmperf_burst(tables: dict[str, pd.DataFrame], catalog: str | Path | None) -> pd.DataFrame:

@@ -14,8 +14,11 @@ points are made non-decreasing first (isotonic regression in log space), the res
 - :class:`Grid`: prefill attention per layer against (chunk tokens, cached context). Rows are completed along
   the context with the reference's shape; between context columns log seconds is linear in the log of the
   reference interpolated linearly in context (prefill attention is affine in the cached context: FLOPs
-  ``chunk * (prefix + chunk / 2)`` and the prefix KV read), so the query needs no reference call; the rows are
-  combined as a running maximum over rows, which keeps the grid non-decreasing along both axes.
+  ``chunk * (prefix + chunk / 2)`` and the prefix KV read), so the query needs no reference call; between token
+  rows it is linear in log tokens (``reference_between_rows``: in log reference, as in :class:`Curve`, one
+  reference call per query; the validation report compares the two, see
+  :func:`validation.diagnostics.grid_rule_cv`). The rows are combined as a running maximum over rows, which
+  keeps the grid non-decreasing along both axes.
 - :func:`fit_decode`: decode attention per layer, ``a_b + c_b * b * ctx`` for each measured batch size ``b``
   (linear in the summed context for a given batch size, as the simulator's decode fast path requires).
 """
@@ -110,10 +113,10 @@ class Grid:
     """Prefill attention per layer on (chunk tokens, cached context): see the module docstring. ``ref(tokens,
     context)``: the reference's seconds (non-decreasing in both)."""
 
-    __slots__ = ("_cols", "_lg", "_lr", "_rise", "cols", "lg", "lr", "ref_nodes", "rows")
+    __slots__ = ("_cols", "_lg", "_lr", "_rise", "_rn", "_row_ref_shape", "cols", "lg", "lr", "ref_nodes", "rows")
 
     def __init__(self, tokens: ArrayLike, context: ArrayLike, seconds: ArrayLike,
-                 ref: Callable[[float, float], float]) -> None:
+                 ref: Callable[[float, float], float], *, reference_between_rows: bool = False) -> None:
         n, c, s = (np.asarray(v, dtype=float) for v in (tokens, context, seconds))
         if len(n) == 0 or not len(n) == len(c) == len(s) or (n <= 0).any() or (c < 0).any() or (s <= 0).any():
             raise ValueError("a prefill grid needs matching tokens (> 0), context (>= 0) and seconds (> 0)")
@@ -144,10 +147,18 @@ class Grid:
         self.lg = np.maximum.accumulate(np.maximum.accumulate(g, axis=1), axis=0)
         self.lr = np.log(self.rows)
         self._lr, self._cols, self._lg = self.lr.tolist(), self.cols.tolist(), self.lg.tolist()
+        self._rn: list[list[float]] = self.ref_nodes.tolist()
+        self._row_ref_shape = reference_between_rows
         rise = self.ref_nodes[:, 1:] / self.ref_nodes[:, :-1] - 1.0  # reference rise across each column gap
         self._rise = [[(float(v), math.log1p(v) if v > FLAT_LOG else 0.0) for v in r] for r in rise]
 
-    def _inside(self, tokens: float, context: float) -> float:
+    def _row_ref(self, row: int, j: int, f: float) -> float:
+        """The reference at grid row ``row`` and the context ``f`` of the way from column ``j`` to ``j + 1``
+        (linear in context)."""
+        rn = self._rn[row]
+        return rn[j] + f * (rn[j + 1] - rn[j]) if len(rn) > 1 else rn[0]
+
+    def _inside(self, tokens: float, context: float, ref: Callable[[float, float], float] | None = None) -> float:
         lr, cols, lg = self._lr, self._cols, self._lg  # Python floats: on the simulator's hot path
         x = math.log(tokens)
         i = min(max(bisect_right(lr, x) - 1, 0), max(len(lr) - 2, 0))
@@ -155,6 +166,11 @@ class Grid:
         fx = (x - lr[i]) / (lr[i1] - lr[i]) if i1 > i else 0.0
         j = min(max(bisect_right(cols, context) - 1, 0), max(len(cols) - 2, 0))
         f = (context - cols[j]) / (cols[j + 1] - cols[j]) if len(cols) > 1 else 0.0
+        if ref is not None and self._row_ref_shape and 0.0 < fx < 1.0:  # between rows: position in log reference
+            lo, hi = self._row_ref(i, j, f), self._row_ref(i1, j, f)
+            d = math.log(hi / lo)
+            if d > FLAT_LOG:
+                fx = min(max(math.log(ref(tokens, context) / lo) / d, 0.0), 1.0)
         h = h_i = -math.inf
         for m in range(i1 + 1):  # row m at this context; h: running maximum over rows (monotone in tokens)
             row = lg[m]
@@ -172,7 +188,7 @@ class Grid:
     def at(self, tokens: float, context: float, ref: Callable[[float, float], float]) -> float:
         tc = min(max(tokens, self.rows[0]), self.rows[-1])
         cc = min(max(context, self.cols[0]), self.cols[-1])
-        v = self._inside(tc, cc)
+        v = self._inside(tc, cc, ref)
         if tc != tokens or cc != context:
             v *= ref(tokens, context) / ref(tc, cc)
         return v

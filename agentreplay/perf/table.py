@@ -334,7 +334,7 @@ class TablePerfModel:
     """
 
     def __init__(self, table: MeasuredTable, fallback: PerfModel, source: PerfModel | None = None, *,
-                 gemm_tile_tokens: int = GEMM_TILE_TOKENS) -> None:
+                 gemm_tile_tokens: int = GEMM_TILE_TOKENS, attention_rows_in_reference: bool = False) -> None:
         if gemm_tile_tokens < 1:
             raise ValueError(f"gemm_tile_tokens={gemm_tile_tokens} must be >= 1")
         self.table, self.fallback = table, fallback
@@ -360,7 +360,8 @@ class TablePerfModel:
             if source is not None:
                 psecs = psecs * np.array([self._pf_ref(fallback, a, b) / self._pf_ref(src, a, b)
                                           for a, b in zip(pn, pc, strict=True)])
-            self._grid = Grid(pn, pc, psecs, lambda a, b: self._pf_ref(fallback, a, b))
+            self._grid = Grid(pn, pc, psecs, lambda a, b: self._pf_ref(fallback, a, b),
+                              reference_between_rows=attention_rows_in_reference)
         self._dec: Curve | None = None
         self._dec_log_batches = np.zeros(0)
         self._dec_slopes = np.zeros(0)  # seconds per context token per layer, at each measured batch size

@@ -97,6 +97,23 @@ def test_grid_is_monotone_with_uneven_rows() -> None:
         assert all(a <= b * (1 + 1e-12) for a, b in itertools.pairwise(ctx)), n
 
 
+def test_grid_rows_in_log_tokens_or_in_log_reference() -> None:
+    """Between token rows the grid is linear in log tokens by default; with ``reference_between_rows`` in log
+    reference, which is exact on a multiple of the reference; both stay monotone in tokens."""
+    pts = [(n, c) for n in (16, 256) for c in (0, 4096)]
+    secs = [3.0 * prefill_ref(n, c) for n, c in pts]
+    logt = Grid([n for n, _ in pts], [c for _, c in pts], secs, prefill_ref)
+    refr = Grid([n for n, _ in pts], [c for _, c in pts], secs, prefill_ref, reference_between_rows=True)
+    for c in (0, 1000, 4096):
+        want = 3.0 * prefill_ref(64, c)
+        assert refr.at(64, c, prefill_ref) == pytest.approx(want, rel=1e-9), c
+        lo, hi = 3.0 * prefill_ref(16, c), 3.0 * prefill_ref(256, c)
+        assert logt.at(64, c, prefill_ref) == pytest.approx(math.sqrt(lo * hi), rel=1e-9), c  # halfway in log 16..256
+        for g in (logt, refr):
+            tok = [g.at(n, c, prefill_ref) for n in range(16, 257, 5)]
+            assert all(a <= b * (1 + 1e-12) for a, b in itertools.pairwise(tok)), c
+
+
 def test_fit_decode_recovers_per_batch_slopes() -> None:
     b, ctx = (v.ravel() for v in np.meshgrid([1, 4, 16, 64], [16, 256, 4096]))
     a = {1: 5e-6, 4: 7e-6, 16: 9e-6, 64: 2e-5}

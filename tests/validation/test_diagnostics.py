@@ -88,6 +88,23 @@ def test_decode_beyond_dram_flags_only_rows_faster_than_the_datasheet() -> None:
     assert out.loc[0, "ratio"] == pytest.approx(2.0, rel=1e-9) and out.loc[0, "contexts"] == "1,024 - 8,192"
 
 
+def test_grid_rule_cv_on_a_multiple_of_the_reference() -> None:
+    """Table points = even ranks of the grid; a profile that is 2x the reference everywhere: the log-reference
+    rule predicts every held-out inner row exactly, log tokens does not; the reference-scaled extrapolation is
+    exact too."""
+    def ref(n: float, c: float) -> float:
+        return 8e-6 + 1e-12 * n * (c + n / 2)
+
+    rows = [{"cell_id": "c", "gpu": "g", "group": "attention_prefill", "probe": "attn_prefill", "num_tokens": n,
+             "batch_size": 1, "context_tokens": c, "measured_s": 2 * ref(n, c)}
+            for n in (16, 32, 64, 128, 256, 512, 1024) for c in (0, 64, 512, 4096, 16384)]
+    out = D.grid_rule_cv(pd.DataFrame(rows), {"c": ref}).set_index(["held out", "rule"])["MAPE %"]
+    assert out[("interpolate an inner token row", "log reference")] == pytest.approx(0.0, abs=1e-7)
+    assert out[("interpolate an inner token row", "log tokens (in use)")] > 1.0
+    assert out[("extrapolate the largest token row", "reference-scaled (in use)")] == pytest.approx(0.0, abs=1e-7)
+    assert ("extrapolate the largest token row", "power law in tokens") in out.index
+
+
 def test_decode_linear_floor_is_zero_on_linear_data() -> None:
     b, ctx = (v.ravel() for v in np.meshgrid([1, 4, 16], [64, 512, 4096]))
     t = 5e-6 + 3e-9 * b * ctx

@@ -93,7 +93,7 @@ def test_component_subset_has_both_roles(tmp_path: Path) -> None:
     assert {"qkv_proj", "attention_decode"} <= set(ops["group"])
     check_report(tmp_path, "heatmap_components.png")
     pr = pd.read_parquet(tmp_path / "pricers.parquet")  # the pricer comparison on the same points
-    assert set(pr["pricer"]) == {"roofline", "refined", "table", "table-untiled"}  # no TP>1 cell: no table-tp
+    assert set(pr["pricer"]) == {"roofline", "refined", "table", "table-untiled", "table-rowref"}  # no table-tp
     assert np.allclose(pr["rel_error"], pr["simulated"] / pr["measured"] - 1.0)
     for name in ("roofline", "refined"):  # the roofline pricers keep the calibration split
         a = pr[(pr["pricer"] == name) & (pr["metric"] == "layer_time_s")].sort_values("num_tokens")
@@ -106,11 +106,15 @@ def test_component_subset_has_both_roles(tmp_path: Path) -> None:
     assert set(tab["role"]) == {"calibration", "validation"}
     gemm = tab[tab["group"] == "gate_up_proj"].sort_values("num_tokens")
     assert list(gemm["role"]) == ["calibration", "validation"] * (len(gemm) // 2) + ["calibration"] * (len(gemm) % 2)
-    assert set(summary["pricer_component_mape_pct"]["rtx4090"]) == {"roofline", "refined", "table", "table-untiled"}
+    assert set(summary["pricer_component_mape_pct"]["rtx4090"]) == {"roofline", "refined", "table", "table-untiled",
+                                                                    "table-rowref"}
     report = (tmp_path / "report.md").read_text()
     assert "## Where the component error comes from" in report and "## Limits of the table pricer" in report
     lim = summary["table_limits"]  # no all-reduce profile in this subset; the decode linear-form floor is there
     assert lim["allreduce"] == [] and [r["gpu"] for r in lim["decode_linear"]] == ["rtx4090"]
+    rules = pd.DataFrame(lim["grid_rules"])  # the prefill grid's rules judged on the table's own points
+    assert set(rules["rule"]) == {"log tokens (in use)", "log reference", "reference-scaled (in use)",
+                                  "power law in tokens"} and set(rules["gpu"]) == {"rtx4090"}
     assert "## Where each GPU's parameters come from" in report
     assert "GPUs without any measured profile (" in report and "b200 from h100-sxm" in report
 
