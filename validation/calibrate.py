@@ -121,6 +121,9 @@ def component_data(measured: Measured) -> ComponentData:
     it = C.iteration_points(comp, usable)
     it["gpu"] = it["cell_id"].map(info["gpu"])
     it["tp"] = it["cell_id"].map(info["tp"]).astype(int)
+    bad, why = C.below_floor(it, specs, {g: load_gpu(g) for g in it["gpu"].unique()})  # type: ignore[arg-type]
+    it = it[~bad].reset_index(drop=True)
+    skipped += why
     it["role"] = "validation"
     ar = C.allreduce_points(cells, comp)
     ar["gpu"] = ar["cell_id"].map(info["gpu"])

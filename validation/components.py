@@ -207,6 +207,38 @@ def op_points(cells: pd.DataFrame, comp: pd.DataFrame, max_points: int = MAX_POI
     return df, skipped
 
 
+def iteration_floor_s(spec: ModelSpec, gpu: GpuSpec, group: str, tokens: float, tp: int = 1,
+                      dtype: str = "bf16") -> float:
+    """The least time a whole-model iteration can take at ``gpu``'s datasheet peaks over ``tp`` GPUs: a prefill
+    of ``tokens`` tokens (``group`` ``prefill_iteration``) the FLOPs of its linear layers without embedding and
+    LM head (2 per parameter per token) at the dense GEMM peak; a decode step (``decode_iteration``) the same
+    weights read once at the memory bandwidth (16-bit weights; fp8 weights 8-bit)."""
+    weights = spec.param_count() - 2 * spec.vocab_size * spec.hidden_size
+    if group == "prefill_iteration":
+        return 2.0 * weights * tokens / (tp * gpu.gemm_peak_tflops(dtype) * 1e12)  # type: ignore[arg-type]
+    if group == "decode_iteration":
+        return weights * (1 if dtype == "fp8" else 2) / (tp * gpu.mem_bandwidth_gbps * 1e9)
+    raise ValueError(f"unknown iteration group {group!r}")
+
+
+def below_floor(it: pd.DataFrame, specs: dict[str, ModelSpec], gpus: dict[str, GpuSpec]
+                ) -> tuple[np.ndarray, list[tuple[str, str]]]:
+    """Rows of :func:`iteration_points` (with ``gpu`` and ``tp``) measured faster than :func:`iteration_floor_s`
+    allows, so not one iteration of the recorded shape (e.g. a Splitwise prefill whose batch did not fit and
+    was split, its ``e2e_time`` many times the next smaller batch's); the mask and a (row, reason) per such
+    row."""
+    bad = np.zeros(len(it), dtype=bool)
+    why: list[tuple[str, str]] = []
+    for k, r in enumerate(it.itertuples(index=False)):
+        floor = iteration_floor_s(specs[r.cell_id], gpus[r.gpu], r.group, float(r.num_tokens), int(r.tp))
+        if r.measured_s < floor:
+            bad[k] = True
+            why.append((f"{r.cell_id} {r.group} {r.num_tokens} tokens, batch {r.batch_size}",
+                        f"measured {r.measured_s * 1e3:.0f} ms, {floor / r.measured_s:.1f}x faster than the "
+                        f"datasheet peaks allow ({floor * 1e3:.0f} ms): not one iteration of that shape"))
+    return bad, why
+
+
 def iteration_points(comp: pd.DataFrame, cell_ids: Iterable[str]) -> pd.DataFrame:
     """Whole-model Splitwise iterations: the median of the repeats per operating point."""
     c = comp[comp["cell_id"].isin(list(cell_ids)) & comp["op"].isin(["prefill_iteration", "decode_iteration"])]

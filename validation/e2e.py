@@ -33,6 +33,7 @@ from agentreplay.perf.table import TablePerfModel, pricer_from_names
 from agentreplay.sim.config import SimConfig
 from agentreplay.sim.run import SimResult, simulate
 from agentreplay.trace.io import Trace, read_trace
+from validation.components import iteration_floor_s
 
 QUANTILES: Final = (50, 90, 99)
 SKIPPED_SOURCES: Final = {
@@ -168,8 +169,7 @@ def llmperf(cell: pd.Series, tables: dict[str, pd.DataFrame], catalog: str | Pat
            **{k: v for k, v in sim.items() if not k.startswith("tpot")}}
     sim["throughput_output_tok_s"] *= r  # measured throughput counts Llama-2 tokens
     spec, gpu = load_model(cell["model"]), load_gpu(cell["gpu"], catalog)
-    flops = 2 * (spec.param_count() - 2 * spec.vocab_size * spec.hidden_size) * float(np.mean(inp))
-    floor = flops / (gpu.gemm_peak_tflops(cell["dtype"]) * 1e12)
+    floor = iteration_floor_s(spec, gpu, "prefill_iteration", float(np.mean(inp)), 1, cell["dtype"])
     note = (f"{n} requests, arrivals {'all at 0' if burst else f'uniform over {spread:.1f} s'}; inputs "
             f"{inp.mean():.0f} / outputs {out.mean():.0f} model tokens (r = {r:.3f} Llama-2 tokens per token); "
             f"prefill of the mean prompt at the GPU's datasheet peak takes >= {floor:.3f} s, measured mean TTFT "

@@ -186,3 +186,26 @@ def test_table_protocol_uses_only_table_points() -> None:
     pts = set(zip(pf[0], pf[1], strict=True))
     assert len(held) and not any((n, c) in pts for n, c in zip(held["num_tokens"], held["context_tokens"],
                                                                   strict=True))
+
+
+def test_iteration_floor_and_rows_below_it() -> None:
+    """The datasheet floor of a whole-model iteration: prefill = 2 FLOPs per non-embedding parameter per token
+    at the dense peak, decode = those weights read once at the memory bandwidth, both over TP GPUs; a measured
+    row faster than that is set aside with the reason, the others kept."""
+    from agentreplay.perf import load_model
+
+    spec, gpu = load_model("llama-2-70b"), load_gpu("a100-80gb")
+    w = spec.param_count() - 2 * spec.vocab_size * spec.hidden_size
+    assert C.iteration_floor_s(spec, gpu, "prefill_iteration", 1000, 2) == pytest.approx(
+        2 * w * 1000 / (2 * gpu.bf16_tflops * 1e12), rel=1e-12)
+    assert C.iteration_floor_s(spec, gpu, "decode_iteration", 8, 4) == pytest.approx(
+        2 * w / (4 * gpu.mem_bandwidth_gbps * 1e9), rel=1e-12)
+    with pytest.raises(ValueError, match="unknown iteration group"):
+        C.iteration_floor_s(spec, gpu, "layer", 1)
+    floor = C.iteration_floor_s(spec, gpu, "prefill_iteration", 32768, 2)
+    it = pd.DataFrame({"cell_id": "sw", "gpu": "a100-80gb", "tp": 2, "group": "prefill_iteration",
+                       "num_tokens": [16384, 32768], "batch_size": [32, 64],
+                       "measured_s": [floor, floor / 9]})  # the first row: twice its own floor (kept)
+    bad, why = C.below_floor(it, {"sw": spec}, {"a100-80gb": gpu})
+    assert bad.tolist() == [False, True]
+    assert why[0][0] == "sw prefill_iteration 32768 tokens, batch 64" and "9.0x faster" in why[0][1]
