@@ -32,7 +32,16 @@ from typing import Final
 import numpy as np
 import pandas as pd
 
-from agentreplay.perf import Efficiency, GpuSpec, ModelSpec, PerfModel, list_models, load_gpu, load_model
+from agentreplay.perf import (
+    DTYPE_BYTES,
+    Efficiency,
+    GpuSpec,
+    ModelSpec,
+    PerfModel,
+    list_models,
+    load_gpu,
+    load_model,
+)
 from agentreplay.perf.table import MeasuredTable, RefinedPerfModel, Refinement, TablePerfModel, launch_s
 
 
@@ -217,7 +226,7 @@ def iteration_floor_s(spec: ModelSpec, gpu: GpuSpec, group: str, tokens: float, 
     if group == "prefill_iteration":
         return 2.0 * weights * tokens / (tp * gpu.gemm_peak_tflops(dtype) * 1e12)  # type: ignore[arg-type]
     if group == "decode_iteration":
-        return weights * (1 if dtype == "fp8" else 2) / (tp * gpu.mem_bandwidth_gbps * 1e9)
+        return weights * DTYPE_BYTES[dtype] / (tp * gpu.mem_bandwidth_gbps * 1e9)
     raise ValueError(f"unknown iteration group {group!r}")
 
 

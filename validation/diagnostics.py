@@ -168,19 +168,20 @@ def decode_linear_floor(full: pd.DataFrame, table_ops: pd.DataFrame) -> pd.DataF
     return pd.DataFrame(rows)
 
 
-def decode_beyond_dram(full: pd.DataFrame, key_bytes: dict[str, float], peak_bps: dict[str, float]
+def decode_beyond_dram(full: pd.DataFrame, dram_s: dict[str, float], peak_bps: dict[str, float]
                        ) -> pd.DataFrame:
     """Decode-attention rows of ``full`` (op_points without subsampling, with ``gpu``) whose growth with the
     context beats the datasheet memory bandwidth ``peak_bps[gpu]``: per (cell, batch size ``b``), the least-squares
     slope ``s`` of time against context over the contexts of at least 1/8 of the longest (where the KV read
-    dominates), read as ``b * key_bytes / s`` bytes per second (``key_bytes[cell_id]``: K and V bytes of one key
-    in one layer, per rank). A curve that does not rise over that range (time not resolving the KV read, e.g. a
-    small KV per rank) is no evidence either way and is left out. One row per flagged (cell, batch size)."""
+    dominates), against the DRAM stream ``b * dram_s[cell_id]`` (seconds per key per layer at the datasheet
+    bandwidth, :func:`agentreplay.perf.table.dram_key_s`: the floor the table applies). A curve that does not
+    rise over that range (time not resolving the KV read, e.g. a small KV per rank) is no evidence either way and
+    is left out. One row per flagged (cell, batch size)."""
     rows = []
     dec = full[full["group"] == "attention_decode"]
     for (cid, b), d in dec.groupby(["cell_id", "batch_size"]):
         d = d[d["context_tokens"] >= d["context_tokens"].max() / 8]
-        if len(d) < 2 or cid not in key_bytes:
+        if len(d) < 2 or cid not in dram_s:
             continue
         d = d.sort_values("context_tokens")
         t = d["measured_s"].to_numpy(dtype=float)
@@ -188,7 +189,7 @@ def decode_beyond_dram(full: pd.DataFrame, key_bytes: dict[str, float], peak_bps
         gpu = str(d["gpu"].iloc[0])
         if slope <= 0 or t[-1] <= t[0]:
             continue
-        rate = b * key_bytes[cid] / slope
+        rate = peak_bps[gpu] * b * dram_s[cid] / slope
         if rate > peak_bps[gpu]:
             rows.append({"gpu": gpu, "cell_id": cid, "batch size": int(b),
                          "contexts": f"{d['context_tokens'].min():,} - {d['context_tokens'].max():,}",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import json
 import os
 from pathlib import Path
 from typing import Any, Final
@@ -212,8 +213,6 @@ def _residual_shapes(ops: pd.DataFrame) -> str:
 
 def _calibration_record(catalog: str | Path | None) -> dict[str, Any]:
     """The ``calibration.json`` that goes with ``catalog`` (empty when there is none)."""
-    import json
-
     from agentreplay.perf.table import calibration_path
 
     path = calibration_path(catalog)

@@ -30,7 +30,13 @@ import numpy as np
 import pandas as pd
 
 from agentreplay.perf import list_gpus, load_gpu
-from agentreplay.perf.table import GEMM_TILE_TOKENS, TablePerfModel, load_refinement, refinement_path
+from agentreplay.perf.table import (
+    GEMM_TILE_TOKENS,
+    TablePerfModel,
+    dram_key_s,
+    load_refinement,
+    refinement_path,
+)
 from validation import calibrate as K
 from validation import components as C
 from validation import diagnostics, e2e, report
@@ -340,20 +346,15 @@ def table_limits(data: K.ComponentData, pricers: pd.DataFrame, pricer_ops: pd.Da
     priced = pricers[(pricers["pricer"] == "table") & (pricers["metric"] == "all_reduce_s")]
     ar, shape = diagnostics.allreduce_limits(data.allreduce, priced)
     dec = diagnostics.decode_linear_floor(data.full, pricer_ops[pricer_ops["pricer"] == "table"])
-    cids = data.full.loc[data.full["group"] == "attention_decode", "cell_id"].unique()
-    specs: dict[str, Any] = data.specs
-    key_bytes = {c: specs[c].kv_bytes_per_token("bf16", data.tps[c]) / specs[c].num_hidden_layers for c in cids}
-    peak = {g: load_gpu(g, catalog).mem_bandwidth_gbps * 1e9 for g in data.full["gpu"].unique()}
-    beyond = diagnostics.decode_beyond_dram(data.full, key_bytes, peak)
-    refs = {}
-    pf = data.full[data.full["group"] == "attention_prefill"]
-    for g, cells in pf.groupby("gpu")["cell_id"].unique().items():
+    att = data.full[data.full["group"].str.startswith("attention")]
+    fallback, peak = {}, {}  # the refined roofline of each attention cell: the tables' fallback
+    for g, cells in att.groupby("gpu")["cell_id"].unique().items():
         gpu = load_gpu(str(g), catalog)
         eff, ref = load_refinement(gpu, refinement_path(catalog))
-        for c in cells:
-            fb = C.roofline(gpu, specs[c], data.tps[c], eff, ref)
-            refs[c] = partial(TablePerfModel._pf_ref, fb)
-    rules = diagnostics.grid_rule_cv(data.full, refs)
+        peak[str(g)] = gpu.mem_bandwidth_gbps * 1e9
+        fallback.update({c: C.roofline(gpu, data.specs[c], data.tps[c], eff, ref) for c in cells})  # type: ignore
+    beyond = diagnostics.decode_beyond_dram(data.full, {c: dram_key_s(fb) for c, fb in fallback.items()}, peak)
+    rules = diagnostics.grid_rule_cv(data.full, {c: partial(TablePerfModel._pf_ref, fb) for c, fb in fallback.items()})
     return {"allreduce": _records(ar), "allreduce_shape": _records(shape), "decode_linear": _records(dec),
             "decode_beyond_dram": _records(beyond), "grid_rules": _records(rules)}
 

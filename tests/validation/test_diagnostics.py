@@ -83,7 +83,7 @@ def test_decode_beyond_dram_flags_only_rows_faster_than_the_datasheet() -> None:
         t[0] += extra  # a slow short-context point below max / 8 does not change the slope
         rows += [{"cell_id": "c", "gpu": "g", "group": "attention_decode", "batch_size": b, "context_tokens": k,
                   "measured_s": v} for k, v in zip(ctx, t, strict=True)]
-    out = D.decode_beyond_dram(pd.DataFrame(rows), {"c": 1000.0}, {"g": 1e12})
+    out = D.decode_beyond_dram(pd.DataFrame(rows), {"c": 1000.0 / 1e12}, {"g": 1e12})
     assert out["batch size"].tolist() == [1]
     assert out.loc[0, "ratio"] == pytest.approx(2.0, rel=1e-9) and out.loc[0, "contexts"] == "1,024 - 8,192"
 
