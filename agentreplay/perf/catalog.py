@@ -83,6 +83,8 @@ class GpuSpec:
     interconnect: Interconnect
     interconnect_bw_gbps: float  #: per-GPU, one-direction bandwidth usable by a ring all-reduce, GB/s
     efficiency: Efficiency
+    sm_count: int = 0  #: streaming multiprocessors; 0 = not given (no tile-level attention pricing)
+    smem_per_sm_kib: float = 0.0  #: shared memory one SM can give its resident CTAs, KiB; 0 = not given
 
     @property
     def has_fp8(self) -> bool:
@@ -274,7 +276,7 @@ def load_gpu(name: str, path: str | Path | None = None) -> GpuSpec:
     where = f"{src}: gpu.{name}"
     eff = _efficiency(src, entry.pop("efficiency", {}), where)
     allowed = {f.name for f in fields(GpuSpec)} - {"name", "efficiency"}
-    _check_keys(where, entry, allowed, allowed - {"usable_memory_gib", "fp8_tflops"})
+    _check_keys(where, entry, allowed, allowed - {"usable_memory_gib", "fp8_tflops", "sm_count", "smem_per_sm_kib"})
     for key, options in (("architecture", Architecture), ("interconnect", Interconnect)):
         if entry[key] not in get_args(options):
             raise ValueError(f"{where}: {key}={entry[key]!r}; allowed: {list(get_args(options))}")
@@ -285,6 +287,11 @@ def load_gpu(name: str, path: str | Path | None = None) -> GpuSpec:
             raise ValueError(f"{where}: {key}={entry[key]!r} must be > 0")
     if float(entry["fp8_tflops"]) < 0:
         raise ValueError(f"{where}: fp8_tflops={entry['fp8_tflops']!r} must be >= 0")
+    sms = entry.pop("sm_count", 0)
+    if not isinstance(sms, int) or isinstance(sms, bool) or sms < 0:
+        raise ValueError(f"{where}: sm_count={sms!r} must be an integer >= 0")
+    if float(entry.get("smem_per_sm_kib", 0.0)) < 0:
+        raise ValueError(f"{where}: smem_per_sm_kib={entry['smem_per_sm_kib']!r} must be >= 0")
     numeric = {k: float(v) for k, v in entry.items() if k not in ("display_name", "architecture", "interconnect")}
     return GpuSpec(
         name=name,
@@ -292,6 +299,7 @@ def load_gpu(name: str, path: str | Path | None = None) -> GpuSpec:
         architecture=entry["architecture"],
         interconnect=entry["interconnect"],
         efficiency=eff,
+        sm_count=sms,
         **numeric,
     )
 

@@ -135,6 +135,8 @@ def test_gpu_datasheet_values() -> None:
     assert a100.gemm_peak_tflops("fp8") == a100.bf16_tflops == 312
     assert load_gpu("h200").memory_gib == 141
     assert load_gpu("rtx4090").usable_memory_gib == pytest.approx(25_250_627_584 / 2**30, abs=1e-3)
+    assert (load_gpu("rtx4090").sm_count, load_gpu("rtx4090").smem_per_sm_kib) == (128, 100)
+    assert (h100.sm_count, h100.smem_per_sm_kib) == (132, 228)
 
 
 @pytest.mark.parametrize("name", sorted(REQUIRED_GPUS | {"a40", "l40s"}))
@@ -146,6 +148,7 @@ def test_every_gpu_loads_consistently(name: str) -> None:
     # within the bounds `agentreplay calibrate` fits in (validation/calibrate.py)
     assert 0.2 <= g.efficiency.compute_efficiency <= 1.0
     assert 0.3 <= g.efficiency.bandwidth_efficiency <= 1.0
+    assert g.sm_count > 0 and g.smem_per_sm_kib >= 100  # every catalog GPU: the tile form of prefill attention
 
 
 GPU_ENTRY = """
@@ -176,6 +179,7 @@ def test_user_gpu_file_uses_packaged_defaults(tmp_path) -> None:
     assert g.efficiency.compute_efficiency == 0.5
     assert g.efficiency.bandwidth_efficiency == defaults["bandwidth_efficiency"]
     assert g.fp8_tflops == 0 and g.usable_memory_gib == 31.5
+    assert g.sm_count == 0 and g.smem_per_sm_kib == 0  # optional: no tile-level attention pricing
 
 
 def test_user_gpu_file_errors(tmp_path) -> None:
@@ -185,6 +189,9 @@ def test_user_gpu_file_errors(tmp_path) -> None:
         load_gpu("my-gpu", path)
     path.write_text(GPU_ENTRY.format(arch="ada").replace("bf16_tflops", "hbm_gbps = 3\nbf16_tflops"))
     with pytest.raises(ValueError, match=r"unknown field\(s\) \['hbm_gbps'\]"):
+        load_gpu("my-gpu", path)
+    path.write_text(GPU_ENTRY.format(arch="ada").replace("bf16_tflops", "sm_count = 12.5\nbf16_tflops"))
+    with pytest.raises(ValueError, match=r"sm_count=12.5 must be an integer >= 0"):
         load_gpu("my-gpu", path)
     with pytest.raises(ValueError, match="catalog file not found"):
         load_gpu("my-gpu", tmp_path / "missing.toml")
