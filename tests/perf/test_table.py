@@ -3,6 +3,7 @@ monotone interpolation, the exact decode form, TP transfer, and the packaged tab
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -44,6 +45,13 @@ def gpu(tp_link: float = 100.0) -> GpuSpec:
                    interconnect_bw_gbps=tp_link, efficiency=EFF)
 
 
+def tile_gpu(sms: int = 4, smem_kib: float = 100.0, arch: str = "ada") -> GpuSpec:
+    return GpuSpec(name="tiles", display_name="tiles", architecture=arch, memory_gib=80.0,  # type: ignore[arg-type]
+                   usable_memory_gib=80.0, mem_bandwidth_gbps=2000.0, bf16_tflops=400.0, fp8_tflops=0.0,
+                   interconnect="pcie", interconnect_bw_gbps=32.0, efficiency=EFF, sm_count=sms,
+                   smem_per_sm_kib=smem_kib)
+
+
 @pytest.mark.parametrize("model", ["toy", "llama-3.1-8b", "qwen3-30b-a3b"])
 def test_refined_without_refinement_is_the_roofline(model: str) -> None:
     base = PerfModel(gpu(), load_model(model), tp=2)
@@ -72,11 +80,17 @@ def test_refined_kernel_costs_by_class() -> None:
     assert pm.breakdown([(5, 0)], [])["kernel_overhead"] == pytest.approx(want, rel=1e-12)
 
 
+@pytest.mark.parametrize("form", ["flop", "tile"])
 @settings(max_examples=40, deadline=None)
 @given(chunk=st.integers(1, 4096), prefix=st.integers(0, 50_000), extra=st.integers(1, 2048),
        ctxs=st.lists(st.integers(0, 20_000), max_size=20), more=st.integers(1, 5000))
-def test_refined_more_work_is_never_cheaper(chunk: int, prefix: int, extra: int, ctxs: list[int], more: int) -> None:
-    pm = RefinedPerfModel(gpu(), load_model("llama-3.1-8b"), tp=2, refinement=REF)
+def test_refined_more_work_is_never_cheaper(form: str, chunk: int, prefix: int, extra: int, ctxs: list[int],
+                                            more: int) -> None:
+    if form == "flop":
+        pm = RefinedPerfModel(gpu(), load_model("llama-3.1-8b"), tp=2, refinement=REF)
+    else:  # FlashAttention-2 tile form of prefill attention, and a decode fixed cost
+        ref = dataclasses.replace(REF, attn_prefill_tile_efficiency=0.7, attn_decode_fixed_us=3.0)
+        pm = RefinedPerfModel(tile_gpu(sms=128), load_model("llama-3.1-8b"), tp=2, refinement=ref)
     base = pm.iteration_time_s([(chunk, prefix)], ctxs)
     assert pm.iteration_time_s([(chunk + extra, prefix)], ctxs) >= base
     assert pm.iteration_time_s([(chunk, prefix + extra)], ctxs) >= base
@@ -321,3 +335,38 @@ def test_table_decode_slope_per_batch_size() -> None:
         sum(pm.breakdown([(30, 0)], [1000] * 8).values()), rel=1e-12)
     dec = [pm.decode_step_time_s(n, 4000) for n in range(1, 40)]
     assert all(x <= y for x, y in itertools.pairwise(dec))
+
+
+
+def test_tile_form_prefill_attention_by_hand() -> None:
+    """Prefill attention = layers x max(critical-path tiles x seconds per tile, the chunks' KV traffic)."""
+    from agentreplay.perf.tiles import makespan_tiles, tile_flops
+
+    model = load_model("llama-3.1-8b")  # 32 heads of 128: 64 x 128 tiles, 80 KiB, one CTA per 100 KiB SM
+    ref = Refinement(attn_prefill_tile_efficiency=0.5)
+    pm = RefinedPerfModel(tile_gpu(sms=4), model, refinement=ref)
+    tile_s = tile_flops(128) / (400e12 / 4 * 0.5)
+    for chunks in ([(16, 0)], [(1000, 0)], [(2048, 4096)], [(300, 0), (20, 5000, False)]):
+        span = makespan_tiles([c[:2] for c in chunks], 32, 4, 128)
+        got = pm.breakdown(chunks, [])
+        assert got["attention_prefill"] == pytest.approx(model.num_hidden_layers * span * tile_s, rel=1e-12)
+        assert pm.iteration_time_s(chunks, []) == pytest.approx(sum(got.values()), rel=1e-12)
+    # one short chunk over a long cache: 32 CTAs of ceil(20,016 / 128) = 157 tiles on 4 slots = 8 rounds
+    assert pm.breakdown([(16, 20_000)], [])["attention_prefill"] == pytest.approx(
+        model.num_hidden_layers * 8 * 157 * tile_s, rel=1e-12)
+    # the floor: on a GPU with almost no memory bandwidth the KV traffic of the FLOP form's memory term rules
+    slow = dataclasses.replace(tile_gpu(sms=4), mem_bandwidth_gbps=0.001)
+    flop = RefinedPerfModel(slow, model).breakdown([(16, 20_000)], [])["attention_prefill"]
+    assert RefinedPerfModel(slow, model, refinement=ref).breakdown([(16, 20_000)], [])["attention_prefill"] == (
+        pytest.approx(flop, rel=1e-12))
+    with pytest.raises(ValueError, match="sm_count"):
+        RefinedPerfModel(gpu(), model, refinement=ref)
+
+
+def test_decode_fixed_cost_only_when_decoding() -> None:
+    base = RefinedPerfModel(gpu(), TOY, refinement=REF)
+    fixed = RefinedPerfModel(gpu(), TOY, refinement=dataclasses.replace(REF, attn_decode_fixed_us=4.0))
+    extra = TOY.num_hidden_layers * 4e-6
+    assert fixed.iteration_time_s([], [10, 20]) == pytest.approx(base.iteration_time_s([], [10, 20]) + extra)
+    assert fixed.iteration_time_s([(64, 0)], []) == pytest.approx(base.iteration_time_s([(64, 0)], []), rel=1e-12)
+    assert fixed.decode_coeffs(3)[0] == pytest.approx(base.decode_coeffs(3)[0] + extra, rel=1e-12)
