@@ -270,19 +270,33 @@ REFINED_STAGES: Final = (
                            "gemm_m_half_tokens")),
     ("elementwise", ELEMENTWISE_GROUPS, ("elementwise_kernel_us", "elementwise_bandwidth_efficiency")),
     ("attention", ATTENTION_GROUPS, ("attn_prefill_efficiency", "attn_prefill_m_half_tokens",
-                                     "attn_prefill_kv_efficiency", "attn_decode_efficiency", "attn_kernel_us",
-                                     "attn_decode_seq_us")),
+                                     "attn_prefill_kv_efficiency", "attn_prefill_tile_efficiency",
+                                     "attn_decode_efficiency", "attn_kernel_us", "attn_decode_seq_us",
+                                     "attn_decode_fixed_us")),
     ("allreduce", (), ("allreduce_efficiency", "allreduce_latency_us")),
 )
 REFINED_BOUNDS: Final = {**BOUNDS, "gemm_m_half_tokens": (0.0, 4096.0), "elementwise_kernel_us": (0.0, 50.0),
                          "elementwise_bandwidth_efficiency": (0.1, 4.0), "attn_kernel_us": (0.0, 100.0),
                          "attn_prefill_kv_efficiency": (0.02, 1.0), "attn_decode_seq_us": (0.0, 10.0),
-                         "attn_prefill_m_half_tokens": (0.0, 4096.0)}
+                         "attn_prefill_m_half_tokens": (0.0, 4096.0), "attn_prefill_tile_efficiency": (0.05, 1.0),
+                         "attn_decode_fixed_us": (0.0, 50.0)}
 REFINED_START: Final = {**START, "gemm_m_half_tokens": 64.0, "elementwise_kernel_us": 2.0,
                         "elementwise_bandwidth_efficiency": 1.0, "attn_kernel_us": 5.0,
                         "attn_prefill_kv_efficiency": 0.3, "attn_decode_seq_us": 0.1,
-                        "attn_prefill_m_half_tokens": 0.0}
+                        "attn_prefill_m_half_tokens": 0.0, "attn_prefill_tile_efficiency": 0.6,
+                        "attn_decode_fixed_us": 0.0}
 REFINED_KERNEL_PARAMS: Final = tuple(p for _, _, ps in REFINED_STAGES[:3] for p in ps)  #: what NEAREST borrows
+#: Prefill attention in the tile form (agentreplay.perf.tiles) replaces these FLOP-form parameters.
+FLOP_PREFILL_PARAMS: Final = ("attn_prefill_efficiency", "attn_prefill_m_half_tokens", "attn_prefill_kv_efficiency")
+#: Architectures whose vLLM prefill attention is FlashAttention-2, the kernel agentreplay.perf.tiles describes:
+#: vLLM's FlashAttention backend runs FA3 only on compute capability 9.0 (Hopper), whose tiles and persistent
+#: scheduler differ (vllm/attention/utils/fa_utils.py get_flash_attn_version).
+TILE_ARCHITECTURES: Final = frozenset(("ampere", "ada", "blackwell"))
+
+
+def tile_form(gpu: GpuSpec) -> bool:
+    """True when ``gpu``'s prefill attention is fitted in the FlashAttention-2 tile form (needs its SM count)."""
+    return gpu.architecture in TILE_ARCHITECTURES and gpu.sm_count > 0 and gpu.smem_per_sm_kib > 0
 
 
 @dataclass(slots=True)
@@ -322,9 +336,11 @@ def _refined_stage(o: pd.DataFrame, a: pd.DataFrame, gpu: GpuSpec, data: Compone
     return e, r, cost
 
 
-def fit_refined(data: ComponentData, gpu: GpuSpec) -> RefinedFit:
+def fit_refined(data: ComponentData, gpu: GpuSpec, tiles: bool | None = None) -> RefinedFit:
     """Fit the refined roofline of ``gpu`` on its calibration rows (:data:`REFINED_STAGES`); parameters without
-    rows in their stage keep the catalog value (Efficiency) or the plain-roofline default (Refinement)."""
+    rows in their stage keep the catalog value (Efficiency) or the plain-roofline default (Refinement). Prefill
+    attention takes the tile form where :func:`tile_form` (or ``tiles``) says so, else the FLOP form."""
+    tiles = tile_form(gpu) if tiles is None else tiles
     o, a = fit_rows(data, gpu.name)
     eff, ref = gpu.efficiency, Refinement()
     fitted: list[str] = []
@@ -336,9 +352,11 @@ def fit_refined(data: ComponentData, gpu: GpuSpec) -> RefinedFit:
         if stage == "attention":
             pf, dec = so[so["group"] == "attention_prefill"], so[so["group"] == "attention_decode"]
             active = [p for p in params if (p == "attn_kernel_us" and len(so))
-                      or (p in ("attn_prefill_efficiency", "attn_prefill_m_half_tokens") and len(pf))
-                      or (p == "attn_prefill_kv_efficiency" and (pf["context_tokens"] > 0).any())
-                      or (p in ("attn_decode_efficiency", "attn_decode_seq_us") and len(dec))]
+                      or (p in ("attn_prefill_efficiency", "attn_prefill_m_half_tokens") and len(pf) and not tiles)
+                      or (p == "attn_prefill_kv_efficiency" and (pf["context_tokens"] > 0).any() and not tiles)
+                      or (p == "attn_prefill_tile_efficiency" and len(pf) and tiles)
+                      or (p in ("attn_decode_efficiency", "attn_decode_seq_us") and len(dec))
+                      or (p == "attn_decode_fixed_us" and len(dec) and len(pf))]
         if not active:
             continue
         eff, ref, c = _refined_stage(so, sa, gpu, data, eff, ref, active)
@@ -356,11 +374,12 @@ def calibrate_refined(data: ComponentData, catalog: str | Path | None = None) ->
     fits = {g: fit_refined(data, load_gpu(g, catalog)) for g in have}
     for g, src in NEAREST.items():
         if g in known and g not in fits and src in fits:
-            f = fits[src]
-            borrowed = tuple(p for p in REFINED_KERNEL_PARAMS if p in f.fitted)
+            f, target = fits[src], load_gpu(g, catalog)
+            borrowed = tuple(p for p in REFINED_KERNEL_PARAMS if p in f.fitted
+                             and (p != "attn_prefill_tile_efficiency" or tile_form(target)))
             e = {p: f.value(p) for p in borrowed if p not in REFINEMENT_FIELDS}
             r = {p: f.value(p) for p in borrowed if p in REFINEMENT_FIELDS}
-            fits[g] = RefinedFit(g, dataclasses.replace(load_gpu(g, catalog).efficiency, **e),
+            fits[g] = RefinedFit(g, dataclasses.replace(target.efficiency, **e),
                                  dataclasses.replace(Refinement(), **r), borrowed, 0, 0.0, calibrated_from=src)
     return fits
 
@@ -423,7 +442,7 @@ def mape_table(ops: pd.DataFrame) -> pd.DataFrame:
 
 # ---------------------------------------------------------------------------------------------- writing
 _FMT = {"kernel_overhead_us": 3, "allreduce_latency_us": 3, "gemm_m_half_tokens": 1, "elementwise_kernel_us": 3,
-        "attn_kernel_us": 3, "attn_decode_seq_us": 4, "attn_prefill_m_half_tokens": 1}
+        "attn_kernel_us": 3, "attn_decode_seq_us": 4, "attn_decode_fixed_us": 3, "attn_prefill_m_half_tokens": 1}
 
 
 def _block(fit: GpuFit, old_lines: list[str]) -> list[str]:

@@ -177,6 +177,14 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
         t.columns = [f"{pr} {r[:3]}." for pr, r in cols]
         secs.append(("Operator error by pricer (MAPE %, per GPU and operator group)", _md(t.round(1).reset_index(),
                                                                                         ".1f")))
+    if s.get("prefill_forms"):
+        secs.append(("Prefill attention: FLOP form and FlashAttention-2 tile form", (
+            "The refined roofline prices prefill attention on Ampere, Ada and consumer Blackwell GPUs by the "
+            "critical path of FlashAttention-2's CTAs (agentreplay.perf.tiles: 64 x kBlockN tiles from the "
+            "kernel's source, one CTA per (query block, sequence, head), as many at once as the SMs' shared "
+            "memory holds) instead of by its FLOPs. Both forms fitted on the calibration split alone; MAPE on "
+            "the prefill-attention points of each GPU fitted in the tile form:\n\n")
+            + _md(pd.DataFrame(s["prefill_forms"]), ".2f")))
     lim = diagnostics.limits_markdown(s, _md)
     if lim:
         secs.append(("Limits of the table pricer", lim))

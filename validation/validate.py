@@ -32,6 +32,7 @@ import pandas as pd
 from agentreplay.perf import list_gpus, load_gpu
 from agentreplay.perf.table import (
     GEMM_TILE_TOKENS,
+    REFINEMENT_FIELDS,
     TablePerfModel,
     dram_key_s,
     load_refinement,
@@ -319,6 +320,7 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
     summary.update(report.pricer_headline(pricers))
     if has_components and len(pricer_ops):
         summary["table_limits"] = table_limits(data, pricers, pricer_ops, catalog)
+        summary["prefill_forms"] = _records(prefill_forms(data, catalog))
     floors = [d for cid, d in dists.items() if "ttft_floor_s" in d]
     if floors:
         summary["llmperf_ttft_below_compute_floor"] = {
@@ -357,6 +359,36 @@ def table_limits(data: K.ComponentData, pricers: pd.DataFrame, pricer_ops: pd.Da
     rules = diagnostics.grid_rule_cv(data.full, {c: partial(TablePerfModel._pf_ref, fb) for c, fb in fallback.items()})
     return {"allreduce": _records(ar), "allreduce_shape": _records(shape), "decode_linear": _records(dec),
             "decode_beyond_dram": _records(beyond), "grid_rules": _records(rules)}
+
+
+def prefill_forms(data: K.ComponentData, catalog: str | Path | None = None) -> pd.DataFrame:
+    """Prefill attention of the refined roofline in its two forms, each fitted on the calibration split alone
+    (:func:`validation.calibrate.fit_refined`): the FLOP form and the FlashAttention-2 tile form
+    (:mod:`agentreplay.perf.tiles`), judged on the prefill-attention points the fit uses (serving-engine kernels,
+    not :data:`validation.calibrate.FIT_EXCLUDE`) of every GPU fitted in the tile form.
+    The tile form's fit is the shipped one (catalog/roofline.toml); the FLOP form is refitted here."""
+    rows = []
+    for g in sorted(set(data.ops["gpu"]) & set(list_gpus(catalog))):
+        gpu = load_gpu(g, catalog)
+        pf = data.ops[(data.ops["gpu"] == g) & (data.ops["group"] == "attention_prefill")
+                      & (data.ops["probe"] != "tokens")]
+        pf = pf[np.array([(C.source_of(c), "attention_prefill") not in K.FIT_EXCLUDE for c in pf["cell_id"]],
+                         dtype=bool)]
+        if not K.tile_form(gpu) or not (pf["role"] == "calibration").any():
+            continue
+        flop = K.fit_refined(data, gpu, tiles=False)
+        forms = (("FLOP", flop.efficiency, flop.refinement), ("tile", *load_refinement(gpu, refinement_path(catalog))))
+        for form, eff, ref in forms:
+            err = C.predict_ops(pf, gpu, data.specs, data.tps, eff, ref) / pf["measured_s"].to_numpy() - 1  # type: ignore
+            row: dict[str, Any] = {"gpu": g, "form": form}
+            for r in ("calibration", "validation"):
+                sel = (pf["role"] == r).to_numpy()
+                row[f"{r[:3]}. n"], row[f"{r[:3]}. MAPE %"] = int(sel.sum()), K.mape(err[sel])
+            params = ("attn_prefill_tile_efficiency",) if form == "tile" else K.FLOP_PREFILL_PARAMS
+            values = {p: getattr(ref if p in REFINEMENT_FIELDS else eff, p) for p in (*params, "attn_kernel_us")}
+            row["parameters"] = ", ".join(f"{p} {round(v, 4):.3g}" for p, v in values.items() if v is not None)
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def llmperf_burst(tables: dict[str, pd.DataFrame], catalog: str | Path | None) -> pd.DataFrame:

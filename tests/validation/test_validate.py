@@ -117,6 +117,11 @@ def test_component_subset_has_both_roles(tmp_path: Path) -> None:
                                   "power law in tokens"} and set(rules["gpu"]) == {"rtx4090"}
     assert "## Where each GPU's parameters come from" in report
     assert "GPUs without any measured profile (" in report and "b200 from h100-sxm" in report
+    forms = pd.DataFrame(summary["prefill_forms"]).set_index("form")  # both prefill-attention forms, same points
+    assert list(forms.index) == ["FLOP", "tile"] and set(forms["gpu"]) == {"rtx4090"}
+    assert forms.loc["FLOP", "cal. n"] == forms.loc["tile", "cal. n"] > 0 and forms.loc["tile", "val. n"] > 0
+    assert "attn_prefill_tile_efficiency" in forms.loc["tile", "parameters"]
+    assert "## Prefill attention: FLOP form and FlashAttention-2 tile form" in report
 
 
 def test_gpu_provenance_marks_borrowed_parameters() -> None:
