@@ -122,6 +122,10 @@ def test_component_subset_has_both_roles(tmp_path: Path) -> None:
     assert forms.loc["FLOP", "cal. n"] == forms.loc["tile", "cal. n"] > 0 and forms.loc["tile", "val. n"] > 0
     assert "attn_prefill_tile_efficiency" in forms.loc["tile", "parameters"]
     assert "## Prefill attention: FLOP form and FlashAttention-2 tile form" in report
+    parts = summary["pricer_component_parts_mape_pct"]["rtx4090"]["table"]  # no all-reduce on one GPU
+    assert parts["all_reduce_n"] == 0 and parts["iteration_components"] == pytest.approx(
+        summary["pricer_component_mape_pct"]["rtx4090"]["table"]["validation"])
+    assert "split as the target is worded" in report
 
 
 def test_gpu_provenance_marks_borrowed_parameters() -> None:
