@@ -10,7 +10,9 @@
   N(requested mean, sd), seeded per cell. Arrivals are staggered (the client starts one thread per request;
   times not recorded): uniform over ``[0, test span - measured mean E2E]``, which uses two measured aggregates
   as inputs, so the throughput comparison mostly checks the simulated latency of the last requests (said in the
-  report). GPU memory: vLLM's default 0.9 utilisation (the engine config is not recorded).
+  report). GPU memory: vLLM's default 0.9 utilisation (the engine config is not recorded). Compared: throughput,
+  TTFT, E2E and ITL as LLMPerf defines it (:func:`llmperf_itl`: end-to-end time per received chunk, TTFT
+  included), not vLLM's TPOT.
 - ``agent-jct``: the measured run's trajectories are not public; the bundled ``datasets/swebench-verified``
   (mini-swe-agent + Gemini 3 Pro) stands in, closed loop with 64 in flight, the ``vllm`` preset.
 - ``mlperf``: not simulated (see :data:`SKIPPED_SOURCES`).
@@ -151,6 +153,16 @@ def llmperf_requests(cell: pd.Series, meas: dict[str, float], n: int) -> tuple[n
     return np.maximum(np.rint(inp), 1).astype(np.int64), np.maximum(np.rint(out), 2).astype(np.int64), r
 
 
+def llmperf_itl(e2e_s: np.ndarray, output_tokens: np.ndarray) -> np.ndarray:
+    """LLMPerf's per-request "inter-token latency": the client sums the gaps between content chunks starting
+    from the request's send time (so the TTFT is the first gap) and divides by every SSE chunk it received,
+    the role chunk that vLLM's chat stream sends first included (tech-grandpa/llmperf ``token_benchmark_ray.py``
+    divides ``INTER_TOKEN_LAT`` by ``NUM_OUTPUT_TOKENS`` = ``tokens_received`` of
+    ``openai_chat_completions_client.py`` before replacing it with the re-tokenised count): end-to-end time /
+    (output tokens + 1), one token per chunk. Not vLLM's TPOT, which leaves the first token out."""
+    return np.asarray(e2e_s, dtype=float) / (np.asarray(output_tokens, dtype=float) + 1.0)
+
+
 def llmperf(cell: pd.Series, tables: dict[str, pd.DataFrame], catalog: str | Path | None, *, burst: bool = False,
             pricer: str = "roofline") -> tuple[list[dict], dict[str, Any]]:
     meas = _metrics(tables, cell["cell_id"])
@@ -165,8 +177,8 @@ def llmperf(cell: pd.Series, tables: dict[str, pd.DataFrame], catalog: str | Pat
         workload={"arrival": "trace"})
     res = simulate(trace, sim_cfg, perf=_perf(cell["gpu"], cell["model"], cell["dtype"], 1, catalog, pricer))
     sim, per = turn_metrics(res)
-    sim = {**{k.replace("tpot", "itl"): v for k, v in sim.items() if k.startswith("tpot")},
-           **{k: v for k, v in sim.items() if not k.startswith("tpot")}}
+    per["itl_s"] = llmperf_itl(per["e2e_s"], res.turns["output_tokens"].to_numpy())
+    sim = {**{k: v for k, v in sim.items() if not k.startswith("tpot")}, **dist("itl", per["itl_s"])}
     sim["throughput_output_tok_s"] *= r  # measured throughput counts Llama-2 tokens
     spec, gpu = load_model(cell["model"]), load_gpu(cell["gpu"], catalog)
     floor = iteration_floor_s(spec, gpu, "prefill_iteration", float(np.mean(inp)), 1, cell["dtype"])

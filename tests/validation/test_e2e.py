@@ -1,0 +1,29 @@
+"""End-to-end replays: LLMPerf's inter-token latency definition, by hand and on a replayed LLMPerf cell."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.conftest import shared_path
+from validation import e2e
+from validation.measured import collect_path
+
+
+def test_llmperf_itl_counts_the_first_token_and_the_role_chunk() -> None:
+    # 3 s end to end, 149 tokens: 150 chunks (role chunk + one per token), TTFT inside the summed gaps
+    assert e2e.llmperf_itl(np.array([3.0]), np.array([149])).tolist() == [pytest.approx(0.02)]
+    assert e2e.llmperf_itl(np.array([1.0, 2.0]), np.array([1, 3])).tolist() == [0.5, 0.5]
+
+
+def test_llmperf_replay_reports_llmperf_itl() -> None:
+    m = collect_path(shared_path("measurements", "serving-llmperf"))
+    cells = m.table("cells")
+    cell = cells[(cells["gpu"] == "rtx3090") & (cells["dtype"] == "bf16")].iloc[0]
+    rows, extra = e2e.llmperf(cell, m.tables, None)
+    got = {r["metric"]: r["simulated"] for r in rows}
+    per = extra["simulated"]
+    assert got["itl_mean_s"] == pytest.approx(float(np.mean(per["itl_s"])), rel=1e-12)
+    chunks = per["e2e_s"] / per["itl_s"]  # output tokens + 1 per request: ~150 requested
+    assert np.allclose(chunks, np.rint(chunks)) and 100 < chunks.mean() < 200
+    assert {"throughput_output_tok_s", "ttft_mean_s", "e2e_mean_s"} <= set(got)
