@@ -9,7 +9,10 @@ critical path, with the tile shapes of the kernel vLLM runs on Ampere, Ada and c
 
 - vLLM's attention metadata always passes a block table (a paged KV cache), and FlashAttention-2's
   ``mha_varlen_fwd`` then runs the split-KV kernel whatever the number of splits (``run_mha_fwd(params,
-  stream, /*force_split_kernel=*/paged_KV)``, ``csrc/flash_attn/flash_api.cpp``);
+  stream, /*force_split_kernel=*/paged_KV)``, ``csrc/flash_attn/flash_api.cpp``), but splits the KV over
+  several CTAs only for decode ("Only apply split-k for decoding": ``set_params_splitkv`` runs only when the
+  one-token queries of a GQA batch are packed, ``seqlenq_ngroups_swapped``), so each query block of a prefill
+  chunk walks all its KV tiles in one CTA;
 - that kernel's tile is ``kBlockM = 64`` query rows by ``kBlockN`` keys, ``kBlockN = 256 / 128 / 64`` for head
   dims up to 64 / 128 / larger, 4 warps (``run_mha_fwd_splitkv_dispatch``,
   ``csrc/flash_attn/src/flash_fwd_launch_template.h``); its grid is ``dim3(num_m_blocks, batch, heads)`` when
@@ -60,27 +63,30 @@ def tile_flops(head_dim: int) -> float:
     return 4.0 * bm * bn * head_dim
 
 
-def block_tiles(chunk: int, prefix: int, head_dim: int) -> list[int]:
-    """KV tiles each query block of one causal chunk walks, in query-block order."""
+def block_tiles(chunk: int, prefix: int, head_dim: int, shape: tuple[int, int] | None = None) -> list[int]:
+    """KV tiles each query block of one causal chunk walks, in query-block order; ``shape`` = ``(kBlockM,
+    kBlockN)`` overrides :func:`tile_shape` (to test other tilings against a profile)."""
     if chunk < 1 or prefix < 0:
         raise ValueError(f"chunk={chunk!r} must be >= 1 and prefix={prefix!r} >= 0")
-    bm, bn = tile_shape(head_dim)
+    bm, bn = shape or tile_shape(head_dim)
     return [-(-(prefix + min((i + 1) * bm, chunk)) // bn) for i in range(-(-chunk // bm))]
 
 
-def makespan_tiles(chunks: Sequence[tuple[int, int]], heads: int, slots: int, head_dim: int) -> int:
+def makespan_tiles(chunks: Sequence[tuple[int, int]], heads: int, slots: int, head_dim: int,
+                   shape: tuple[int, int] | None = None) -> int:
     """Tile iterations on the kernel's critical path for ``chunks`` = ``(chunk_tokens, prefix_tokens)`` per
     sequence of one varlen call, ``heads`` query heads per GPU, ``slots`` concurrent CTAs (module docstring)."""
     if heads < 1 or slots < 1:
         raise ValueError(f"heads={heads!r} and slots={slots!r} must be >= 1")
-    return _makespan(tuple((int(c), int(p)) for c, p in chunks), heads, slots, head_dim)
+    return _makespan(tuple((int(c), int(p)) for c, p in chunks), heads, slots, head_dim, shape)
 
 
 @lru_cache(maxsize=1 << 16)
-def _makespan(chunks: tuple[tuple[int, int], ...], heads: int, slots: int, head_dim: int) -> int:
+def _makespan(chunks: tuple[tuple[int, int], ...], heads: int, slots: int, head_dim: int,
+              shape: tuple[int, int] | None) -> int:
     if not chunks:
         return 0
-    per_seq = [block_tiles(c, p, head_dim) for c, p in chunks]
+    per_seq = [block_tiles(c, p, head_dim, shape) for c, p in chunks]
     works = [w for blocks in per_seq for w in blocks] * heads  # dispatch order; empty blocks exit at once
     if len(works) <= slots:
         return max(works)

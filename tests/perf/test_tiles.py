@@ -32,6 +32,8 @@ def test_block_tiles_by_hand() -> None:
     assert block_tiles(1024, 0, 128) == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8]
     assert block_tiles(16, 16384, 128) == [129]  # one short block over a long cache
     assert block_tiles(100, 28, 128) == [1, 1]  # 28 + 64 = 92 keys, then 28 + 100 = 128 keys
+    assert block_tiles(256, 0, 128, shape=(128, 64)) == [2, 4]  # another tiling, to test it against a profile
+    assert makespan_tiles([(256, 0)], heads=1, slots=1, head_dim=128, shape=(128, 64)) == 6
     with pytest.raises(ValueError, match="chunk"):
         block_tiles(0, 0, 128)
 
