@@ -57,10 +57,15 @@ class Efficiency:
     kernel_overhead_us: float  #: fixed cost per kernel launched, microseconds
     framework_overhead_ms: float  #: fixed cost per engine iteration, milliseconds
     per_seq_overhead_us: float = 0.0  #: cost per sequence in the batch per iteration, microseconds
+    #: prefill attention by FlashAttention-2's CTA critical path (agentreplay.perf.tiles): fraction of an SM's
+    #: share of the bf16 peak one full KV tile reaches; 0 = the FLOP form (attn_prefill_efficiency)
+    attn_prefill_tile_efficiency: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
+            if f.name == "attn_prefill_tile_efficiency" and v == 0.0:
+                continue  # off
             if f.name.endswith("_efficiency"):
                 if not 0.0 < v <= 1.0:
                     raise ValueError(f"Efficiency.{f.name}={v!r} must be in (0, 1]")
@@ -251,7 +256,8 @@ def _efficiency(path: Path, entry: dict[str, Any], where: str) -> Efficiency:
     user = _read_toml(str(Path(path).resolve())).get("defaults", {}).get("efficiency", {})
     merged = {**packaged, **user, **entry}  # entry over the file's defaults over the packaged defaults
     names = {f.name for f in fields(Efficiency)}
-    required = {f.name for f in fields(Efficiency) if f.name != "per_seq_overhead_us"}
+    required = {f.name for f in fields(Efficiency) if f.name not in ("per_seq_overhead_us",
+                                                                     "attn_prefill_tile_efficiency")}
     _check_keys(f"{where}.efficiency", merged, names, required)
     return Efficiency(**{k: float(v) for k, v in merged.items()})
 

@@ -8,8 +8,11 @@ the iteration is the sum over operators and layers plus fixed overheads:
 - linear layers (qkv, o, gate_up, down; MoE: router + experts) read their weights once per iteration, whatever
   the token count; MoE experts compute only for the ``k`` active experts per token but read the weights of every
   expert the batch touches, E * (1 - (1 - k/E) ** tokens) in expectation under uniform routing;
-- attention: prefill FLOPs 4 * chunk * (prefix + chunk/2) * q_width per layer plus the KV bytes it reads/writes;
-  decode is a per-context-token cost max(FLOP time, KV-byte time), linear in the context;
+- attention: prefill FLOPs 4 * chunk * (prefix + chunk/2) * q_width per layer plus the KV bytes it reads/writes
+  or, when the GPU's ``attn_prefill_tile_efficiency`` is set, the critical path of FlashAttention-2's CTAs
+  (:mod:`agentreplay.perf.tiles`: a short chunk over a long cache runs few long CTAs on an idle GPU, which a
+  FLOP count cannot see), never below the same KV bytes; decode is a per-context-token cost max(FLOP time,
+  KV-byte time), linear in the context;
 - norms, rotary embedding, activation, embedding and sampler: memory-bound on activations;
 - TP > 1: two all-reduces per layer plus one after the embedding (ring: 2 (tp-1)/tp * bytes / link + latency),
   and a gather of the logits;
@@ -44,6 +47,7 @@ from agentreplay.perf.catalog import (
     load_model,
 )
 from agentreplay.perf.pricer import IterationPricer, PrefillItem
+from agentreplay.perf.tiles import ctas_per_sm, makespan_tiles, tile_flops
 
 __all__ = ["OPERATORS", "IterationPricer", "PerfModel", "PrefillItem"]
 
@@ -54,6 +58,7 @@ OPERATORS: tuple[str, ...] = (
     "kernel_overhead", "framework_overhead",
 )
 
+_ATTN_PREFILL = OPERATORS.index("attention_prefill")
 _KERNELS_PER_LAYER = 9  # 2 fused add+RMSNorm, qkv, rotary, attention, o, gate_up, act, down
 _KERNELS_PER_MOE_LAYER = 2  # router GEMM, top-k + token alignment
 
@@ -138,6 +143,19 @@ class PerfModel:
         self._pf_chunk_s = 2 * kv_tok / kv_bw + 2 * q * ACT_BYTES / bw  # per chunk token: KV read+write, q/o
         self._c_key = self._layers * max(4.0 * q / attn, kv_tok / kv_bw)  # seconds per decode context token
         self._dec_seq_s = self._c_key + self._layers * (kv_tok / kv_bw + 2 * q * ACT_BYTES / bw)  # per sequence
+        # Prefill attention in the tile form: seconds per KV tile of one CTA slot (0 = the FLOP form above).
+        self._tile_s = 0.0
+        self._tile_slots = 1
+        self._tile_heads = 1
+        if eff.attn_prefill_tile_efficiency > 0.0:
+            if gpu.sm_count < 1 or gpu.smem_per_sm_kib <= 0.0:
+                raise ValueError(f"{gpu.name}: attn_prefill_tile_efficiency needs sm_count and smem_per_sm_kib in "
+                                 "the GPU catalog")
+            per_cta = ctas_per_sm(gpu.smem_per_sm_kib, model.head_dim)
+            self._tile_slots = gpu.sm_count * per_cta
+            self._tile_heads = model.num_attention_heads // tp
+            sm_flops = gpu.bf16_tflops * 1e12 / gpu.sm_count * eff.attn_prefill_tile_efficiency
+            self._tile_s = tile_flops(model.head_dim) * per_cta / sm_flops
 
         # Tensor-parallel collectives.
         self._tp_on = tp > 1
@@ -236,6 +254,20 @@ class PerfModel:
             raise ValueError(f"decode contexts must be >= 0 tokens; their sum is {sum_ctx}")
         return pf_chunk + n_dec, emit + n_dec, len(prefill) + n_dec, pf_work, pf_prefix, pf_chunk, n_dec, sum_ctx
 
+    def _priced(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> tuple[float, ...]:
+        """:meth:`_terms` of the iteration, prefill attention in the tile form when it is on: the kernel's
+        critical path, never below the chunks' KV traffic (the FLOP form's memory term)."""
+        summary = self._summarise(prefill, decode_ctx)
+        t = self._terms(*summary)
+        if self._tile_s == 0.0 or not prefill:
+            return t
+        span = makespan_tiles([(item[0], item[1]) for item in prefill], self._tile_heads, self._tile_slots,
+                              self.model.head_dim)
+        out = list(t)
+        out[_ATTN_PREFILL] = self._layers * max(span * self._tile_s,
+                                                summary[4] * self._pf_prefix_s + summary[5] * self._pf_chunk_s)
+        return tuple(out)
+
     # ---- public API ---------------------------------------------------------------------------------------
     def iteration_time_s(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> float:
         """Seconds for one iteration.
@@ -244,11 +276,11 @@ class PerfModel:
         emits a token when it completes its prompt. ``decode_ctx``: tokens already in the KV cache for each
         decoding sequence (each decodes one token and emits it).
         """
-        return sum(self._terms(*self._summarise(prefill, decode_ctx)))
+        return sum(self._priced(prefill, decode_ctx))
 
     def breakdown(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> dict[str, float]:
         """Seconds per operator (all :data:`OPERATORS`, summed over layers) for the same iteration."""
-        return dict(zip(OPERATORS, self._terms(*self._summarise(prefill, decode_ctx)), strict=True))
+        return dict(zip(OPERATORS, self._priced(prefill, decode_ctx), strict=True))
 
     def decode_coeffs(self, n_seqs: int) -> tuple[float, float]:
         """``(A, c)`` with decode-only iteration time ``A + c * sum_ctx`` for ``n_seqs`` sequences. The engine

@@ -19,13 +19,9 @@
   ``attn_decode_fixed_us``: a fixed cost per layer of an iteration that decodes, beyond the attention kernel's
   launch (``attn_kernel_us``, which prefill pays too): the profiled decode calls cost ~4.5 us more than a
   one-sequence prefill call of the same size (RTX 4090 and RTX PRO 6000 profiles, two or more sequences).
-- ``attn_prefill_tile_efficiency``: when set, prefill attention is priced by the critical path of
-  FlashAttention-2's CTAs instead of its FLOPs (:mod:`agentreplay.perf.tiles`): the tile iterations of the
-  longest-running slot times one tile's FLOPs at this fraction of an SM's share of the bf16 peak (a slot's
-  share when two CTAs share an SM), never below the chunk's KV traffic at the attention bandwidth. It replaces
-  ``attn_prefill_efficiency``, ``attn_prefill_m_half_tokens`` and ``attn_prefill_kv_efficiency`` for prefill,
-  and needs ``sm_count`` and ``smem_per_sm_kib`` in the GPU catalog. Calibration fits it where a serving
-  engine's FlashAttention-2 prefill was profiled (validation/calibrate.py).
+- prefill attention in FlashAttention-2's tile form (:class:`PerfModel`, ``attn_prefill_tile_efficiency``)
+  works here as in the plain roofline; calibration fits it for both where a serving engine's FlashAttention-2
+  prefill was profiled (validation/calibrate.py).
 
 With every refinement at its default :class:`RefinedPerfModel` prices exactly like :class:`PerfModel`.
 
@@ -76,7 +72,6 @@ import numpy as np
 from agentreplay.perf.catalog import Dtype, Efficiency, GpuSpec, ModelSpec, load_gpu, load_model
 from agentreplay.perf.interp import Curve, Grid, fit_decode
 from agentreplay.perf.model import DTYPE_BYTES, OPERATORS, PerfModel, PrefillItem
-from agentreplay.perf.tiles import ctas_per_sm, makespan_tiles, tile_flops
 
 # ---------------------------------------------------------------------------------------------- kernels
 #: Kernel classes each operator launches (per layer, or per forward for :data:`PER_FORWARD`).
@@ -134,7 +129,6 @@ class Refinement:
     attn_prefill_m_half_tokens: float = 0.0  #: chunk tokens at which prefill attention reaches half its efficiency
     attn_decode_seq_us: float = 0.0  #: per decoding sequence per layer
     attn_decode_fixed_us: float = 0.0  #: per layer, once per iteration with decoding sequences
-    attn_prefill_tile_efficiency: float | None = None  #: FlashAttention tile model of prefill (None: FLOP form)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -182,16 +176,6 @@ class RefinedPerfModel(PerfModel):
             self._pf_prefix_s *= eff.attn_decode_efficiency / r.attn_prefill_kv_efficiency
         self._dec_seq_s += self._layers * r.attn_decode_seq_us * 1e-6
         self._dec_fixed_s = self._layers * r.attn_decode_fixed_us * 1e-6
-        self._tile_s = 0.0  # seconds per KV tile of one CTA slot; 0 = FLOP form
-        if r.attn_prefill_tile_efficiency is not None:
-            if gpu.sm_count < 1 or gpu.smem_per_sm_kib <= 0:
-                raise ValueError(f"{gpu.name}: attn_prefill_tile_efficiency needs sm_count and smem_per_sm_kib "
-                                 "in the GPU catalog")
-            per_cta = ctas_per_sm(gpu.smem_per_sm_kib, model.head_dim)
-            self._tile_slots = gpu.sm_count * per_cta
-            self._tile_heads = model.num_attention_heads // tp
-            sm_flops = gpu.bf16_tflops * 1e12 / gpu.sm_count * r.attn_prefill_tile_efficiency
-            self._tile_s = tile_flops(model.head_dim) * per_cta / sm_flops
         k = eff.kernel_overhead_us
         self.launch = {"gemm": k * 1e-6,
                        "elementwise": (k if r.elementwise_kernel_us is None else r.elementwise_kernel_us) * 1e-6,
@@ -245,27 +229,6 @@ class RefinedPerfModel(PerfModel):
         t[_IDX["kernel_overhead"]] = (n_layers * self._kernel_layer_s + self._kernel_fwd_s
                                       + (self._kernel_emit_s if emit else 0.0))
         return tuple(t)
-
-    def _priced_terms(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> tuple[float, ...]:
-        """:meth:`_terms` with prefill attention from the tile model when ``attn_prefill_tile_efficiency`` is
-        set: the kernel's critical path, never below the chunks' KV traffic (the FLOP form's memory term)."""
-        summary = self._summarise(prefill, decode_ctx)
-        t = self._terms(*summary)
-        if not (self._tile_s and prefill):
-            return t
-        span = makespan_tiles([(int(item[0]), int(item[1])) for item in prefill], self._tile_heads,
-                              self._tile_slots, self.model.head_dim)
-        pf_prefix, pf_chunk = summary[4], summary[5]
-        out = list(t)
-        out[_IDX["attention_prefill"]] = self._layers * max(
-            span * self._tile_s, pf_prefix * self._pf_prefix_s + pf_chunk * self._pf_chunk_s)
-        return tuple(out)
-
-    def iteration_time_s(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> float:
-        return sum(self._priced_terms(prefill, decode_ctx))
-
-    def breakdown(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> dict[str, float]:
-        return dict(zip(OPERATORS, self._priced_terms(prefill, decode_ctx), strict=True))
 
     def __repr__(self) -> str:
         return f"Refined{super().__repr__()}"

@@ -45,11 +45,12 @@ def gpu(tp_link: float = 100.0) -> GpuSpec:
                    interconnect_bw_gbps=tp_link, efficiency=EFF)
 
 
-def tile_gpu(sms: int = 4, smem_kib: float = 100.0, arch: str = "ada") -> GpuSpec:
+def tile_gpu(sms: int = 4, smem_kib: float = 100.0, arch: str = "ada", tile_eff: float = 0.0) -> GpuSpec:
+    """An Ada-like GPU with an SM count; ``tile_eff`` > 0 turns on the tile form of prefill attention."""
     return GpuSpec(name="tiles", display_name="tiles", architecture=arch, memory_gib=80.0,  # type: ignore[arg-type]
                    usable_memory_gib=80.0, mem_bandwidth_gbps=2000.0, bf16_tflops=400.0, fp8_tflops=0.0,
-                   interconnect="pcie", interconnect_bw_gbps=32.0, efficiency=EFF, sm_count=sms,
-                   smem_per_sm_kib=smem_kib)
+                   interconnect="pcie", interconnect_bw_gbps=32.0, sm_count=sms, smem_per_sm_kib=smem_kib,
+                   efficiency=dataclasses.replace(EFF, attn_prefill_tile_efficiency=tile_eff))
 
 
 @pytest.mark.parametrize("model", ["toy", "llama-3.1-8b", "qwen3-30b-a3b"])
@@ -89,8 +90,8 @@ def test_refined_more_work_is_never_cheaper(form: str, chunk: int, prefix: int, 
     if form == "flop":
         pm = RefinedPerfModel(gpu(), load_model("llama-3.1-8b"), tp=2, refinement=REF)
     else:  # FlashAttention-2 tile form of prefill attention, and a decode fixed cost
-        ref = dataclasses.replace(REF, attn_prefill_tile_efficiency=0.7, attn_decode_fixed_us=3.0)
-        pm = RefinedPerfModel(tile_gpu(sms=128), load_model("llama-3.1-8b"), tp=2, refinement=ref)
+        pm = RefinedPerfModel(tile_gpu(sms=128, tile_eff=0.7), load_model("llama-3.1-8b"), tp=2,
+                              refinement=dataclasses.replace(REF, attn_decode_fixed_us=3.0))
     base = pm.iteration_time_s([(chunk, prefix)], ctxs)
     assert pm.iteration_time_s([(chunk + extra, prefix)], ctxs) >= base
     assert pm.iteration_time_s([(chunk, prefix + extra)], ctxs) >= base
@@ -339,28 +340,33 @@ def test_table_decode_slope_per_batch_size() -> None:
 
 
 def test_tile_form_prefill_attention_by_hand() -> None:
-    """Prefill attention = layers x max(critical-path tiles x seconds per tile, the chunks' KV traffic)."""
+    """Prefill attention = layers x max(critical-path tiles x seconds per tile, the chunks' KV traffic), in the
+    plain roofline and in the refined one (which only changes the FLOP form it replaces)."""
     from agentreplay.perf.tiles import makespan_tiles, tile_flops
 
     model = load_model("llama-3.1-8b")  # 32 heads of 128: 64 x 128 tiles, 80 KiB, one CTA per 100 KiB SM
-    ref = Refinement(attn_prefill_tile_efficiency=0.5)
-    pm = RefinedPerfModel(tile_gpu(sms=4), model, refinement=ref)
     tile_s = tile_flops(128) / (400e12 / 4 * 0.5)
-    for chunks in ([(16, 0)], [(1000, 0)], [(2048, 4096)], [(300, 0), (20, 5000, False)]):
-        span = makespan_tiles([c[:2] for c in chunks], 32, 4, 128)
-        got = pm.breakdown(chunks, [])
-        assert got["attention_prefill"] == pytest.approx(model.num_hidden_layers * span * tile_s, rel=1e-12)
-        assert pm.iteration_time_s(chunks, []) == pytest.approx(sum(got.values()), rel=1e-12)
-    # one short chunk over a long cache: 32 CTAs of ceil(20,016 / 128) = 157 tiles on 4 slots = 8 rounds
-    assert pm.breakdown([(16, 20_000)], [])["attention_prefill"] == pytest.approx(
-        model.num_hidden_layers * 8 * 157 * tile_s, rel=1e-12)
+    for pm in (PerfModel(tile_gpu(sms=4, tile_eff=0.5), model),
+               RefinedPerfModel(tile_gpu(sms=4, tile_eff=0.5), model, refinement=Refinement(
+                   gemm_m_half_tokens=96.0, attn_kernel_us=8.0, attn_decode_fixed_us=3.0))):
+        for chunks in ([(16, 0)], [(1000, 0)], [(2048, 4096)], [(300, 0), (20, 5000, False)]):
+            span = makespan_tiles([c[:2] for c in chunks], 32, 4, 128)
+            got = pm.breakdown(chunks, [])
+            assert got["attention_prefill"] == pytest.approx(model.num_hidden_layers * span * tile_s, rel=1e-12)
+            assert pm.iteration_time_s(chunks, []) == pytest.approx(sum(got.values()), rel=1e-12)
+        # one short chunk over a long cache: 32 CTAs of ceil(20,016 / 128) = 157 tiles on 4 slots = 8 rounds
+        assert pm.breakdown([(16, 20_000)], [])["attention_prefill"] == pytest.approx(
+            model.num_hidden_layers * 8 * 157 * tile_s, rel=1e-12)
     # the floor: on a GPU with almost no memory bandwidth the KV traffic of the FLOP form's memory term rules
-    slow = dataclasses.replace(tile_gpu(sms=4), mem_bandwidth_gbps=0.001)
-    flop = RefinedPerfModel(slow, model).breakdown([(16, 20_000)], [])["attention_prefill"]
-    assert RefinedPerfModel(slow, model, refinement=ref).breakdown([(16, 20_000)], [])["attention_prefill"] == (
-        pytest.approx(flop, rel=1e-12))
+    slow = dataclasses.replace(tile_gpu(sms=4, tile_eff=0.5), mem_bandwidth_gbps=0.001)
+    flop = PerfModel(dataclasses.replace(slow, efficiency=EFF), model).breakdown([(16, 20_000)], [])
+    assert PerfModel(slow, model).breakdown([(16, 20_000)], [])["attention_prefill"] == pytest.approx(
+        flop["attention_prefill"], rel=1e-12)
+    assert PerfModel(slow, model).decode_coeffs(3) == PerfModel(dataclasses.replace(slow, efficiency=EFF),
+                                                                model).decode_coeffs(3)  # decode untouched
     with pytest.raises(ValueError, match="sm_count"):
-        RefinedPerfModel(gpu(), model, refinement=ref)
+        PerfModel(dataclasses.replace(gpu(), efficiency=dataclasses.replace(EFF, attn_prefill_tile_efficiency=0.5)),
+                  model)
 
 
 def test_decode_fixed_cost_only_when_decoding() -> None:
