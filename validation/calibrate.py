@@ -41,12 +41,14 @@ SPLIT: Final = {
                   "all-reduce, every Splitwise whole-model iteration, every end-to-end run.",
 }
 FIT_PARAMS: Final = ("compute_efficiency", "bandwidth_efficiency", "kernel_overhead_us", "attn_prefill_efficiency",
-                     "attn_decode_efficiency", "allreduce_efficiency", "allreduce_latency_us")
+                     "attn_prefill_tile_efficiency", "attn_decode_efficiency", "allreduce_efficiency",
+                     "allreduce_latency_us")
 BOUNDS: Final = {"compute_efficiency": (0.2, 1.0), "bandwidth_efficiency": (0.3, 1.0),
                  "kernel_overhead_us": (0.0, 50.0), "attn_prefill_efficiency": (0.05, 1.0),
                  "attn_decode_efficiency": (0.05, 1.0), "allreduce_efficiency": (0.05, 1.0),
+                 "attn_prefill_tile_efficiency": (0.05, 1.0),
                  "allreduce_latency_us": (0.0, 200.0)}
-KERNEL_PARAMS: Final = FIT_PARAMS[:5]  #: what a GPU without profiles borrows from its nearest profiled GPU
+KERNEL_PARAMS: Final = FIT_PARAMS[:6]  #: what a GPU without profiles borrows from its nearest profiled GPU
 NEAREST: Final = {"h200": "h100-sxm", "b200": "h100-sxm", "a100-40gb": "a100-80gb", "l40s": "rtx4090"}
 #: Compared but not fitted: HF-eager elementwise modules run as several unfused kernels each (RMSNorm: casts,
 #: pow, mean, rsqrt, two muls; rotary: slices, neg, cat, muls, adds), unlike the fused kernels of the serving
@@ -55,13 +57,24 @@ NEAREST: Final = {"h200": "h100-sxm", "b200": "h100-sxm", "a100-40gb": "a100-80g
 #: H100 13% of the bf16 peak where vLLM's kernels reach 30-50%).
 FIT_EXCLUDE: Final = frozenset(("llmservingsim-v0", g) for g in ("layernorm", "rotary_emb", "act_fn", "embedding",
                                                                    "final_layernorm", "attention_prefill"))
+#: Architectures whose vLLM prefill attention is FlashAttention-2, the kernel agentreplay.perf.tiles describes:
+#: vLLM's FlashAttention backend runs FA3 only on compute capability 9.0 (Hopper), whose tiles and persistent
+#: scheduler differ (vllm/attention/utils/fa_utils.py get_flash_attn_version).
+TILE_ARCHITECTURES: Final = frozenset(("ampere", "ada", "blackwell"))
+
+
+def tile_form(gpu: GpuSpec) -> bool:
+    """True when ``gpu``'s prefill attention is fitted in the FlashAttention-2 tile form (needs its SM count)."""
+    return gpu.architecture in TILE_ARCHITECTURES and gpu.sm_count > 0 and gpu.smem_per_sm_kib > 0
+
+
 SHARE_FLOOR: Final = 0.01  #: smallest weight share of an operator in the fit
 ROBUST_SCALE: Final = 0.1  #: soft-L1 loss scale on log-time residuals (10%): HF eager elementwise outliers
 #: Fixed starting point (typical published values; the fit also starts from the middle of the box), so a re-run
 #: does not depend on what a previous calibration wrote.
 START: Final = {"compute_efficiency": 0.7, "bandwidth_efficiency": 0.85, "kernel_overhead_us": 2.0,
                 "attn_prefill_efficiency": 0.45, "attn_decode_efficiency": 0.7, "allreduce_efficiency": 0.75,
-                "allreduce_latency_us": 10.0}
+                "allreduce_latency_us": 10.0, "attn_prefill_tile_efficiency": 0.6}
 
 
 def role(cell_id: str, tp: int, num_tokens: int | None, tp1_only_gpu: bool) -> str:
@@ -174,7 +187,7 @@ def layer_share(o: pd.DataFrame) -> np.ndarray:
 #: the fixed cost of attention kernels does not leak into the per-kernel overhead of every GEMM.
 STAGES: Final = (
     ("dense", ("compute_efficiency", "bandwidth_efficiency", "kernel_overhead_us")),
-    ("attention", ("attn_prefill_efficiency", "attn_decode_efficiency")),
+    ("attention", ("attn_prefill_efficiency", "attn_prefill_tile_efficiency", "attn_decode_efficiency")),
     ("allreduce", ("allreduce_efficiency", "allreduce_latency_us")),
 )
 
@@ -235,8 +248,12 @@ def _fit(resid: Callable[[np.ndarray], np.ndarray], params: list[str], bounds: d
 
 def fit_gpu(data: ComponentData, gpu: GpuSpec, prior: Efficiency | None = None) -> GpuFit:
     """Fit ``gpu``'s efficiencies on its calibration rows, stage by stage (:data:`STAGES`); a parameter without
-    data in its stage keeps the catalog value."""
+    data in its stage keeps the catalog value. Prefill attention: the tile form where :func:`tile_form` says so
+    (``attn_prefill_tile_efficiency``), else the FLOP form (``attn_prefill_efficiency``)."""
+    tiles = tile_form(gpu)
     prior = prior or gpu.efficiency
+    if not tiles:
+        prior = dataclasses.replace(prior, attn_prefill_tile_efficiency=0.0)
     o, a = fit_rows(data, gpu.name)
     is_att = o["group"].str.startswith("attention")
     rows = {"dense": (o[~is_att].reset_index(drop=True), a.iloc[:0]),
@@ -246,7 +263,8 @@ def fit_gpu(data: ComponentData, gpu: GpuSpec, prior: Efficiency | None = None) 
         so, sa = rows[stage]
         groups = set(so["group"])
         active = [p for p in params if (stage != "attention" and len(so) + len(sa))
-                  or f"attention_{p.split('_')[1]}" in groups]
+                  or (f"attention_{p.split('_')[1]}" in groups
+                      and p != ("attn_prefill_efficiency" if tiles else "attn_prefill_tile_efficiency"))]
         if not active:
             continue
         eff, c = _stage(so, sa, gpu, data, eff, active, time_weighted=stage == "attention")
@@ -288,15 +306,6 @@ REFINED_START: Final = {**START, "gemm_m_half_tokens": 64.0, "elementwise_kernel
 REFINED_KERNEL_PARAMS: Final = tuple(p for _, _, ps in REFINED_STAGES[:3] for p in ps)  #: what NEAREST borrows
 #: Prefill attention in the tile form (agentreplay.perf.tiles) replaces these FLOP-form parameters.
 FLOP_PREFILL_PARAMS: Final = ("attn_prefill_efficiency", "attn_prefill_m_half_tokens", "attn_prefill_kv_efficiency")
-#: Architectures whose vLLM prefill attention is FlashAttention-2, the kernel agentreplay.perf.tiles describes:
-#: vLLM's FlashAttention backend runs FA3 only on compute capability 9.0 (Hopper), whose tiles and persistent
-#: scheduler differ (vllm/attention/utils/fa_utils.py get_flash_attn_version).
-TILE_ARCHITECTURES: Final = frozenset(("ampere", "ada", "blackwell"))
-
-
-def tile_form(gpu: GpuSpec) -> bool:
-    """True when ``gpu``'s prefill attention is fitted in the FlashAttention-2 tile form (needs its SM count)."""
-    return gpu.architecture in TILE_ARCHITECTURES and gpu.sm_count > 0 and gpu.smem_per_sm_kib > 0
 
 
 @dataclass(slots=True)
@@ -343,6 +352,8 @@ def fit_refined(data: ComponentData, gpu: GpuSpec, tiles: bool | None = None) ->
     tiles = tile_form(gpu) if tiles is None else tiles
     o, a = fit_rows(data, gpu.name)
     eff, ref = gpu.efficiency, Refinement()
+    if not tiles:
+        eff = dataclasses.replace(eff, attn_prefill_tile_efficiency=0.0)
     fitted: list[str] = []
     cost = 0.0
     for stage, groups, params in REFINED_STAGES:
@@ -409,8 +420,10 @@ def calibrate(measured: Measured, catalog: str | Path | None = None) -> tuple[di
     fits = {g: fit_gpu(data, load_gpu(g, catalog)) for g in have}
     for g, src in NEAREST.items():
         if g in known and g not in fits and src in fits:
-            prior = load_gpu(g, catalog).efficiency
-            borrowed = tuple(p for p in KERNEL_PARAMS if p in fits[src].fitted)
+            target = load_gpu(g, catalog)
+            prior = target.efficiency
+            borrowed = tuple(p for p in KERNEL_PARAMS if p in fits[src].fitted
+                             and (p != "attn_prefill_tile_efficiency" or tile_form(target)))
             eff = dataclasses.replace(prior, **{p: getattr(fits[src].efficiency, p) for p in borrowed})
             fits[g] = GpuFit(g, eff, borrowed, prior, 0, 0.0, calibrated_from=src)
     return fits, data
@@ -455,6 +468,10 @@ def _block(fit: GpuFit, old_lines: list[str]) -> list[str]:
         note = (f"# calibrated by `agentreplay calibrate` on {fit.n_points} component points "
                 "(split and fit errors: calibration.json)")
     lines = [head, note]
+    # a GPU fitted in the tile form drops its FLOP-form prefill efficiency (the [defaults] value prices the
+    # decode FLOP bound, which the KV bytes dominate)
+    replaced = set(fit.fitted) | ({"attn_prefill_efficiency"} if "attn_prefill_tile_efficiency" in fit.fitted
+                                  else set())
     for p in fit.fitted:
         v = getattr(fit.efficiency, p)
         lines.append(f"{p} = {round(v, _FMT.get(p, 4))!r}")
@@ -463,7 +480,7 @@ def _block(fit: GpuFit, old_lines: list[str]) -> list[str]:
         if dropping and ln[:1].isspace() and ln.strip().startswith("#"):
             continue  # continuation comment of a dropped key
         key = ln.split("=", 1)[0].strip()
-        dropping = ln.startswith("# calibrat") or key in fit.fitted
+        dropping = ln.startswith("# calibrat") or key in replaced
         if not dropping:
             lines.append(ln)
     return lines

@@ -199,11 +199,12 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
                                                                                         ".1f")))
     if s.get("prefill_forms"):
         secs.append(("Prefill attention: FLOP form and FlashAttention-2 tile form", (
-            "The refined roofline prices prefill attention on Ampere, Ada and consumer Blackwell GPUs by the "
-            "critical path of FlashAttention-2's CTAs (agentreplay.perf.tiles: 64 x kBlockN tiles from the "
-            "kernel's source, one CTA per (query block, sequence, head), as many at once as the SMs' shared "
-            "memory holds) instead of by its FLOPs. Both forms fitted on the calibration split alone; MAPE on "
-            "the prefill-attention points of each GPU fitted in the tile form:\n\n")
+            "Where vLLM's FlashAttention-2 prefill was profiled (Ampere, Ada and consumer Blackwell GPUs), both "
+            "rooflines price prefill attention by the critical path of the kernel's CTAs (agentreplay.perf.tiles: "
+            "64 x kBlockN tiles from the kernel's source, one CTA per (query block, sequence, head), as many at "
+            "once as the SMs' shared memory holds) instead of by its FLOPs. The refined roofline fitted in both "
+            "forms on the calibration split alone; MAPE on the prefill-attention points of each GPU fitted in the "
+            "tile form:\n\n")
             + _md(pd.DataFrame(s["prefill_forms"]), ".2f")))
     lim = diagnostics.limits_markdown(s, _md)
     if lim:

@@ -212,8 +212,8 @@ def test_iteration_floor_and_rows_below_it() -> None:
 
 
 TILE_REFINEMENT = Refinement(gemm_m_half_tokens=80.0, elementwise_kernel_us=1.5, elementwise_bandwidth_efficiency=1.3,
-                             attn_kernel_us=6.0, attn_prefill_tile_efficiency=0.8, attn_decode_seq_us=0.2,
-                             attn_decode_fixed_us=5.0)
+                             attn_kernel_us=6.0, attn_decode_seq_us=0.2, attn_decode_fixed_us=5.0)
+TILE_TRUTH = {**REFINED_TRUTH, "attn_prefill_tile_efficiency": 0.8}
 
 
 def test_refined_fit_takes_the_tile_form_where_flashattention_2_runs() -> None:
@@ -221,11 +221,14 @@ def test_refined_fit_takes_the_tile_form_where_flashattention_2_runs() -> None:
     not fitted) and the tile efficiency, the kernel's fixed cost and the decode fixed cost are recovered."""
     gpu = load_gpu("rtx4090")
     assert K.tile_form(gpu) and not K.tile_form(load_gpu("h100-sxm"))  # FA3 on Hopper: other tiles
-    data = K.component_data(synthetic(tps=(1,), truth=REFINED_TRUTH, refinement=TILE_REFINEMENT,
-                                      gpu_name="rtx4090"))
+    data = K.component_data(synthetic(tps=(1,), truth=TILE_TRUTH, refinement=TILE_REFINEMENT, gpu_name="rtx4090"))
     fit = K.fit_refined(data, gpu)
     assert "attn_prefill_tile_efficiency" in fit.fitted and not set(K.FLOP_PREFILL_PARAMS) & set(fit.fitted)
-    for p in ("attn_prefill_tile_efficiency", "attn_kernel_us", "attn_decode_fixed_us", "attn_decode_seq_us"):
+    assert fit.value("attn_prefill_tile_efficiency") == pytest.approx(0.8, rel=0.05)
+    for p in ("attn_kernel_us", "attn_decode_fixed_us", "attn_decode_seq_us"):
         assert fit.value(p) == pytest.approx(getattr(TILE_REFINEMENT, p), rel=0.05, abs=0.05), p
     flop = K.fit_refined(data, gpu, tiles=False)
     assert "attn_prefill_tile_efficiency" not in flop.fitted and "attn_prefill_efficiency" in flop.fitted
+    assert flop.efficiency.attn_prefill_tile_efficiency == 0.0  # the FLOP form really is priced
+    plain = K.fit_gpu(data, gpu)  # the plain roofline takes the tile form too
+    assert "attn_prefill_tile_efficiency" in plain.fitted and "attn_prefill_efficiency" not in plain.fitted
