@@ -1,0 +1,84 @@
+"""Mixed prefill + decode attention: how far is pricing the two parts apart from the measured one-kernel time?
+
+Run from the project root:  python benchmarks/attention_mixed.py
+
+vLLM's FlashAttention backend runs one varlen kernel per layer for the whole batch, chunked prefills and decodes
+together; with a prefill in the batch the longest query is longer than one token, so FlashAttention-2 neither
+packs the decodes' GQA heads nor splits their KV (agentreplay.perf.tiles): each decoding sequence becomes one
+64-row query block per head that walks its whole context. The LLMServingSim profiles measure these mixed shots
+(one chunk over a cached prefix plus n decodes over one context each), which the collector does not ingest (a
+component row has one context). For every perf-format profile cell this prints, over its mixed shots:
+
+- ``additive``: the measured pure-prefill time of the chunk plus the measured pure-decode time of the decodes,
+  what pricing prefill and decode attention apart gives at best (the table pricer does this): MAPE and mean
+  signed error %;
+- ``one kernel``: ``t = fixed + per_tile * makespan`` of all CTAs of the shot (decodes first, then the chunk,
+  per head; agentreplay.perf.tiles list scheduling), two constants fitted on the cell's mixed shots (in-sample):
+  MAPE %, and the constants.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from agentreplay.perf import load_gpu, load_model  # noqa: E402
+from agentreplay.perf.tiles import block_tiles, ctas_per_sm  # noqa: E402
+from benchmarks.attention_tiles import GPUS, MODELS, PROFILES  # noqa: E402
+
+
+def makespan(blocks: list[int], heads: int, slots: int) -> float:
+    """List-scheduled critical path of ``blocks`` (tiles per query block of one head) repeated for each head."""
+    import heapq
+
+    works = [w for w in blocks * heads if w > 0]
+    if len(works) <= slots:
+        return float(max(works))
+    free = works[:slots]
+    heapq.heapify(free)
+    for w in works[slots:]:
+        heapq.heapreplace(free, free[0] + w)
+    return float(max(free))
+
+
+def main() -> None:
+    rows = []
+    for csv in sorted(PROFILES.glob("*/*/*/bf16/tp*/attention.csv")):
+        gpu_dir, model_dir, tp = csv.parts[-6], csv.parts[-4], int(csv.parts[-2][2:])
+        if gpu_dir not in GPUS or model_dir not in MODELS:
+            continue
+        gpu, model = load_gpu(GPUS[gpu_dir]), load_model(MODELS[model_dir])
+        heads, d = model.num_attention_heads // tp, model.head_dim
+        slots = gpu.sm_count * ctas_per_sm(gpu.smem_per_sm_kib, d)
+        df = pd.read_csv(csv)
+        pre = df[(df["n_decode"] == 0) & (df["prefill_chunk"] > 0)].set_index(["prefill_chunk", "kv_prefill"])
+        dec = df[(df["prefill_chunk"] == 0) & (df["n_decode"] > 0)].set_index(["n_decode", "kv_decode"])
+        mix = df[(df["prefill_chunk"] > 0) & (df["n_decode"] > 0)]
+        t = mix["time_us"].to_numpy(dtype=float)
+        add = np.array([pre["time_us"].get((c, p), np.nan) + dec["time_us"].get((n, k), np.nan) for c, p, n, k in
+                        mix[["prefill_chunk", "kv_prefill", "n_decode", "kv_decode"]].itertuples(index=False)])
+        span = np.array([makespan(block_tiles(1, k, d) * int(n) + block_tiles(int(c), int(p), d), heads, slots)
+                         for c, p, n, k in mix[["prefill_chunk", "kv_prefill", "n_decode", "kv_decode"]]
+                         .itertuples(index=False)])
+        a = np.c_[np.ones(len(t)), span] / t[:, None]
+        coef, *_ = np.linalg.lstsq(a, np.ones(len(t)), rcond=None)
+        ok = np.isfinite(add)
+        rows.append({"cell": f"{GPUS[gpu_dir]}/{MODELS[model_dir]}/tp{tp}", "mixed shots": len(t),
+                     "additive MAPE %": float(np.mean(np.abs(add[ok] / t[ok] - 1)) * 100),
+                     "additive signed %": float(np.mean(add[ok] / t[ok] - 1) * 100),
+                     "one kernel MAPE %": float(np.mean(np.abs(a @ coef - 1)) * 100),
+                     "fixed us": coef[0], "us per tile": coef[1]})
+    if not rows:
+        sys.exit(f"no profile found under {PROFILES}")
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(pd.DataFrame(rows).round(2).to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()
