@@ -330,6 +330,11 @@ class PerfModel:
             k += 1
         return k
 
+    def prefill_tiles(self) -> tuple[float, int, int]:
+        """``(seconds per KV tile of one CTA slot, CTA slots, query heads per GPU)`` of the tile form of prefill
+        attention (:mod:`agentreplay.perf.tiles`); ``(0.0, 1, 1)`` when the FLOP form is in use."""
+        return self._tile_s, self._tile_slots, self._tile_heads
+
     def prefill_time_s(self, tokens: int, cached: int = 0) -> float:
         """Seconds to prefill ``tokens`` new tokens after ``cached`` cached ones, alone, in one chunk."""
         return self.iteration_time_s([(tokens, cached)], ())

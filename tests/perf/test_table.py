@@ -354,6 +354,7 @@ def test_tile_form_prefill_attention_by_hand() -> None:
             got = pm.breakdown(chunks, [])
             assert got["attention_prefill"] == pytest.approx(model.num_hidden_layers * span * tile_s, rel=1e-12)
             assert pm.iteration_time_s(chunks, []) == pytest.approx(sum(got.values()), rel=1e-12)
+        assert pm.prefill_tiles() == (pytest.approx(tile_s, rel=1e-12), 4, 32)
         # one short chunk over a long cache: 32 CTAs of ceil(20,016 / 128) = 157 tiles on 4 slots = 8 rounds
         assert pm.breakdown([(16, 20_000)], [])["attention_prefill"] == pytest.approx(
             model.num_hidden_layers * 8 * 157 * tile_s, rel=1e-12)
@@ -364,6 +365,7 @@ def test_tile_form_prefill_attention_by_hand() -> None:
         flop["attention_prefill"], rel=1e-12)
     assert PerfModel(slow, model).decode_coeffs(3) == PerfModel(dataclasses.replace(slow, efficiency=EFF),
                                                                 model).decode_coeffs(3)  # decode untouched
+    assert PerfModel(gpu(), model).prefill_tiles() == (0.0, 1, 1)  # the FLOP form
     with pytest.raises(ValueError, match="sm_count"):
         PerfModel(dataclasses.replace(gpu(), efficiency=dataclasses.replace(EFF, attn_prefill_tile_efficiency=0.5)),
                   model)
