@@ -1,6 +1,6 @@
 """Mixed prefill + decode attention: how far is pricing the two parts apart from the measured one-kernel time?
 
-Run from the project root:  python benchmarks/attention_mixed.py
+Run from the project root:  python benchmarks/attention_mixed.py [--vllm-run]
 
 vLLM's FlashAttention backend runs one varlen kernel per layer for the whole batch, chunked prefills and decodes
 together; with a prefill in the batch the longest query is longer than one token, so FlashAttention-2 neither
@@ -19,6 +19,10 @@ component row has one context). For every perf-format profile cell this prints, 
   only, never on a mixed shot): the refined roofline as the simulator prices a mixed iteration today (prefill
   and decode attention apart, one launch), and the same one-kernel critical path with the refined roofline's
   own launch cost and tile time: MAPE and mean signed error %.
+
+With ``--vllm-run`` it then replays the RTX 4090 vLLM run (validation.e2e) with the default roofline twice:
+as shipped, and with mixed iterations' attention priced as that one kernel (:class:`OneKernelMixed`, a trial
+subclass, not what the simulator runs), and prints the mean TTFT, TPOT, E2E and throughput errors of both.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agentreplay.perf import load_gpu, load_model  # noqa: E402
+from agentreplay.perf import PerfModel, load_gpu, load_model  # noqa: E402
 from agentreplay.perf.table import RefinedPerfModel  # noqa: E402
 from agentreplay.perf.tiles import block_tiles, ctas_per_sm  # noqa: E402
 from benchmarks.attention_tiles import GPUS, MODELS, PROFILES  # noqa: E402
@@ -55,6 +59,46 @@ def makespan(blocks: list[int], heads: int, slots: int) -> float:
 def _oos(label: str, predicted_us: np.ndarray, measured_us: np.ndarray) -> dict[str, float]:
     err = predicted_us / measured_us - 1
     return {f"{label} MAPE %": float(np.mean(np.abs(err)) * 100), f"{label} signed %": float(np.mean(err) * 100)}
+
+
+class OneKernelMixed(PerfModel):
+    """Trial pricer: a mixed iteration's attention (prefill and decode terms) replaced by one kernel's CTA
+    critical path in the tile form (decodes first), never below the prefill term; other iterations as
+    :class:`PerfModel`."""
+
+    def iteration_time_s(self, prefill, decode_ctx):  # type: ignore[no-untyped-def]
+        if not prefill or not decode_ctx or not self.prefill_tiles()[0]:
+            return super().iteration_time_s(prefill, decode_ctx)
+        bd = self.breakdown(prefill, decode_ctx)
+        tile, slots, heads = self.prefill_tiles()
+        d = self.model.head_dim
+        blocks = [w for k in decode_ctx for w in block_tiles(1, int(k), d)]
+        blocks += [w for item in prefill for w in block_tiles(int(item[0]), int(item[1]), d)]
+        one = self.model.num_hidden_layers * makespan(blocks, heads, slots) * tile
+        return sum(bd.values()) - bd["attention_prefill"] - bd["attention_decode"] + max(one, bd["attention_prefill"])
+
+
+def vllm_run_trial() -> None:
+    """The RTX 4090 vLLM run with the shipped roofline and with :class:`OneKernelMixed`."""
+    from validation import e2e
+    from validation.measured import load
+
+    tables = load(kinds=("end-to-end",)).tables
+    cells = tables["cells"]
+    cell = cells[cells["source"] == "vllm-run"].iloc[0]
+    shipped = e2e._perf
+    metrics = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "throughput_output_tok_s")
+    try:
+        for name, pricer in (("shipped roofline", shipped),
+                             ("one-kernel mixed attention", lambda g, m, dt, tp, *_, **__:
+                              OneKernelMixed.from_names(g, m, dt, tp))):
+            e2e._perf = pricer  # type: ignore[assignment]
+            rows, _ = e2e.vllm_run(cell, tables, None)
+            print(f"RTX 4090 vLLM run, {name}: " + ", ".join(
+                f"{r['metric']} {100 * (r['simulated'] / r['measured'] - 1):+.1f}%" for r in rows
+                if r["metric"] in metrics))
+    finally:
+        e2e._perf = shipped
 
 
 def main() -> None:
@@ -101,3 +145,5 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    if "--vllm-run" in sys.argv[1:]:
+        vllm_run_trial()
