@@ -36,27 +36,13 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agentreplay.perf import PerfModel, load_gpu, load_model  # noqa: E402
+from agentreplay.perf import PerfModel  # noqa: E402
 from agentreplay.perf.table import RefinedPerfModel  # noqa: E402
-from agentreplay.perf.tiles import block_tiles, ctas_per_sm  # noqa: E402
-from benchmarks.attention_tiles import GPUS, MODELS, PROFILES  # noqa: E402
+from agentreplay.perf.tiles import block_tiles, ctas_per_sm, makespan_blocks  # noqa: E402
+from benchmarks.attention_tiles import fit_line, profile_cells  # noqa: E402
 
 
-def makespan(blocks: list[int], heads: int, slots: int) -> float:
-    """List-scheduled critical path of ``blocks`` (tiles per query block of one head) repeated for each head."""
-    import heapq
-
-    works = [w for w in blocks * heads if w > 0]
-    if len(works) <= slots:
-        return float(max(works))
-    free = works[:slots]
-    heapq.heapify(free)
-    for w in works[slots:]:
-        heapq.heapreplace(free, free[0] + w)
-    return float(max(free))
-
-
-def _oos(label: str, predicted_us: np.ndarray, measured_us: np.ndarray) -> dict[str, float]:
+def _errors(label: str, predicted_us: np.ndarray, measured_us: np.ndarray) -> dict[str, float]:
     err = predicted_us / measured_us - 1
     return {f"{label} MAPE %": float(np.mean(np.abs(err)) * 100), f"{label} signed %": float(np.mean(err) * 100)}
 
@@ -74,7 +60,7 @@ class OneKernelMixed(PerfModel):
         d = self.model.head_dim
         blocks = [w for k in decode_ctx for w in block_tiles(1, int(k), d)]
         blocks += [w for item in prefill for w in block_tiles(int(item[0]), int(item[1]), d)]
-        one = self.model.num_hidden_layers * makespan(blocks, heads, slots) * tile
+        one = self.model.num_hidden_layers * makespan_blocks(blocks, heads, slots) * tile
         return sum(bd.values()) - bd["attention_prefill"] - bd["attention_decode"] + max(one, bd["attention_prefill"])
 
 
@@ -103,42 +89,31 @@ def vllm_run_trial() -> None:
 
 def main() -> None:
     rows = []
-    for csv in sorted(PROFILES.glob("*/*/*/bf16/tp*/attention.csv")):
-        gpu_dir, model_dir, tp = csv.parts[-6], csv.parts[-4], int(csv.parts[-2][2:])
-        if gpu_dir not in GPUS or model_dir not in MODELS:
-            continue
-        gpu, model = load_gpu(GPUS[gpu_dir]), load_model(MODELS[model_dir])
+    for label, gpu, model, tp, df in profile_cells():
         heads, d = model.num_attention_heads // tp, model.head_dim
         slots = gpu.sm_count * ctas_per_sm(gpu.smem_per_sm_kib, d)
-        df = pd.read_csv(csv)
         pre = df[(df["n_decode"] == 0) & (df["prefill_chunk"] > 0)].set_index(["prefill_chunk", "kv_prefill"])
         dec = df[(df["prefill_chunk"] == 0) & (df["n_decode"] > 0)].set_index(["n_decode", "kv_decode"])
         mix = df[(df["prefill_chunk"] > 0) & (df["n_decode"] > 0)]
         t = mix["time_us"].to_numpy(dtype=float)
-        add = np.array([pre["time_us"].get((c, p), np.nan) + dec["time_us"].get((n, k), np.nan) for c, p, n, k in
-                        mix[["prefill_chunk", "kv_prefill", "n_decode", "kv_decode"]].itertuples(index=False)])
         shots = list(mix[["prefill_chunk", "kv_prefill", "n_decode", "kv_decode"]].astype(int)
                      .itertuples(index=False))
-        span = np.array([makespan(block_tiles(1, k, d) * n + block_tiles(c, p, d), heads, slots)
-                         for c, p, n, k in shots])
-        pm = RefinedPerfModel.from_names(GPUS[gpu_dir], MODELS[model_dir], tp=tp)
+        add = np.array([pre["time_us"].get((c, p), np.nan) + dec["time_us"].get((n, k), np.nan)
+                        for c, p, n, k in shots])
+        span = np.array([makespan_blocks(block_tiles(1, k, d) * n + block_tiles(c, p, d), heads, slots)
+                         for c, p, n, k in shots], dtype=float)
+        pm = RefinedPerfModel.from_names(gpu.name, model.name, tp=tp)
         launch, layers = pm.launch["attention"], model.num_hidden_layers
         apart = np.array([sum(pm.breakdown([(c, p)], [k] * n)[op] for op in ("attention_prefill",
                                                                                "attention_decode")) / layers
                           for c, p, n, k in shots]) + launch
-        a = np.c_[np.ones(len(t)), span] / t[:, None]
-        coef, *_ = np.linalg.lstsq(a, np.ones(len(t)), rcond=None)
+        in_sample, coef = fit_line(t, span)
         ok = np.isfinite(add)
-        rows.append({"cell": f"{GPUS[gpu_dir]}/{MODELS[model_dir]}/tp{tp}", "mixed shots": len(t),
-                     "additive MAPE %": float(np.mean(np.abs(add[ok] / t[ok] - 1)) * 100),
-                     "additive signed %": float(np.mean(add[ok] / t[ok] - 1) * 100),
-                     "one kernel MAPE %": float(np.mean(np.abs(a @ coef - 1)) * 100),
-                     "fixed us": coef[0], "us per tile": coef[1]}
-                    | _oos("refined, apart", apart * 1e6, t)
-                    | ({} if not pm.prefill_tiles()[0] else
-                       _oos("refined, one kernel", (launch + span * pm.prefill_tiles()[0]) * 1e6, t)))
-    if not rows:
-        sys.exit(f"no profile found under {PROFILES}")
+        tile_s = pm.prefill_tiles()[0]
+        rows.append({"cell": label, "mixed shots": len(t)} | _errors("additive", add[ok], t[ok])
+                    | {"one kernel MAPE %": in_sample, "fixed us": coef[0], "us per tile": coef[1]}
+                    | _errors("refined, apart", apart * 1e6, t)
+                    | ({} if not tile_s else _errors("refined, one kernel", (launch + span * tile_s) * 1e6, t)))
     with pd.option_context("display.width", 250, "display.max_columns", 20):
         print(pd.DataFrame(rows).round(2).to_string(index=False))
 

@@ -13,6 +13,7 @@ the cell (in-sample: every form has the same two constants, so this compares sha
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agentreplay.perf import load_gpu, load_model  # noqa: E402
+from agentreplay.perf import GpuSpec, ModelSpec, load_gpu, load_model  # noqa: E402
 from agentreplay.perf.tiles import makespan_tiles  # noqa: E402
 
 PROFILES = ROOT.parent / "shared" / "measurements" / "profiles-llmservingsim" / "profiler" / "perf"
@@ -33,33 +34,40 @@ FORMS = (("FA2 split-KV 64x128, 1 CTA/SM (in use)", None, 1), ("64x64, 1 CTA/SM"
          ("64x128, 2 CTAs/SM", None, 2))
 
 
-def fit_mape(t: np.ndarray, x: np.ndarray) -> float:
-    """MAPE % of ``t ~ a + b x``, least squares on relative residuals."""
+def fit_line(t: np.ndarray, x: np.ndarray) -> tuple[float, np.ndarray]:
+    """(MAPE %, [a, b]) of ``t ~ a + b x``, least squares on relative residuals."""
     a = np.c_[np.ones(len(x)), x] / t[:, None]
     coef, *_ = np.linalg.lstsq(a, np.ones(len(t)), rcond=None)
-    return float(np.mean(np.abs(a @ coef - 1)) * 100)
+    return float(np.mean(np.abs(a @ coef - 1)) * 100), coef
+
+
+def profile_cells() -> Iterator[tuple[str, GpuSpec, ModelSpec, int, pd.DataFrame]]:
+    """(cell label, GPU, model, TP, attention.csv rows) of every perf-format profile cell of a catalog GPU and
+    model; exits with a message when none is found."""
+    found = False
+    for csv in sorted(PROFILES.glob("*/*/*/bf16/tp*/attention.csv")):
+        gpu_dir, model_dir, tp = csv.parts[-6], csv.parts[-4], int(csv.parts[-2][2:])
+        if gpu_dir in GPUS and model_dir in MODELS:
+            found = True
+            yield (f"{GPUS[gpu_dir]}/{MODELS[model_dir]}/tp{tp}", load_gpu(GPUS[gpu_dir]),
+                   load_model(MODELS[model_dir]), tp, pd.read_csv(csv))
+    if not found:
+        sys.exit(f"no profile found under {PROFILES}")
 
 
 def main() -> None:
     rows = []
-    for csv in sorted(PROFILES.glob("*/*/*/bf16/tp*/attention.csv")):
-        gpu_dir, model_dir, tp = csv.parts[-6], csv.parts[-4], int(csv.parts[-2][2:])
-        if gpu_dir not in GPUS or model_dir not in MODELS:
-            continue
-        gpu, model = load_gpu(GPUS[gpu_dir]), load_model(MODELS[model_dir])
+    for label, gpu, model, tp, df in profile_cells():
         heads, d = model.num_attention_heads // tp, model.head_dim
-        df = pd.read_csv(csv)
         df = df[(df["n_decode"] == 0) & (df["prefill_chunk"] > 0)]
         t = df["time_us"].to_numpy(dtype=float)
         pts = list(zip(df["prefill_chunk"].astype(int), df["kv_prefill"].astype(int), strict=True))
-        row = {"cell": f"{GPUS[gpu_dir]}/{MODELS[model_dir]}/tp{tp}", "points": len(t),
-               "FLOPs": fit_mape(t, np.array([4.0 * c * (p + c / 2) * heads * d for c, p in pts]))}
-        for label, shape, per_sm in FORMS:
+        row = {"cell": label, "points": len(t),
+               "FLOPs": fit_line(t, np.array([4.0 * c * (p + c / 2) * heads * d for c, p in pts]))[0]}
+        for form, shape, per_sm in FORMS:
             span = [makespan_tiles([pt], heads, gpu.sm_count * per_sm, d, shape) for pt in pts]
-            row[label] = fit_mape(t, np.array(span, dtype=float))
+            row[form] = fit_line(t, np.array(span, dtype=float))[0]
         rows.append(row)
-    if not rows:
-        sys.exit(f"no profile found under {PROFILES}")
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(pd.DataFrame(rows).round(2).to_string(index=False))
 

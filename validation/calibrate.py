@@ -192,10 +192,22 @@ STAGES: Final = (
 )
 
 
+def fittable(ops: pd.DataFrame) -> np.ndarray:
+    """True for the op rows of a kind the fit uses (not :data:`FIT_EXCLUDE`), whatever their role."""
+    return np.array([(C.source_of(c), g) not in FIT_EXCLUDE for c, g in zip(ops["cell_id"], ops["group"],
+                                                                           strict=True)], dtype=bool)
+
+
+def borrowable(params: tuple[str, ...], fitted: tuple[str, ...], target: GpuSpec) -> tuple[str, ...]:
+    """The ``params`` fitted on a :data:`NEAREST` source that ``target`` takes: all of them, except the tile
+    efficiency of prefill attention where ``target`` does not run FlashAttention-2 (:func:`tile_form`)."""
+    return tuple(p for p in params if p in fitted and (p != "attn_prefill_tile_efficiency" or tile_form(target)))
+
+
 def fit_rows(data: ComponentData, gpu: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The calibration rows of ``gpu`` that enter the fit (op rows without :data:`FIT_EXCLUDE`, all-reduce)."""
     o = data.ops[(data.ops["gpu"] == gpu) & (data.ops["role"] == "calibration")]
-    o = o[[(C.source_of(c), g) not in FIT_EXCLUDE for c, g in zip(o["cell_id"], o["group"], strict=True)]]
+    o = o[fittable(o)]
     a = data.allreduce[(data.allreduce["gpu"] == gpu) & (data.allreduce["role"] == "calibration")]
     return o.reset_index(drop=True), a.reset_index(drop=True)
 
@@ -386,8 +398,7 @@ def calibrate_refined(data: ComponentData, catalog: str | Path | None = None) ->
     for g, src in NEAREST.items():
         if g in known and g not in fits and src in fits:
             f, target = fits[src], load_gpu(g, catalog)
-            borrowed = tuple(p for p in REFINED_KERNEL_PARAMS if p in f.fitted
-                             and (p != "attn_prefill_tile_efficiency" or tile_form(target)))
+            borrowed = borrowable(REFINED_KERNEL_PARAMS, f.fitted, target)
             e = {p: f.value(p) for p in borrowed if p not in REFINEMENT_FIELDS}
             r = {p: f.value(p) for p in borrowed if p in REFINEMENT_FIELDS}
             fits[g] = RefinedFit(g, dataclasses.replace(target.efficiency, **e),
@@ -422,8 +433,7 @@ def calibrate(measured: Measured, catalog: str | Path | None = None) -> tuple[di
         if g in known and g not in fits and src in fits:
             target = load_gpu(g, catalog)
             prior = target.efficiency
-            borrowed = tuple(p for p in KERNEL_PARAMS if p in fits[src].fitted
-                             and (p != "attn_prefill_tile_efficiency" or tile_form(target)))
+            borrowed = borrowable(KERNEL_PARAMS, fits[src].fitted, target)
             eff = dataclasses.replace(prior, **{p: getattr(fits[src].efficiency, p) for p in borrowed})
             fits[g] = GpuFit(g, eff, borrowed, prior, 0, 0.0, calibrated_from=src)
     return fits, data

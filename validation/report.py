@@ -111,6 +111,13 @@ def pricer_headline(p: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
+def _best(mape_by_pricer: dict[str, float]) -> str:
+    """``"MAPE (pricer): verdict"`` of the lowest validation MAPE among the roofline, refined and table pricers."""
+    best = min((v, pr) for pr, v in mape_by_pricer.items() if pr in ("roofline", "refined", "table")
+               and np.isfinite(v))
+    return f"{best[0]:.2f} ({best[1]}): " + _verdict(best[0], TARGETS["component_validation_mape_pct"])
+
+
 def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.DataFrame,
                      catalog: str | Path | None) -> tuple[str, list[tuple[str, str]]]:
     """(headline lines, sections) of the pricer comparison."""
@@ -125,20 +132,15 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
                 if pr == "table-tp" and r == "calibration":
                     continue
                 row[f"{pr} {r[:3]}. %"] = d.get(pr, {}).get(r, float("nan"))
-        best = min((d.get(pr, {}).get("validation", float("nan")), pr) for pr in ("roofline", "refined", "table")
-                   if np.isfinite(d.get(pr, {}).get("validation", float("nan"))))
-        row["best val. (pricer)"] = f"{best[0]:.2f} ({best[1]}): " + _verdict(
-            best[0], TARGETS["component_validation_mape_pct"])
+        row["best val. (pricer)"] = _best({pr: v.get("validation", float("nan")) for pr, v in d.items()})
         rows.append(row)
     head = [f"- Component MAPE per GPU by pricer (same points and metrics as above; each pricer judged under its own "
             f"split, see 'Pricers and their validation protocols'):\n\n{_md(pd.DataFrame(rows))}\n"]
     parts = []
     for g, d in s.get("pricer_component_parts_mape_pct", {}).items():
-        best = min((v["iteration_components"], pr) for pr, v in d.items() if pr in ("roofline", "refined", "table")
-                   and np.isfinite(v["iteration_components"]))
         ar = {pr: v["all_reduce"] for pr, v in d.items() if v["all_reduce_n"]}
-        parts.append({"gpu": g, "best val. iteration components % (pricer)": f"{best[0]:.2f} ({best[1]}): "
-                      + _verdict(best[0], TARGETS["component_validation_mape_pct"]),
+        parts.append({"gpu": g, "best val. iteration components % (pricer)": _best(
+                          {pr: v["iteration_components"] for pr, v in d.items()}),
                       "val. all-reduce % (table / refined / roofline)": " / ".join(
                           f"{ar[pr]:.1f}" for pr in ("table", "refined", "roofline") if pr in ar)})
     if parts:

@@ -372,8 +372,7 @@ def prefill_forms(data: K.ComponentData, catalog: str | Path | None = None) -> p
         gpu = load_gpu(g, catalog)
         pf = data.ops[(data.ops["gpu"] == g) & (data.ops["group"] == "attention_prefill")
                       & (data.ops["probe"] != "tokens")]
-        pf = pf[np.array([(C.source_of(c), "attention_prefill") not in K.FIT_EXCLUDE for c in pf["cell_id"]],
-                         dtype=bool)]
+        pf = pf[K.fittable(pf)]
         if not K.tile_form(gpu) or not (pf["role"] == "calibration").any():
             continue
         flop = K.fit_refined(data, gpu, tiles=False)

@@ -84,10 +84,15 @@ def makespan_tiles(chunks: Sequence[tuple[int, int]], heads: int, slots: int, he
 @lru_cache(maxsize=1 << 16)
 def _makespan(chunks: tuple[tuple[int, int], ...], heads: int, slots: int, head_dim: int,
               shape: tuple[int, int] | None) -> int:
-    if not chunks:
+    return makespan_blocks([w for c, p in chunks for w in block_tiles(c, p, head_dim, shape)], heads, slots)
+
+
+def makespan_blocks(blocks: Sequence[int], heads: int, slots: int) -> int:
+    """List-scheduled critical path, in tiles, of the CTAs ``blocks`` (tiles per query block of one head, in
+    dispatch order) repeated for each of ``heads`` heads on ``slots`` slots; blocks of 0 tiles exit at once."""
+    works = [w for w in blocks if w > 0] * heads
+    if not works:
         return 0
-    per_seq = [block_tiles(c, p, head_dim, shape) for c, p in chunks]
-    works = [w for blocks in per_seq for w in blocks] * heads  # dispatch order; empty blocks exit at once
     if len(works) <= slots:
         return max(works)
     free = works[:slots]  # finish time of each slot, a min-heap
