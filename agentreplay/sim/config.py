@@ -109,9 +109,10 @@ class SchedulerConfig:
     #: (exact; see agentreplay.sim.cohort). Off = the reference path: every step visits every running request
     #: (and fast_decode, which advances the cohort, has no effect).
     lazy_decode: bool = True
-    #: admit a waiting request only if its whole remaining prompt fits in the free blocks (after the blocks that
-    #: in-flight prefills still need), not just its first chunk: vLLM ``--scheduler-reserve-full-isl``
-    #: (``allocate_slots(full_sequence_must_fit=...)``), on by default in current vLLM (0.32). Off = older vLLM v1.
+    #: admit a waiting request only if its whole remaining prompt fits in the free blocks, not just its first
+    #: chunk: vLLM ``--scheduler-reserve-full-isl`` (``allocate_slots(full_sequence_must_fit=...)``), on by default
+    #: in current vLLM (0.32). Like vLLM, the blocks other in-flight prefills still need are kept free only for an
+    #: admission that starts an async KV load. Off = older vLLM v1.
     reserve_full_isl: bool = True
 
     def __post_init__(self) -> None:

@@ -10,7 +10,9 @@ Follows ``vllm/v1/core/sched/scheduler.py::Scheduler.schedule`` (V1 always uses 
 2. Only if nothing was preempted in this step, waiting requests are admitted in queue order while the token
    budget lasts and fewer than ``max_num_seqs`` run: prefix-cache lookup (longest run of cached full blocks,
    at most ``prompt - 1`` tokens, ``KVCacheManager.get_computed_blocks``), then all-or-nothing allocation for
-   the first chunk; the first request that cannot be allocated stops admission (FCFS). Requests whose KV is
+   the first chunk, admitted only if the whole prompt fits the free blocks (``reserve_full_isl``, vLLM 0.32's
+   default ``full_sequence_must_fit``; off = first chunk only); the first request that cannot be allocated stops
+   admission (FCFS). Requests whose KV is
    still arriving from another tier are skipped (vLLM ``WAITING_FOR_REMOTE_KVS``).
 
 Policy hooks: the waiting order (:mod:`agentreplay.policy.queue`; FCFS keeps vLLM's deque semantics), the
@@ -250,9 +252,13 @@ class Scheduler:
             return "max_seqs"
         if budget <= 0:
             return "no_budget"
-        # blocks the prefills already scheduled in this step will still need for the rest of their prompts
-        reserved = sum(held_blocks(x.total_tokens, x.base, bs) - held_blocks(before + n, x.base, bs)
-                       for x, n, before in plan.prefill) if full_isl else 0
+        # Blocks the in-flight prefills (those scheduled in this step, admissions included; requests loading from
+        # an earlier step are not counted) still need for the rest of their prompts. vLLM 0.32 keeps them free
+        # only for an admission that starts an async KV load (``Scheduler.schedule``: ``reserved_blocks =
+        # _inflight_prefill_reserved_blocks()`` when ``load_kv_async``); its full-sequence gate
+        # (``KVCacheManager.allocate_slots(full_sequence_must_fit)``) checks the request alone.
+        inflight = sum(held_blocks(x.total_tokens, x.base, bs) - held_blocks(before + n, x.base, bs)
+                       for x, n, before in plan.prefill)
         i = 0
         while i < len(waiting):
             if len(running) >= self.max_num_seqs:
@@ -267,9 +273,9 @@ class Scheduler:
                 n = min(r.total_tokens - r.computed, budget)
                 need = held_blocks(r.computed + n, r.base, bs) - held_blocks(r.computed, r.base, bs)
                 rest = held_blocks(r.total_tokens, r.base, bs) - held_blocks(r.computed + n, r.base, bs)
-                if not self._room(need + (rest + reserved if full_isl else 0), 0, r.program):
+                if not self._room(need + (rest if full_isl else 0), 0, r.program):
                     return "no_blocks"
-                reserved += rest if full_isl else 0
+                inflight += rest
                 pool.allocate(need)
                 r.held = False
                 del waiting[i]
@@ -302,13 +308,13 @@ class Scheduler:
             else:
                 n = min(total - hit_tokens, budget)
                 new_blocks = (r.base - pfx_hit) + max(0, -(-(hit_tokens + n) // bs) - r.base - prog_hit)
-            rest = 0
-            if full_isl:  # the whole sequence must fit now (vLLM full_sequence_must_fit)
-                full = (r.base - pfx_hit) + max(0, -(-total // bs) - r.base - prog_hit)
-                rest = full - new_blocks
-            if not self._room(new_blocks + rest + reserved, evictable, r.program):
+            full = (r.base - pfx_hit) + max(0, -(-total // bs) - r.base - prog_hit)
+            check = full if full_isl else new_blocks  # the whole sequence must fit now (full_sequence_must_fit)
+            if ext_blocks > 0:  # an async load keeps the in-flight prefills' blocks free
+                check = max(check, new_blocks + inflight)
+            if not self._room(check, evictable, r.program):
                 return "no_blocks"
-            reserved += rest
+            inflight += full - new_blocks
             if r.pfx is not None:
                 pool.touch(r.pfx, pfx_hit)
             pool.touch(r.prog, prog_hit)

@@ -49,9 +49,13 @@ TPOT_TOL = 0.60
 #: Prefix-cache hit tokens at first admission; measured +2.5%, +28% and -8.6% in three runs: under this much
 #: pressure which blocks LRU evicts depends on the interleaving (the engine's own total ranged 81k-101k).
 HIT_TOL = 0.40
-#: Preemptions: measured 111 vs 114, 121 vs 104, 124 vs 127 (engine vs sim). vLLM's default rule gives 3 vs 101: this is
-#: the check that tells the admission rules apart.
+#: Preemptions: measured 111 vs 114, 121 vs 104, 124 vs 127 (engine vs sim) with first-chunk admission on both sides;
+#: first-chunk admission simulated against vLLM's default rule gives 3 vs 101: this is the check that tells the
+#: admission rules apart. With the default rule on both sides the counts are small and chaotic in timing: 6 vs 9,
+#: 3 vs 9, 7 vs 7, and 3-7 when one run is re-simulated with its pricer scaled by 0.8-1.25 (benchmarks/vllm_cpu/
+#: README.md §5), hence an absolute floor of 10.
 PREEMPT_TOL = 0.35
+PREEMPT_FLOOR = 10.0
 RESERVE_FULL_ISL = True
 
 
@@ -101,4 +105,4 @@ def test_preemptions_close_to_engine(report: dict[str, Any]) -> None:
     # With vLLM's default admission rule (whole prompt must fit) the cell preempts a handful of times; with the
     # first-chunk rule it preempts ~100 times and the simulator matched that too (benchmarks/vllm_cpu/README.md).
     assert pre["real"] >= 1, "the cell must create KV pressure"
-    assert abs(pre["sim"] - pre["real"]) <= max(5.0, PREEMPT_TOL * pre["real"]), pre
+    assert abs(pre["sim"] - pre["real"]) <= max(PREEMPT_FLOOR, PREEMPT_TOL * pre["real"]), pre
