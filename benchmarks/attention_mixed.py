@@ -20,6 +20,14 @@ component row has one context). For every perf-format profile cell this prints, 
   and decode attention apart, one launch), and the same one-kernel critical path with the refined roofline's
   own launch cost and tile time: MAPE and mean signed error %.
 
+The same profiles' ``skew.csv`` holds shots whose decodes do not share one context: ``n`` decodes, ``nb`` of them
+over ``kv_big`` cached tokens and the rest over ``kvs``, with (regime ``mixed``) or without (``pure``) a prefill
+chunk of ``pc`` tokens over ``kp`` cached ones; ``t_skew_us`` is the measured time. A second table prices a
+deterministic subsample of each cell's mixed shots (none of them used by any fit) with the shipped catalog, apart
+and as one kernel as above, and shows how often the measured time sits near the longest decode (the profiler's
+``alpha`` = (t_skew - t_mean) / (t_max - t_mean), against uniform batches at the mean and at the big context):
+pricing the decodes by their summed context (apart) cannot produce that.
+
 With ``--vllm-run`` it then replays the RTX 4090 vLLM run (validation.e2e) with the default roofline twice:
 as shipped, and with mixed iterations' attention priced as that one kernel (:class:`OneKernelMixed`, a trial
 subclass, not what the simulator runs), and prints the mean TTFT, TPOT, E2E and throughput errors of both.
@@ -87,6 +95,54 @@ def vllm_run_trial() -> None:
         e2e._perf = shipped
 
 
+#: Mixed skew shots priced per cell (every k-th row, k chosen to give about this many).
+SKEW_SHOTS = 400
+
+
+def skew_scale(skew: pd.DataFrame, grid: pd.DataFrame) -> tuple[float, int]:
+    """(median, count) of ``t_max_us`` / the attention grid's time of the same shot: each uniform reference batch
+    of ``skew.csv`` (all ``n`` decodes over ``kv_big``, the same prefill) that is also a point of
+    ``attention.csv``. The two files time a shot on different scales; this ratio, not an assumption, puts them on
+    one."""
+    g = grid.groupby(["prefill_chunk", "kv_prefill", "n_decode", "kv_decode"])["time_us"].median()
+    keys = list(skew[["pc", "kp", "n", "kv_big"]].astype(int).itertuples(index=False, name=None))
+    ref = np.array([g.get(k, np.nan) for k in keys], dtype=float)
+    ratio = skew["t_max_us"].to_numpy(dtype=float) / ref
+    ratio = ratio[np.isfinite(ratio)]
+    return float(np.median(ratio)), len(ratio)
+
+
+def skew_check() -> None:
+    """Heterogeneous mixed shots (``skew.csv``), out of sample with the shipped refined roofline."""
+    rows = []
+    grids = {label: df for label, *_, df in profile_cells()}
+    for label, gpu, model, tp, df in profile_cells("skew.csv"):
+        scale, matched = skew_scale(df, grids[label])
+        mix = df[(df["regime"] == "mixed") & (df["pc"] > 0)]
+        mix = mix.iloc[::max(1, len(mix) // SKEW_SHOTS)]
+        heads, d = model.num_attention_heads // tp, model.head_dim
+        slots = gpu.sm_count * ctas_per_sm(gpu.smem_per_sm_kib, d)
+        pm = RefinedPerfModel.from_names(gpu.name, model.name, tp=tp)
+        launch, layers, tile_s = pm.launch["attention"], model.num_hidden_layers, pm.prefill_tiles()[0]
+        t = mix["t_skew_us"].to_numpy(dtype=float) / scale
+        apart, one = [], []
+        for n, nb, kvs, big, pc, kp in mix[["n", "nb", "kvs", "kv_big", "pc", "kp"]].astype(int).itertuples(
+                index=False):
+            ctx = [big] * nb + [kvs] * (n - nb)
+            bd = pm.breakdown([(pc, kp)], ctx)
+            apart.append((bd["attention_prefill"] + bd["attention_decode"]) / layers + launch)
+            blocks = [w for k in ctx for w in block_tiles(1, k, d)] + block_tiles(pc, kp, d)
+            one.append(launch + makespan_blocks(blocks, heads, slots) * tile_s)
+        alpha = mix["alpha"].to_numpy(dtype=float)
+        rows.append({"cell": label, "mixed shots": len(df[df["regime"] == "mixed"]), "priced": len(t),
+                     "scale (matched)": f"{scale:.3f} ({matched})",
+                     "alpha > 0.5 %": float(np.mean(alpha > 0.5) * 100)}
+                    | _errors("refined, apart", np.array(apart) * 1e6, t)
+                    | _errors("refined, one kernel", np.array(one) * 1e6, t))
+    with pd.option_context("display.width", 250, "display.max_columns", 20):
+        print(pd.DataFrame(rows).round(2).to_string(index=False))
+
+
 def main() -> None:
     rows = []
     for label, gpu, model, tp, df in profile_cells():
@@ -120,5 +176,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    skew_check()
     if "--vllm-run" in sys.argv[1:]:
         vllm_run_trial()

@@ -41,18 +41,18 @@ def fit_line(t: np.ndarray, x: np.ndarray) -> tuple[float, np.ndarray]:
     return float(np.mean(np.abs(a @ coef - 1)) * 100), coef
 
 
-def profile_cells() -> Iterator[tuple[str, GpuSpec, ModelSpec, int, pd.DataFrame]]:
-    """(cell label, GPU, model, TP, attention.csv rows) of every perf-format profile cell of a catalog GPU and
-    model; exits with a message when none is found."""
+def profile_cells(name: str = "attention.csv") -> Iterator[tuple[str, GpuSpec, ModelSpec, int, pd.DataFrame]]:
+    """(cell label, GPU, model, TP, rows of the cell's ``name`` file) of every perf-format profile cell of a catalog
+    GPU and model that has the file; exits with a message when none is found."""
     found = False
-    for csv in sorted(PROFILES.glob("*/*/*/bf16/tp*/attention.csv")):
+    for csv in sorted(PROFILES.glob(f"*/*/*/bf16/tp*/{name}")):
         gpu_dir, model_dir, tp = csv.parts[-6], csv.parts[-4], int(csv.parts[-2][2:])
         if gpu_dir in GPUS and model_dir in MODELS:
             found = True
             yield (f"{GPUS[gpu_dir]}/{MODELS[model_dir]}/tp{tp}", load_gpu(GPUS[gpu_dir]),
                    load_model(MODELS[model_dir]), tp, pd.read_csv(csv))
     if not found:
-        sys.exit(f"no profile found under {PROFILES}")
+        sys.exit(f"no profile with {name} found under {PROFILES}")
 
 
 def main() -> None:
