@@ -44,6 +44,7 @@ HOT = [
     "agentreplay/kv/segment_pool.py",
     "agentreplay/kv/tiers.py",
     "agentreplay/perf/model.py",
+    "agentreplay/perf/tiles.py",
     "agentreplay/policy/queue.py",
     "agentreplay/policy/retention.py",
     "agentreplay/policy/victim.py",

@@ -28,9 +28,9 @@ and as one kernel as above, and shows how often the measured time sits near the 
 ``alpha`` = (t_skew - t_mean) / (t_max - t_mean), against uniform batches at the mean and at the big context):
 pricing the decodes by their summed context (apart) cannot produce that.
 
-With ``--vllm-run`` it then replays the RTX 4090 vLLM run (validation.e2e) with the default roofline twice:
-as shipped, and with mixed iterations' attention priced as that one kernel (:class:`OneKernelMixed`, a trial
-subclass, not what the simulator runs), and prints the mean TTFT, TPOT, E2E and throughput errors of both.
+With ``--vllm-run`` it then replays the RTX 4090 vLLM run (validation.e2e) with the default and the refined
+roofline, each with mixed attention priced apart (the default) and as that one kernel (``[hardware]
+mixed_attention = "one_kernel"``), and prints the mean TTFT, TPOT, E2E and throughput errors of the four.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agentreplay.perf import PerfModel  # noqa: E402
-from agentreplay.perf.table import RefinedPerfModel  # noqa: E402
+from agentreplay.perf.model import MIXED_ATTENTION  # noqa: E402
+from agentreplay.perf.table import RefinedPerfModel, pricer_from_names  # noqa: E402
 from agentreplay.perf.tiles import block_tiles, ctas_per_sm, makespan_blocks  # noqa: E402
 from benchmarks.attention_tiles import fit_line, profile_cells  # noqa: E402
 
@@ -55,25 +55,8 @@ def _errors(label: str, predicted_us: np.ndarray, measured_us: np.ndarray) -> di
     return {f"{label} MAPE %": float(np.mean(np.abs(err)) * 100), f"{label} signed %": float(np.mean(err) * 100)}
 
 
-class OneKernelMixed(PerfModel):
-    """Trial pricer: a mixed iteration's attention (prefill and decode terms) replaced by one kernel's CTA
-    critical path in the tile form (decodes first), never below the prefill term; other iterations as
-    :class:`PerfModel`."""
-
-    def iteration_time_s(self, prefill, decode_ctx):  # type: ignore[no-untyped-def]
-        if not prefill or not decode_ctx or not self.prefill_tiles()[0]:
-            return super().iteration_time_s(prefill, decode_ctx)
-        bd = self.breakdown(prefill, decode_ctx)
-        tile, slots, heads = self.prefill_tiles()
-        d = self.model.head_dim
-        blocks = [w for k in decode_ctx for w in block_tiles(1, int(k), d)]
-        blocks += [w for item in prefill for w in block_tiles(int(item[0]), int(item[1]), d)]
-        one = self.model.num_hidden_layers * makespan_blocks(blocks, heads, slots) * tile
-        return sum(bd.values()) - bd["attention_prefill"] - bd["attention_decode"] + max(one, bd["attention_prefill"])
-
-
-def vllm_run_trial() -> None:
-    """The RTX 4090 vLLM run with the shipped roofline and with :class:`OneKernelMixed`."""
+def vllm_run() -> None:
+    """The RTX 4090 vLLM run with both rooflines, mixed attention priced apart and as one kernel."""
     from validation import e2e
     from validation.measured import load
 
@@ -83,14 +66,14 @@ def vllm_run_trial() -> None:
     shipped = e2e._perf
     metrics = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "throughput_output_tok_s")
     try:
-        for name, pricer in (("shipped roofline", shipped),
-                             ("one-kernel mixed attention", lambda g, m, dt, tp, *_, **__:
-                              OneKernelMixed.from_names(g, m, dt, tp))):
-            e2e._perf = pricer  # type: ignore[assignment]
-            rows, _ = e2e.vllm_run(cell, tables, None)
-            print(f"RTX 4090 vLLM run, {name}: " + ", ".join(
-                f"{r['metric']} {100 * (r['simulated'] / r['measured'] - 1):+.1f}%" for r in rows
-                if r["metric"] in metrics))
+        for kind in ("roofline", "refined"):
+            for mixed in MIXED_ATTENTION:
+                e2e._perf = lambda g, m, dt, tp, catalog, *_, _k=kind, _x=mixed, **__: pricer_from_names(
+                    _k, g, m, dt, tp, catalog, mixed_attention=_x)  # type: ignore[assignment]
+                rows, _ = e2e.vllm_run(cell, tables, None)
+                print(f"RTX 4090 vLLM run, {kind}, mixed attention {mixed}: " + ", ".join(
+                    f"{r['metric']} {100 * (r['simulated'] / r['measured'] - 1):+.1f}%" for r in rows
+                    if r["metric"] in metrics))
     finally:
         e2e._perf = shipped
 
@@ -178,4 +161,4 @@ if __name__ == "__main__":
     main()
     skew_check()
     if "--vllm-run" in sys.argv[1:]:
-        vllm_run_trial()
+        vllm_run()

@@ -19,6 +19,15 @@ the iteration is the sum over operators and layers plus fixed overheads:
 - LM head and sampler only for sequences that emit a token this iteration;
 - a fixed cost per kernel launched, per sequence, and per iteration (framework).
 
+Mixed iterations (prefill chunks and decodes together): ``mixed_attention="apart"`` (the default) prices their
+prefill and decode attention as the two terms above. ``"one_kernel"``, where the tile form is on, prices them as
+what vLLM runs on those GPUs: one FlashAttention-2 varlen kernel whose longest query is longer than one token, so
+it neither packs the decodes' GQA heads nor splits their KV (``mha_varlen_fwd``: "Only apply split-k for
+decoding"); each decode is one query block per head walking its whole context, list-scheduled with the chunks'
+blocks (:func:`agentreplay.perf.tiles.makespan_blocks`), decodes first. ``benchmarks/attention_mixed.py``
+compares both on the profiles' mixed shots (out of sample: apart 27-50% MAPE, one kernel 9-13%) and on the RTX
+4090 vLLM run, which the one-kernel form moves further from its measurement; hence not the default.
+
 Decode-only iterations cost ``A(n) + c * sum_ctx`` exactly (``A`` depends only on the number of sequences):
 ``decode_coeffs(n)`` gives ``(A, c)``, which the simulator uses to price runs of decode steps in one event, and
 ``decode_steps_time_s`` sums k steps in closed form.
@@ -47,9 +56,12 @@ from agentreplay.perf.catalog import (
     load_model,
 )
 from agentreplay.perf.pricer import IterationPricer, PrefillItem
-from agentreplay.perf.tiles import ctas_per_sm, makespan_tiles, tile_flops
+from agentreplay.perf.tiles import block_tiles, ctas_per_sm, makespan_blocks, makespan_tiles, tile_flops, tile_shape
 
-__all__ = ["OPERATORS", "IterationPricer", "PerfModel", "PrefillItem"]
+__all__ = ["MIXED_ATTENTION", "OPERATORS", "IterationPricer", "PerfModel", "PrefillItem"]
+
+#: How a mixed iteration's attention is priced (module docstring): its two parts apart, or as one kernel.
+MIXED_ATTENTION: tuple[str, ...] = ("apart", "one_kernel")
 
 #: Operator names of :meth:`PerfModel.breakdown`, in pricing order (names follow LLMServingSim's profiles).
 OPERATORS: tuple[str, ...] = (
@@ -59,6 +71,7 @@ OPERATORS: tuple[str, ...] = (
 )
 
 _ATTN_PREFILL = OPERATORS.index("attention_prefill")
+_ATTN_DECODE = OPERATORS.index("attention_decode")
 _KERNELS_PER_LAYER = 9  # 2 fused add+RMSNorm, qkv, rotary, attention, o, gate_up, act, down
 _KERNELS_PER_MOE_LAYER = 2  # router GEMM, top-k + token alignment
 
@@ -90,9 +103,13 @@ class PerfModel:
         tp: int = 1,
         efficiency: Efficiency | None = None,
         kv_dtype: Dtype = "bf16",
+        mixed_attention: str = "apart",
     ) -> None:
         check_dtype(dtype)
         check_dtype(kv_dtype, "kv_dtype")
+        if mixed_attention not in MIXED_ATTENTION:
+            raise ValueError(f"mixed_attention={mixed_attention!r}; allowed: {list(MIXED_ATTENTION)}")
+        self.mixed_attention = mixed_attention
         model.validate_tp(tp)
         eff = efficiency if efficiency is not None else gpu.efficiency
         self.gpu, self.model, self.dtype, self.tp, self.kv_dtype, self.efficiency = gpu, model, dtype, tp, kv_dtype, eff
@@ -156,6 +173,9 @@ class PerfModel:
             self._tile_heads = model.num_attention_heads // tp
             sm_flops = gpu.bf16_tflops * 1e12 / gpu.sm_count * eff.attn_prefill_tile_efficiency
             self._tile_s = tile_flops(model.head_dim) * per_cta / sm_flops
+        # one kernel for mixed iterations: only where the tile form prices the kernel
+        self._one_kernel = mixed_attention == "one_kernel" and self._tile_s > 0.0
+        self._tile_keys = tile_shape(model.head_dim)[1]  # keys per KV tile
 
         # Tensor-parallel collectives.
         self._tp_on = tp > 1
@@ -261,11 +281,21 @@ class PerfModel:
         t = self._terms(*summary)
         if self._tile_s == 0.0 or not prefill:
             return t
-        span = makespan_tiles([(item[0], item[1]) for item in prefill], self._tile_heads, self._tile_slots,
-                              self.model.head_dim)
+        d = self.model.head_dim
+        chunks = [(item[0], item[1]) for item in prefill]
+        span = makespan_tiles(chunks, self._tile_heads, self._tile_slots, d)
         out = list(t)
-        out[_ATTN_PREFILL] = self._layers * max(span * self._tile_s,
-                                                summary[4] * self._pf_prefix_s + summary[5] * self._pf_chunk_s)
+        attn = self._layers * max(span * self._tile_s, summary[4] * self._pf_prefix_s + summary[5] * self._pf_chunk_s)
+        if self._one_kernel and decode_ctx:
+            # one varlen kernel: each decode one query block per head over its context, then the chunks' blocks
+            bn = self._tile_keys
+            blocks = [(k + bn) // bn for k in decode_ctx]  # ceil((k + 1) / bn): the cache and the new token
+            for c, p in chunks:
+                blocks.extend(block_tiles(c, p, d))
+            one = self._layers * makespan_blocks(blocks, self._tile_heads, self._tile_slots) * self._tile_s
+            attn = max(one, attn)
+            out[_ATTN_DECODE] = 0.0
+        out[_ATTN_PREFILL] = attn
         return tuple(out)
 
     # ---- public API ---------------------------------------------------------------------------------------
@@ -329,6 +359,12 @@ class PerfModel:
         while self.decode_steps_time_s(n_seqs, sum_ctx, k + 1) <= horizon_s:
             k += 1
         return k
+
+    @property
+    def needs_decode_contexts(self) -> bool:
+        """True when a mixed iteration's price depends on each decode's context, not only on their count and
+        sum (``mixed_attention="one_kernel"`` in the tile form); the simulator then passes every context."""
+        return self._one_kernel
 
     def prefill_tiles(self) -> tuple[float, int, int]:
         """``(seconds per KV tile of one CTA slot, CTA slots, query heads per GPU)`` of the tile form of prefill

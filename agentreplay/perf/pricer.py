@@ -16,7 +16,13 @@ PrefillItem = tuple[int, int] | tuple[int, int, bool]
 
 @runtime_checkable
 class IterationPricer(Protocol):
-    """What the engine needs from a performance model (the roofline model, or e.g. a measured table)."""
+    """What the engine needs from a performance model (the roofline model, or e.g. a measured table).
+
+    ``decode_ctx`` holds one entry per decoding sequence. The simulator passes their real contexts only to a pricer
+    whose ``needs_decode_contexts`` attribute is true; to any other it passes their sum as the first entry and
+    zeros after it (the count and the sum are what such a pricer may read), which keeps a step O(1) in the number
+    of decoding requests (:mod:`agentreplay.sim.cohort`).
+    """
 
     def iteration_time_s(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> float: ...
     def decode_coeffs(self, n_seqs: int) -> tuple[float, float]: ...

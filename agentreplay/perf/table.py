@@ -157,8 +157,9 @@ class RefinedPerfModel(PerfModel):
         efficiency: Efficiency | None = None,
         kv_dtype: Dtype = "bf16",
         refinement: Refinement | None = None,
+        mixed_attention: str = "apart",
     ) -> None:
-        super().__init__(gpu, model, dtype, tp, efficiency, kv_dtype)
+        super().__init__(gpu, model, dtype, tp, efficiency, kv_dtype, mixed_attention)
         r = refinement if refinement is not None else Refinement()
         eff = self.efficiency
         self.refinement = r
@@ -549,15 +550,20 @@ PRICER_KINDS: Final = ("roofline", "refined", "table")
 
 
 def pricer_from_names(kind: str, gpu: str, model: str, dtype: Dtype = "bf16", tp: int = 1,
-                      catalog: str | Path | None = None) -> PerfModel | TablePerfModel:
+                      catalog: str | Path | None = None, mixed_attention: str = "apart") -> PerfModel | TablePerfModel:
     """``roofline``: :meth:`PerfModel.from_names` (the default); ``refined``: :class:`RefinedPerfModel`;
-    ``table``: :class:`TablePerfModel` (ValueError when no table of the GPU and model exists)."""
+    ``table``: :class:`TablePerfModel` (ValueError when no table of the GPU and model exists). ``mixed_attention``
+    (:data:`agentreplay.perf.model.MIXED_ATTENTION`) applies to the two rooflines; the table prices measured
+    prefill and decode attention apart, so it takes only ``"apart"``."""
     if kind == "roofline":
-        return PerfModel(load_gpu(gpu, catalog), load_model(model), dtype, tp)
+        return PerfModel(load_gpu(gpu, catalog), load_model(model), dtype, tp, mixed_attention=mixed_attention)
     if kind == "refined":
         return RefinedPerfModel.from_names(gpu, model, dtype, tp, catalog=catalog,
-                                           refinements=refinement_path(catalog))
+                                           refinements=refinement_path(catalog), mixed_attention=mixed_attention)
     if kind == "table":
+        if mixed_attention != "apart":
+            raise ValueError(f"mixed_attention={mixed_attention!r} needs perf = roofline or refined; the table "
+                             "prices measured prefill and decode attention apart")
         return TablePerfModel.from_names(gpu, model, dtype, tp, catalog=catalog,
                                          refinements=refinement_path(catalog))
     raise ValueError(f"perf={kind!r}; allowed: {list(PRICER_KINDS)}")

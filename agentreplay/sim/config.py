@@ -23,6 +23,7 @@ RetentionName = Literal["lru", "evict", "ttl", "continuum", "offload", "infercep
 LoadMetric = Literal["requests", "tokens"]
 Dtype = Literal["bf16", "fp8"]
 PerfName = Literal["roofline", "refined", "table"]
+MixedAttention = Literal["apart", "one_kernel"]
 
 
 class ConfigError(ValueError):
@@ -48,6 +49,9 @@ class HardwareConfig:
     model: str = "llama-3.1-8b"  #: model catalog name
     dtype: Dtype = "bf16"  #: weight and KV dtype
     perf: PerfName = "roofline"  #: iteration pricer: calibrated roofline, refined roofline, or measured table
+    #: a mixed prefill + decode iteration's attention: its two parts priced apart, or as the one FlashAttention-2
+    #: kernel vLLM runs (roofline / refined on GPUs with the tile form; agentreplay.perf.model docstring)
+    mixed_attention: MixedAttention = "apart"
     tp: int = 1  #: tensor-parallel degree (GPUs per instance)
     instances: int = 1  #: number of instances (data-parallel replicas)
     groups: tuple[str, ...] = ()  #: heterogeneous cluster; overrides gpu / tp / instances when set
@@ -55,6 +59,9 @@ class HardwareConfig:
     def __post_init__(self) -> None:
         _literal("hardware", "dtype", self.dtype, Dtype)
         _literal("hardware", "perf", self.perf, PerfName)
+        _literal("hardware", "mixed_attention", self.mixed_attention, MixedAttention)
+        _check(self.mixed_attention == "apart" or self.perf != "table", "hardware", "mixed_attention",
+               self.mixed_attention, "'apart' with perf = 'table' (the table prices measured attention apart)")
         _check(self.tp in (1, 2, 4, 8, 16), "hardware", "tp", self.tp, "1, 2, 4, 8 or 16")
         _check(isinstance(self.instances, int) and 1 <= self.instances <= 4096, "hardware", "instances",
                self.instances, "an integer in [1, 4096]")

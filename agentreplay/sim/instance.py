@@ -99,6 +99,8 @@ class Instance:
         self.index = index
         self.engine = engine
         self.perf = perf
+        #: the pricer reads each decode's context (else only their count and sum: IterationPricer)
+        self._contexts = bool(getattr(perf, "needs_decode_contexts", False))
         self.pool = pool
         self.sched = scheduler
         self.on_finish = on_finish
@@ -199,8 +201,12 @@ class Instance:
         sum_ctx = sum(r.computed for r in plan.decode) + (co.sum_ctx if plan.cohort else 0)
         if plan.prefill:
             prefill = [(n, before, before + n == r.total_tokens) for r, n, before in plan.prefill]
-            # pricers read decode contexts through their count and sum only (IterationPricer)
-            dt = self.perf.iteration_time_s(prefill, [sum_ctx] + [0] * (n_dec - 1) if n_dec else ())
+            if self._contexts:  # the cohort (a prefix of the running list) first, in running order
+                tick = co.tick
+                ctxs = [r.c_off + tick for r in self.sched.running[:plan.cohort]] + [r.computed for r in plan.decode]
+                dt = self.perf.iteration_time_s(prefill, ctxs)
+            else:  # the count and the sum are all such a pricer reads (IterationPricer)
+                dt = self.perf.iteration_time_s(prefill, [sum_ctx] + [0] * (n_dec - 1) if n_dec else ())
         else:  # decode-only: the same arithmetic as a fast-forwarded run (see _Run)
             a, c = self.perf.decode_coeffs(n_dec)
             dt = a + c * sum_ctx

@@ -138,7 +138,8 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
     pricers: dict[tuple[str, int, str], IterationPricer] = {}
     for spec in specs:
         if spec not in pricers:
-            pricers[spec] = perf or pricer_from_names(hw.perf, spec[0], hw.model, spec[2], spec[1])  # type: ignore[arg-type]
+            pricers[spec] = perf or pricer_from_names(hw.perf, spec[0], hw.model, spec[2], spec[1],  # type: ignore[arg-type]
+                                                      mixed_attention=hw.mixed_attention)
     seeds = np.random.SeedSequence(cfg.seed).spawn(2)
     rng_arrivals, rng_tools = (np.random.default_rng(s) for s in seeds)
     engine = Engine()

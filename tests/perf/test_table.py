@@ -24,7 +24,8 @@ from agentreplay.perf import (
     load_model,
 )
 from agentreplay.perf.interp import Curve, fit_decode, isotonic
-from agentreplay.perf.table import dram_key_s, load_refinement, load_tables
+from agentreplay.perf.table import dram_key_s, load_refinement, load_tables, pricer_from_names
+from agentreplay.perf.tiles import makespan_blocks
 
 EFF = Efficiency(
     compute_efficiency=0.7, bandwidth_efficiency=0.8, attn_prefill_efficiency=0.5, attn_decode_efficiency=0.7,
@@ -378,3 +379,53 @@ def test_decode_fixed_cost_only_when_decoding() -> None:
     assert fixed.iteration_time_s([], [10, 20]) == pytest.approx(base.iteration_time_s([], [10, 20]) + extra)
     assert fixed.iteration_time_s([(64, 0)], []) == pytest.approx(base.iteration_time_s([(64, 0)], []), rel=1e-12)
     assert fixed.decode_coeffs(3)[0] == pytest.approx(base.decode_coeffs(3)[0] + extra, rel=1e-12)
+
+
+# ---- mixed iterations as one kernel --------------------------------------------------------------------------
+def test_one_kernel_mixed_attention_by_hand() -> None:
+    """Llama-3.1-8B at TP 8 (4 query heads, head_dim 128: 64 x 128 tiles) on 4 SMs of 100 KiB (one CTA each).
+    Two decodes over 300 and 40 cached tokens (301 and 41 keys: 3 and 1 tiles) and a 64-token chunk over 100
+    cached tokens (164 keys: 2 tiles) are blocks [3, 1, 2] per head, 12 CTAs on 4 slots. In dispatch order the
+    slots' finish times go {3, 1, 2, 3} -> {2, 2, 3, 3} -> {2, 3, 3, 4} -> {3, 3, 4, 5} -> {3, 4, 4, 5} ->
+    {4, 4, 5, 5} -> {4, 5, 5, 7} -> {5, 5, 5, 7} -> {5, 5, 7, 7}: 7 tile times."""
+    model, g = load_model("llama-3.1-8b"), tile_gpu(sms=4, tile_eff=0.5)
+    apart = RefinedPerfModel(g, model, tp=8, refinement=REF)
+    one = RefinedPerfModel(g, model, tp=8, refinement=REF, mixed_attention="one_kernel")
+    assert one.needs_decode_contexts and not apart.needs_decode_contexts
+    assert makespan_blocks([3, 1, 2], 4, 4) == 7
+    tile_s = one.prefill_tiles()[0]
+    a, o = apart.breakdown([(64, 100)], [300, 40]), one.breakdown([(64, 100)], [300, 40])
+    assert model.num_hidden_layers * 7 * tile_s > a["attention_prefill"]  # the kernel, not the chunk's KV floor
+    assert o["attention_prefill"] == pytest.approx(model.num_hidden_layers * 7 * tile_s, rel=1e-12)
+    assert o["attention_decode"] == 0.0
+    assert {k: v for k, v in o.items() if not k.startswith("attention")} == \
+        {k: v for k, v in a.items() if not k.startswith("attention")}
+    # without decodes, or without prefill, the two forms are the same iteration
+    for prefill, ctx in (([(64, 100)], []), ([], [300, 40])):
+        assert one.iteration_time_s(prefill, ctx) == apart.iteration_time_s(prefill, ctx)
+
+
+def test_one_kernel_needs_the_tile_form_and_a_roofline() -> None:
+    flop = PerfModel(tile_gpu(sms=4), load_model("llama-3.1-8b"), mixed_attention="one_kernel")
+    assert not flop.needs_decode_contexts  # FLOP form: nothing to schedule, priced apart
+    plain = PerfModel(tile_gpu(sms=4), load_model("llama-3.1-8b"))
+    assert flop.iteration_time_s([(64, 100)], [300, 40]) == plain.iteration_time_s([(64, 100)], [300, 40])
+    with pytest.raises(ValueError, match="mixed_attention='together'"):
+        PerfModel(tile_gpu(sms=4), load_model("llama-3.1-8b"), mixed_attention="together")
+    with pytest.raises(ValueError, match="perf = roofline or refined"):
+        pricer_from_names("table", "rtx4090", "llama-3.1-8b", mixed_attention="one_kernel")
+    pm = pricer_from_names("refined", "rtx4090", "llama-3.1-8b", mixed_attention="one_kernel")
+    assert pm.needs_decode_contexts  # type: ignore[union-attr]
+
+
+def test_one_kernel_prices_the_long_decode_not_the_context_sum() -> None:
+    """Same decode context sum, one long decode instead of many short ones: apart prices both alike; one kernel
+    prices the long decode's serial walk (a mixed shot's critical path)."""
+    pm = RefinedPerfModel(tile_gpu(sms=128, tile_eff=0.7), load_model("llama-3.1-8b"), refinement=REF,
+                          mixed_attention="one_kernel")
+    apart = RefinedPerfModel(tile_gpu(sms=128, tile_eff=0.7), load_model("llama-3.1-8b"), refinement=REF)
+    even, skewed = [1024] * 16, [16384] + [0] * 15
+    assert apart.iteration_time_s([(32, 0)], even) == pytest.approx(apart.iteration_time_s([(32, 0)], skewed))
+    attn = [pm.breakdown([(32, 0)], c)["attention_prefill"] for c in (even, skewed)]
+    # 129 tiles on the long decode's CTAs against about 37 when the same 4,640 tiles spread over 128 SMs
+    assert attn[1] > 3 * attn[0]

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentreplay.perf.tiles import block_tiles, ctas_per_sm, makespan_tiles, tile_flops, tile_shape
+from agentreplay.perf.tiles import block_tiles, ctas_per_sm, makespan_blocks, makespan_tiles, tile_flops, tile_shape
 
 
 def test_tile_shapes_follow_the_split_kv_dispatch() -> None:
@@ -61,3 +61,22 @@ def test_makespan_never_falls_with_more_work(chunk: int, prefix: int, extra: int
     assert makespan_tiles([(chunk + extra, prefix)], heads, slots, 128) >= base
     assert makespan_tiles([(chunk, prefix + extra)], heads, slots, 128) >= base
     assert makespan_tiles([(chunk, prefix), (extra, 0)], heads, slots, 128) >= base
+
+
+def _heap_makespan(blocks: list[int], heads: int, slots: int) -> int:
+    """The min-heap formulation of list scheduling, the reference for makespan_blocks."""
+    import heapq
+
+    works = [w for w in blocks if w > 0] * heads
+    if not works:
+        return 0
+    free = [0] * min(slots, len(works))
+    for w in works:
+        heapq.heapreplace(free, free[0] + w)
+    return max(free)
+
+
+@settings(max_examples=300, deadline=None)
+@given(blocks=st.lists(st.integers(0, 300), max_size=40), heads=st.integers(1, 64), slots=st.integers(1, 300))
+def test_makespan_blocks_equals_the_heap_formulation(blocks: list[int], heads: int, slots: int) -> None:
+    assert makespan_blocks(blocks, heads, slots) == _heap_makespan(blocks, heads, slots)

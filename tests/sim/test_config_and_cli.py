@@ -25,6 +25,9 @@ BUNDLED = str(ROOT / "datasets" / "swebench-verified")
         ({"workload": {"arrival": "bursty"}}, "[workload] arrival = 'bursty' is invalid"),
         ({"workload": {"concurency": 3}}, "unknown field(s) ['concurency']"),
         ({"routerx": {}}, "unknown section(s) ['routerx']"),
+        ({"hardware": {"mixed_attention": "fused"}}, "[hardware] mixed_attention = 'fused' is invalid"),
+        ({"hardware": {"perf": "table", "mixed_attention": "one_kernel"}},
+         "[hardware] mixed_attention = 'one_kernel' is invalid: 'apart' with perf = 'table'"),
     ],
 )
 def test_bad_config_values_name_section_field_and_range(data, message) -> None:
@@ -82,3 +85,17 @@ def test_catalog_lists_gpus_and_models() -> None:
     assert res.exit_code == 0, res.output
     for name in ("h100-sxm", "rtx3090", "b200", "llama-3.1-70b", "qwen3-30b-a3b"):
         assert name in res.output
+
+
+def test_one_kernel_mixed_attention_slows_mixed_iterations_only_on_tile_form_gpus() -> None:
+    # agent turns: a short append to a long context, prefilled beside the other program's decodes
+    trace = make_trace([[(6000, 40, 0.2), (6100, 40, 0.2), (6200, 40, None)]] * 4)
+    for gpu, slower in (("rtxpro6000", True), ("h100-sxm", False)):
+        res = {m: simulate(trace, SimConfig().replace(hardware={"gpu": gpu, "perf": "refined", "mixed_attention": m},
+                                                      workload={"concurrency": 4}))
+               for m in ("apart", "one_kernel")}
+        jct = {m: r.programs["jct_s"].sum() for m, r in res.items()}
+        if slower:
+            assert jct["one_kernel"] > jct["apart"]
+        else:  # H100 keeps the FLOP form (FA3 on Hopper): nothing to schedule
+            assert jct["one_kernel"] == jct["apart"]

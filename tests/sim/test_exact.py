@@ -103,3 +103,36 @@ def test_reserve_full_isl_admits_only_when_the_whole_prompt_fits() -> None:
     # first-chunk rule: p1 starts while p0 still runs, the pool runs out, and the most recent admission is preempted
     assert chunk.turns["first_scheduled_s"][1] < chunk.turns["finish_s"][0]
     assert chunk.turns["preemptions"].sum() >= 1
+
+
+class ContextRecorder(LinearPerf):
+    """LinearPerf that records the decode contexts of every mixed iteration it prices."""
+
+    def __init__(self, needs: bool) -> None:
+        super().__init__()
+        self.needs_decode_contexts = needs
+        self.mixed: list[list[int]] = []
+
+    def iteration_time_s(self, prefill, decode_ctx) -> float:  # type: ignore[no-untyped-def]
+        if prefill and decode_ctx:
+            self.mixed.append(list(decode_ctx))
+        return super().iteration_time_s(prefill, decode_ctx)
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_a_pricer_that_needs_decode_contexts_gets_each_one(lazy: bool) -> None:
+    # p0 and p2 decode for a long time, started together (prompts 100 and 300); p1's second call arrives after a
+    # 0.5 s tool and is prefilled beside them: a mixed iteration with two decodes whose contexts differ by 200.
+    trace = make_trace([[(100, 200, None)], [(50, 1, 0.5), (80, 3, None)], [(300, 200, None)]])
+    config = cfg(workload={"concurrency": 3}, scheduler={"lazy_decode": lazy})
+    runs = {}
+    for needs in (True, False):
+        rec = ContextRecorder(needs)
+        runs[needs] = (simulate(trace, config, perf=rec), rec.mixed)
+    (res_t, got), (res_f, summed) = runs[True], runs[False]
+    assert got and len(got) == len(summed)
+    for real, agg in zip(got, summed, strict=True):
+        assert len(real) == len(agg) == 2
+        assert sorted(real)[1] - sorted(real)[0] == 200  # each decode's own context
+        assert agg[1] == 0 and agg[0] == sum(real)  # count and sum only
+    assert res_t.turns["finish_s"].tolist() == res_f.turns["finish_s"].tolist()
