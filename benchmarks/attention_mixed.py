@@ -29,8 +29,8 @@ and as one kernel as above, and shows how often the measured time sits near the 
 pricing the decodes by their summed context (apart) cannot produce that.
 
 With ``--vllm-run`` it then replays the RTX 4090 vLLM run (validation.e2e) with the default and the refined
-roofline, each with mixed attention priced apart (the default) and as that one kernel (``[hardware]
-mixed_attention = "one_kernel"``), and prints the mean TTFT, TPOT, E2E and throughput errors of the four.
+roofline, each with mixed attention priced as that one kernel (``[hardware] mixed_attention = "one_kernel"``,
+the simulator's default) and apart, and prints the mean TTFT, TPOT, E2E and throughput errors of the four.
 """
 
 from __future__ import annotations
@@ -82,6 +82,20 @@ def vllm_run() -> None:
 SKEW_SHOTS = 400
 
 
+def attention_us(pm: RefinedPerfModel, prefill: list[tuple[int, int]], ctx: list[int]) -> float:
+    """One layer's attention of a shot as ``pm`` prices it inside an iteration (prefill and decode terms, one
+    launch), in microseconds: apart or as one kernel, as ``pm`` was built."""
+    bd = pm.breakdown(prefill, ctx)
+    return ((bd["attention_prefill"] + bd["attention_decode"]) / pm.model.num_hidden_layers
+            + pm.launch["attention"]) * 1e6
+
+
+def pricers(gpu: str, model: str, tp: int) -> tuple[RefinedPerfModel, RefinedPerfModel]:
+    """The shipped refined roofline with mixed attention apart and as one kernel (the simulator's default)."""
+    return tuple(RefinedPerfModel.from_names(gpu, model, tp=tp, mixed_attention=m)  # type: ignore[return-value]
+                 for m in ("apart", "one_kernel"))
+
+
 def skew_scale(skew: pd.DataFrame, grid: pd.DataFrame) -> tuple[float, int]:
     """(median, count) of ``t_max_us`` / the attention grid's time of the same shot: each uniform reference batch
     of ``skew.csv`` (all ``n`` decodes over ``kv_big``, the same prefill) that is also a point of
@@ -103,25 +117,20 @@ def skew_check() -> None:
         scale, matched = skew_scale(df, grids[label])
         mix = df[(df["regime"] == "mixed") & (df["pc"] > 0)]
         mix = mix.iloc[::max(1, len(mix) // SKEW_SHOTS)]
-        heads, d = model.num_attention_heads // tp, model.head_dim
-        slots = gpu.sm_count * ctas_per_sm(gpu.smem_per_sm_kib, d)
-        pm = RefinedPerfModel.from_names(gpu.name, model.name, tp=tp)
-        launch, layers, tile_s = pm.launch["attention"], model.num_hidden_layers, pm.prefill_tiles()[0]
+        pm_apart, pm_one = pricers(gpu.name, model.name, tp)
         t = mix["t_skew_us"].to_numpy(dtype=float) / scale
         apart, one = [], []
         for n, nb, kvs, big, pc, kp in mix[["n", "nb", "kvs", "kv_big", "pc", "kp"]].astype(int).itertuples(
                 index=False):
             ctx = [big] * nb + [kvs] * (n - nb)
-            bd = pm.breakdown([(pc, kp)], ctx)
-            apart.append((bd["attention_prefill"] + bd["attention_decode"]) / layers + launch)
-            blocks = [w for k in ctx for w in block_tiles(1, k, d)] + block_tiles(pc, kp, d)
-            one.append(launch + makespan_blocks(blocks, heads, slots) * tile_s)
+            apart.append(attention_us(pm_apart, [(pc, kp)], ctx))
+            one.append(attention_us(pm_one, [(pc, kp)], ctx))
         alpha = mix["alpha"].to_numpy(dtype=float)
         rows.append({"cell": label, "mixed shots": len(df[df["regime"] == "mixed"]), "priced": len(t),
                      "scale (matched)": f"{scale:.3f} ({matched})",
                      "alpha > 0.5 %": float(np.mean(alpha > 0.5) * 100)}
-                    | _errors("refined, apart", np.array(apart) * 1e6, t)
-                    | _errors("refined, one kernel", np.array(one) * 1e6, t))
+                    | _errors("refined, apart", np.array(apart), t)
+                    | _errors("refined, one kernel", np.array(one), t))
     with pd.option_context("display.width", 250, "display.max_columns", 20):
         print(pd.DataFrame(rows).round(2).to_string(index=False))
 
@@ -141,18 +150,14 @@ def main() -> None:
                         for c, p, n, k in shots])
         span = np.array([makespan_blocks(block_tiles(1, k, d) * n + block_tiles(c, p, d), heads, slots)
                          for c, p, n, k in shots], dtype=float)
-        pm = RefinedPerfModel.from_names(gpu.name, model.name, tp=tp)
-        launch, layers = pm.launch["attention"], model.num_hidden_layers
-        apart = np.array([sum(pm.breakdown([(c, p)], [k] * n)[op] for op in ("attention_prefill",
-                                                                               "attention_decode")) / layers
-                          for c, p, n, k in shots]) + launch
+        pm_apart, pm_one = pricers(gpu.name, model.name, tp)
+        apart = np.array([attention_us(pm_apart, [(c, p)], [k] * n) for c, p, n, k in shots])
+        one = np.array([attention_us(pm_one, [(c, p)], [k] * n) for c, p, n, k in shots])
         in_sample, coef = fit_line(t, span)
         ok = np.isfinite(add)
-        tile_s = pm.prefill_tiles()[0]
         rows.append({"cell": label, "mixed shots": len(t)} | _errors("additive", add[ok], t[ok])
                     | {"one kernel MAPE %": in_sample, "fixed us": coef[0], "us per tile": coef[1]}
-                    | _errors("refined, apart", apart * 1e6, t)
-                    | ({} if not tile_s else _errors("refined, one kernel", (launch + span * tile_s) * 1e6, t)))
+                    | _errors("refined, apart", apart, t) | _errors("refined, one kernel", one, t))
     with pd.option_context("display.width", 250, "display.max_columns", 20):
         print(pd.DataFrame(rows).round(2).to_string(index=False))
 

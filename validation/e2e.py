@@ -71,13 +71,17 @@ def single_turn_trace(ids: list[str], arrival_s: np.ndarray | None, input_tokens
 
 
 #: Pricers an end-to-end replay can run with: the default roofline (what ``simulate`` uses), the refined roofline
-#: (catalog/roofline.toml) and the measured-table pricer (catalog/tables.toml, refined fallback).
-E2E_PRICERS: Final = ("roofline", "refined", "table")
+#: (catalog/roofline.toml) and the measured-table pricer (catalog/tables.toml, refined fallback); ``KIND:apart``
+#: is KIND with mixed prefill + decode attention priced apart instead of as one kernel (``[hardware]
+#: mixed_attention``; the same on GPUs without the tile form).
+E2E_PRICERS: Final = ("roofline", "refined", "table", "roofline:apart", "refined:apart")
 
 
 def _perf(gpu: str, model: str, dtype: str, tp: int, catalog: str | Path | None,
           pricer: str = "roofline") -> PerfModel | TablePerfModel:
-    return pricer_from_names(pricer, gpu, model, dtype, tp, catalog)  # type: ignore[arg-type]
+    kind, _, mixed = pricer.partition(":")
+    return pricer_from_names(kind, gpu, model, dtype, tp, catalog,  # type: ignore[arg-type]
+                             mixed_attention=mixed or "one_kernel")
 
 
 def dist(prefix: str, values: np.ndarray) -> dict[str, float]:
@@ -249,8 +253,9 @@ def run_all(tables: dict[str, pd.DataFrame], catalog: str | Path | None = None, 
 
 
 def alternatives(tables: dict[str, pd.DataFrame], catalog: str | Path | None = None) -> pd.DataFrame:
-    """The RTX 4090 vLLM run and the LLMPerf RTX 3090 BF16 cells replayed with the refined roofline and the
-    table pricer (rows as :func:`run_all`'s plus ``pricer``); the default-roofline rows are in :func:`run_all`."""
+    """The RTX 4090 vLLM run and the LLMPerf RTX 3090 BF16 cells replayed with the refined roofline, the table
+    pricer and, where mixed attention is one kernel, both rooflines with it apart (rows as :func:`run_all`'s plus
+    ``pricer``); the default-roofline rows are in :func:`run_all`."""
     cells = tables["cells"]
     sel = cells[(cells["source"] == "vllm-run") | ((cells["source"] == "llmperf") & (cells["gpu"] == "rtx3090")
                                                    & (cells["dtype"] == "bf16"))]
@@ -259,7 +264,10 @@ def alternatives(tables: dict[str, pd.DataFrame], catalog: str | Path | None = N
     for _, cell in sel.iterrows():
         if cell["gpu"] not in known:
             continue
+        one_kernel = _perf(cell["gpu"], cell["model"], cell["dtype"], int(cell["tp"]), catalog).needs_decode_contexts
         for pricer in E2E_PRICERS[1:]:
+            if pricer.endswith(":apart") and not one_kernel:
+                continue  # no tile form on this GPU: mixed attention is priced apart already
             fn = vllm_run if cell["source"] == "vllm-run" else llmperf
             try:
                 r, _ = fn(cell, tables, catalog, pricer=pricer)

@@ -169,7 +169,12 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
              + "\n- The simulator runs the **roofline** unless given another pricer (``simulate(perf=...)``); "
                "the refined roofline's parameters are in catalog/roofline.toml, the tables `agentreplay calibrate` "
                "ships (all points of each profile cell) in catalog/tables.toml. The held-out-size tables above are "
-               "rebuilt from the calibration points only.")]
+               "rebuilt from the calibration points only."
+               "\n- Every pricer prices a mixed prefill + decode iteration's attention as the one FlashAttention-2 "
+               "kernel vLLM runs where the tile form is on (RTX 4090, RTX PRO 6000, L40S; ``[hardware] "
+               "mixed_attention = \"one_kernel\"``, the default); **KIND:apart** is KIND with the two parts priced "
+               "apart, shown for the end-to-end cells on those GPUs (``python benchmarks/attention_mixed.py`` "
+               "compares both on the profiles' mixed shots).")]
     comp = pricers[pricers["metric"].isin(COMPONENT_METRICS) & (pricers["role"] == "validation")]
     diag = []
     for (g, m), d in comp.groupby(["gpu", "metric"]):

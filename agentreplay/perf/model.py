@@ -19,14 +19,14 @@ the iteration is the sum over operators and layers plus fixed overheads:
 - LM head and sampler only for sequences that emit a token this iteration;
 - a fixed cost per kernel launched, per sequence, and per iteration (framework).
 
-Mixed iterations (prefill chunks and decodes together): ``mixed_attention="apart"`` (the default) prices their
-prefill and decode attention as the two terms above. ``"one_kernel"``, where the tile form is on, prices them as
-what vLLM runs on those GPUs: one FlashAttention-2 varlen kernel whose longest query is longer than one token, so
-it neither packs the decodes' GQA heads nor splits their KV (``mha_varlen_fwd``: "Only apply split-k for
-decoding"); each decode is one query block per head walking its whole context, list-scheduled with the chunks'
-blocks (:func:`agentreplay.perf.tiles.makespan_blocks`), decodes first. ``benchmarks/attention_mixed.py``
-compares both on the profiles' mixed shots (out of sample: apart 27-50% MAPE, one kernel 9-13%) and on the RTX
-4090 vLLM run, which the one-kernel form moves further from its measurement; hence not the default.
+Mixed iterations (prefill chunks and decodes together): ``mixed_attention="one_kernel"`` (the default), where
+the tile form is on, prices their attention as what vLLM runs on those GPUs: one FlashAttention-2 varlen kernel
+whose longest query is longer than one token, so it neither packs the decodes' GQA heads nor splits their KV
+(``mha_varlen_fwd``: "Only apply split-k for decoding"); each decode is one query block per head walking its
+whole context, list-scheduled with the chunks' blocks (:func:`agentreplay.perf.tiles.makespan_blocks`), decodes
+first. ``"apart"`` prices the two parts as the terms above (with the FLOP form, always).
+``benchmarks/attention_mixed.py`` compares both on the profiles' mixed shots (out of sample: apart 27-50% MAPE,
+one kernel 9-13%) and on the RTX 4090 vLLM run (within about a point of each other there).
 
 Decode-only iterations cost ``A(n) + c * sum_ctx`` exactly (``A`` depends only on the number of sequences):
 ``decode_coeffs(n)`` gives ``(A, c)``, which the simulator uses to price runs of decode steps in one event, and
@@ -103,7 +103,7 @@ class PerfModel:
         tp: int = 1,
         efficiency: Efficiency | None = None,
         kv_dtype: Dtype = "bf16",
-        mixed_attention: str = "apart",
+        mixed_attention: str = "one_kernel",
     ) -> None:
         check_dtype(dtype)
         check_dtype(kv_dtype, "kv_dtype")

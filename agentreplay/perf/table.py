@@ -157,7 +157,7 @@ class RefinedPerfModel(PerfModel):
         efficiency: Efficiency | None = None,
         kv_dtype: Dtype = "bf16",
         refinement: Refinement | None = None,
-        mixed_attention: str = "apart",
+        mixed_attention: str = "one_kernel",
     ) -> None:
         super().__init__(gpu, model, dtype, tp, efficiency, kv_dtype, mixed_attention)
         r = refinement if refinement is not None else Refinement()
@@ -444,12 +444,13 @@ class TablePerfModel:
     @classmethod
     def from_names(cls, gpu: str, model: str, dtype: Dtype = "bf16", tp: int = 1, *,
                    catalog: str | Path | None = None, tables: str | Path | None = None,
-                   refinements: str | Path | None = None) -> TablePerfModel:
+                   refinements: str | Path | None = None, mixed_attention: str = "one_kernel") -> TablePerfModel:
         """The packaged (or ``tables``) table of (gpu, model, tp); when only other TPs of (gpu, model) were
-        measured, the nearest one scaled by the roofline ratio. Fallback: :meth:`RefinedPerfModel.from_names`.
-        Raises ValueError when no table of (gpu, model) exists."""
+        measured, the nearest one scaled by the roofline ratio. Fallback: :meth:`RefinedPerfModel.from_names`
+        (with ``mixed_attention``). Raises ValueError when no table of (gpu, model) exists."""
         fallback = RefinedPerfModel.from_names(gpu, model, dtype, tp, catalog=catalog,
-                                               refinements=refinements or refinement_path(catalog))
+                                               refinements=refinements or refinement_path(catalog),
+                                               mixed_attention=mixed_attention)
         all_tables = load_tables(tables or tables_path(catalog))
         same = {t.tp: t for t in all_tables.values() if t.gpu == gpu and t.model == model}
         if not same:
@@ -462,6 +463,11 @@ class TablePerfModel:
         source = RefinedPerfModel(fallback.gpu, fallback.model, t.dtype, src_tp,  # type: ignore[arg-type]
                                   efficiency=fallback.efficiency, refinement=fallback.refinement)
         return cls(t, fallback, source)
+
+    @property
+    def needs_decode_contexts(self) -> bool:
+        """As the fallback's (:attr:`PerfModel.needs_decode_contexts`): mixed iterations are priced as one kernel."""
+        return self.fallback.needs_decode_contexts
 
     def covers(self, op: str) -> bool:
         """True when ``op`` is priced from the table (its launches included) rather than the fallback."""
@@ -503,6 +509,10 @@ class TablePerfModel:
             attn_kernel = True
         if attn_kernel:
             removed += n_layers * self._kernel_s["attention_prefill"]
+        if prefill and decode_ctx and fbm.needs_decode_contexts:
+            # a mixed iteration is one kernel: the fallback's critical path when it is longer than the measured parts
+            i, j = _IDX["attention_prefill"], _IDX["attention_decode"]
+            out[i], out[j] = max(fb["attention_prefill"], out[i] + out[j]), 0.0
         k = _IDX["kernel_overhead"]
         out[k] = max(0.0, out[k] - removed)
         return out
@@ -550,20 +560,18 @@ PRICER_KINDS: Final = ("roofline", "refined", "table")
 
 
 def pricer_from_names(kind: str, gpu: str, model: str, dtype: Dtype = "bf16", tp: int = 1,
-                      catalog: str | Path | None = None, mixed_attention: str = "apart") -> PerfModel | TablePerfModel:
+                      catalog: str | Path | None = None,
+                      mixed_attention: str = "one_kernel") -> PerfModel | TablePerfModel:
     """``roofline``: :meth:`PerfModel.from_names` (the default); ``refined``: :class:`RefinedPerfModel`;
-    ``table``: :class:`TablePerfModel` (ValueError when no table of the GPU and model exists). ``mixed_attention``
-    (:data:`agentreplay.perf.model.MIXED_ATTENTION`) applies to the two rooflines; the table prices measured
-    prefill and decode attention apart, so it takes only ``"apart"``."""
+    ``table``: :class:`TablePerfModel` (ValueError when no table of the GPU and model exists). ``mixed_attention``:
+    :data:`agentreplay.perf.model.MIXED_ATTENTION` (the table's mixed iterations take its fallback's one kernel
+    when that is longer than its measured parts)."""
     if kind == "roofline":
         return PerfModel(load_gpu(gpu, catalog), load_model(model), dtype, tp, mixed_attention=mixed_attention)
     if kind == "refined":
         return RefinedPerfModel.from_names(gpu, model, dtype, tp, catalog=catalog,
                                            refinements=refinement_path(catalog), mixed_attention=mixed_attention)
     if kind == "table":
-        if mixed_attention != "apart":
-            raise ValueError(f"mixed_attention={mixed_attention!r} needs perf = roofline or refined; the table "
-                             "prices measured prefill and decode attention apart")
         return TablePerfModel.from_names(gpu, model, dtype, tp, catalog=catalog,
-                                         refinements=refinement_path(catalog))
+                                         refinements=refinement_path(catalog), mixed_attention=mixed_attention)
     raise ValueError(f"perf={kind!r}; allowed: {list(PRICER_KINDS)}")

@@ -49,9 +49,9 @@ class HardwareConfig:
     model: str = "llama-3.1-8b"  #: model catalog name
     dtype: Dtype = "bf16"  #: weight and KV dtype
     perf: PerfName = "roofline"  #: iteration pricer: calibrated roofline, refined roofline, or measured table
-    #: a mixed prefill + decode iteration's attention: its two parts priced apart, or as the one FlashAttention-2
-    #: kernel vLLM runs (roofline / refined on GPUs with the tile form; agentreplay.perf.model docstring)
-    mixed_attention: MixedAttention = "apart"
+    #: a mixed prefill + decode iteration's attention: as the one FlashAttention-2 kernel vLLM runs (on GPUs with
+    #: the tile form of prefill attention; agentreplay.perf.model docstring), or its two parts priced apart
+    mixed_attention: MixedAttention = "one_kernel"
     tp: int = 1  #: tensor-parallel degree (GPUs per instance)
     instances: int = 1  #: number of instances (data-parallel replicas)
     groups: tuple[str, ...] = ()  #: heterogeneous cluster; overrides gpu / tp / instances when set
@@ -60,8 +60,6 @@ class HardwareConfig:
         _literal("hardware", "dtype", self.dtype, Dtype)
         _literal("hardware", "perf", self.perf, PerfName)
         _literal("hardware", "mixed_attention", self.mixed_attention, MixedAttention)
-        _check(self.mixed_attention == "apart" or self.perf != "table", "hardware", "mixed_attention",
-               self.mixed_attention, "'apart' with perf = 'table' (the table prices measured attention apart)")
         _check(self.tp in (1, 2, 4, 8, 16), "hardware", "tp", self.tp, "1, 2, 4, 8 or 16")
         _check(isinstance(self.instances, int) and 1 <= self.instances <= 4096, "hardware", "instances",
                self.instances, "an integer in [1, 4096]")

@@ -389,7 +389,7 @@ def test_one_kernel_mixed_attention_by_hand() -> None:
     slots' finish times go {3, 1, 2, 3} -> {2, 2, 3, 3} -> {2, 3, 3, 4} -> {3, 3, 4, 5} -> {3, 4, 4, 5} ->
     {4, 4, 5, 5} -> {4, 5, 5, 7} -> {5, 5, 5, 7} -> {5, 5, 7, 7}: 7 tile times."""
     model, g = load_model("llama-3.1-8b"), tile_gpu(sms=4, tile_eff=0.5)
-    apart = RefinedPerfModel(g, model, tp=8, refinement=REF)
+    apart = RefinedPerfModel(g, model, tp=8, refinement=REF, mixed_attention="apart")
     one = RefinedPerfModel(g, model, tp=8, refinement=REF, mixed_attention="one_kernel")
     assert one.needs_decode_contexts and not apart.needs_decode_contexts
     assert makespan_blocks([3, 1, 2], 4, 4) == 7
@@ -405,17 +405,25 @@ def test_one_kernel_mixed_attention_by_hand() -> None:
         assert one.iteration_time_s(prefill, ctx) == apart.iteration_time_s(prefill, ctx)
 
 
-def test_one_kernel_needs_the_tile_form_and_a_roofline() -> None:
+def test_one_kernel_needs_the_tile_form_and_is_the_default() -> None:
     flop = PerfModel(tile_gpu(sms=4), load_model("llama-3.1-8b"), mixed_attention="one_kernel")
     assert not flop.needs_decode_contexts  # FLOP form: nothing to schedule, priced apart
-    plain = PerfModel(tile_gpu(sms=4), load_model("llama-3.1-8b"))
+    plain = PerfModel(tile_gpu(sms=4), load_model("llama-3.1-8b"), mixed_attention="apart")
     assert flop.iteration_time_s([(64, 100)], [300, 40]) == plain.iteration_time_s([(64, 100)], [300, 40])
     with pytest.raises(ValueError, match="mixed_attention='together'"):
         PerfModel(tile_gpu(sms=4), load_model("llama-3.1-8b"), mixed_attention="together")
-    with pytest.raises(ValueError, match="perf = roofline or refined"):
-        pricer_from_names("table", "rtx4090", "llama-3.1-8b", mixed_attention="one_kernel")
-    pm = pricer_from_names("refined", "rtx4090", "llama-3.1-8b", mixed_attention="one_kernel")
-    assert pm.needs_decode_contexts  # type: ignore[union-attr]
+    for kind in ("roofline", "refined", "table"):  # one kernel is the default
+        assert pricer_from_names(kind, "rtx4090", "llama-3.1-8b").needs_decode_contexts
+        assert not pricer_from_names(kind, "rtx4090", "llama-3.1-8b", mixed_attention="apart").needs_decode_contexts
+    # the table's mixed iteration: the fallback's one kernel when it is longer than the measured parts
+    table = pricer_from_names("table", "rtx4090", "llama-3.1-8b")
+    apart = pricer_from_names("table", "rtx4090", "llama-3.1-8b", mixed_attention="apart")
+    mixed = ([(32, 0)], [16384] + [0] * 15)
+    got, parts = table.breakdown(*mixed), apart.breakdown(*mixed)
+    assert got["attention_decode"] == 0.0
+    assert got["attention_prefill"] == pytest.approx(max(table.fallback.breakdown(*mixed)["attention_prefill"],
+                                                         parts["attention_prefill"] + parts["attention_decode"]))
+    assert got["attention_prefill"] > parts["attention_prefill"] + parts["attention_decode"]
 
 
 def test_one_kernel_prices_the_long_decode_not_the_context_sum() -> None:
@@ -423,7 +431,8 @@ def test_one_kernel_prices_the_long_decode_not_the_context_sum() -> None:
     prices the long decode's serial walk (a mixed shot's critical path)."""
     pm = RefinedPerfModel(tile_gpu(sms=128, tile_eff=0.7), load_model("llama-3.1-8b"), refinement=REF,
                           mixed_attention="one_kernel")
-    apart = RefinedPerfModel(tile_gpu(sms=128, tile_eff=0.7), load_model("llama-3.1-8b"), refinement=REF)
+    apart = RefinedPerfModel(tile_gpu(sms=128, tile_eff=0.7), load_model("llama-3.1-8b"), refinement=REF,
+                             mixed_attention="apart")
     even, skewed = [1024] * 16, [16384] + [0] * 15
     assert apart.iteration_time_s([(32, 0)], even) == pytest.approx(apart.iteration_time_s([(32, 0)], skewed))
     attn = [pm.breakdown([(32, 0)], c)["attention_prefill"] for c in (even, skewed)]

@@ -26,8 +26,6 @@ BUNDLED = str(ROOT / "datasets" / "swebench-verified")
         ({"workload": {"concurency": 3}}, "unknown field(s) ['concurency']"),
         ({"routerx": {}}, "unknown section(s) ['routerx']"),
         ({"hardware": {"mixed_attention": "fused"}}, "[hardware] mixed_attention = 'fused' is invalid"),
-        ({"hardware": {"perf": "table", "mixed_attention": "one_kernel"}},
-         "[hardware] mixed_attention = 'one_kernel' is invalid: 'apart' with perf = 'table'"),
     ],
 )
 def test_bad_config_values_name_section_field_and_range(data, message) -> None:
