@@ -38,12 +38,13 @@ def common_overrides(gpu: str | None, model: str | None, dtype: str | None, tp: 
                      max_num_seqs: int | None, max_num_batched_tokens: int | None, queue: str | None,
                      victim: str | None, retention: str | None, ttl: float | None, dram_gib: float | None,
                      cxl_gib: float | None, inter_instance_gbps: float | None, decision_log: bool | None,
-                     seed: int | None, groups: list[str] | None = None, perf: str | None = None) -> dict[str, Any]:
+                     seed: int | None, groups: list[str] | None = None, perf: str | None = None,
+                     mixed_attention: str | None = None) -> dict[str, Any]:
     if tool_model is not None and tools is None:
         tools = "generative"
     return {
         "hardware": {"gpu": gpu, "model": model, "dtype": dtype, "tp": tp, "instances": instances,
-                     "groups": tuple(groups) if groups else None, "perf": perf},
+                     "groups": tuple(groups) if groups else None, "perf": perf, "mixed_attention": mixed_attention},
         "router": {"policy": router, "inter_instance_gbps": inter_instance_gbps},
         "workload": {"arrival": arrival, "concurrency": concurrency, "rate_per_s": rate, "max_programs": max_programs},
         "tools": {"mode": tools, "scale": tool_scale, "fixed_s": tool_fixed,
@@ -94,6 +95,9 @@ def simulate(
     model: Annotated[str | None, typer.Option(help="Model catalog name.")] = None,
     dtype: Annotated[str | None, typer.Option(help="bf16 | fp8")] = None,
     perf: Annotated[str | None, typer.Option(help="Iteration pricer: roofline | refined | table.")] = None,
+    mixed_attention: Annotated[str | None, typer.Option(help="one_kernel (default: a prefill + decode iteration's "
+                                                             "attention as vLLM's one FlashAttention-2 kernel) | "
+                                                             "apart.")] = None,
     tp: Annotated[int | None, typer.Option(help="Tensor-parallel degree.")] = None,
     instances: Annotated[int | None, typer.Option(help="Number of instances.")] = None,
     group: Annotated[list[str] | None, typer.Option(help="Heterogeneous cluster: GPU:TP:COUNT[:DTYPE], repeatable "
@@ -139,7 +143,7 @@ def simulate(
     cfg = build_config(config, common_overrides(
         gpu, model, dtype, tp, instances, router, arrival, concurrency, rate, max_programs, tools, tool_scale,
         tool_fixed, tool_model, num_gpu_blocks, max_num_seqs, max_num_batched_tokens, queue, victim, retention, ttl,
-        dram_gib, cxl_gib, inter_instance_gbps, decision_log, seed, group, perf), preset)
+        dram_gib, cxl_gib, inter_instance_gbps, decision_log, seed, group, perf, mixed_attention), preset)
     try:
         tr = read_trace(trace)
     except TraceError as exc:

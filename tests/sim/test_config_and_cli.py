@@ -76,6 +76,17 @@ def test_simulate_cli_bad_option_is_a_clear_error(tmp_path) -> None:
     assert res.exit_code == 1 and "tp = 3 is invalid" in res.output
     res = runner.invoke(app, ["simulate", "--trace", BUNDLED, "--gpu", "tpu9", "--out", str(tmp_path / "x")])
     assert res.exit_code == 1 and "tpu9" in res.output
+    res = runner.invoke(app, ["simulate", "--trace", BUNDLED, "--mixed-attention", "fused", "--out",
+                              str(tmp_path / "x")])
+    assert res.exit_code == 1 and "mixed_attention = 'fused' is invalid" in res.output
+
+
+def test_simulate_cli_mixed_attention_reaches_the_config(tmp_path) -> None:
+    out = tmp_path / "sim"
+    res = runner.invoke(app, ["simulate", "--trace", BUNDLED, "--max-programs", "4", "--gpu", "rtxpro6000",
+                              "--mixed-attention", "apart", "--out", str(out), "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert load(out / "config.toml").hardware.mixed_attention == "apart"
 
 
 def test_catalog_lists_gpus_and_models() -> None:
