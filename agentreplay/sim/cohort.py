@@ -8,8 +8,10 @@ a function of the instance's step counter ``tick`` alone:
 
 The cohort keeps what a step needs from its members in O(1) instead of O(members):
 
-- ``sum_ctx = s_off + n * tick``: the decode context sum the performance model prices (pricers see decode
-  contexts only through their count and sum, see :class:`agentreplay.perf.model.IterationPricer`);
+- ``sum_ctx = s_off + n * tick``: the decode context sum the performance model prices (most pricers read decode
+  contexts only through their count and sum, see :class:`agentreplay.perf.pricer.IterationPricer`; one that
+  needs each context, like one-kernel mixed attention, gets ``c_off + tick`` of every member, in mixed iterations
+  only);
 - the blocks the next step allocates: a member needs a new KV block exactly when its ``computed`` is a multiple
   of the block size (it fills its last block), so members are counted by ``c_off mod block_size`` and the step
   at ``tick`` needs ``cross[-tick mod block_size]`` blocks;
