@@ -56,7 +56,7 @@ from agentreplay.perf.catalog import (
     load_model,
 )
 from agentreplay.perf.pricer import IterationPricer, PrefillItem
-from agentreplay.perf.tiles import block_tiles, ctas_per_sm, makespan_blocks, makespan_tiles, tile_flops, tile_shape
+from agentreplay.perf.tiles import block_tiles, ctas_per_sm, makespan_blocks, makespan_tiles, tile_flops
 
 __all__ = ["MIXED_ATTENTION", "OPERATORS", "IterationPricer", "PerfModel", "PrefillItem"]
 
@@ -175,7 +175,6 @@ class PerfModel:
             self._tile_s = tile_flops(model.head_dim) * per_cta / sm_flops
         # one kernel for mixed iterations: only where the tile form prices the kernel
         self._one_kernel = mixed_attention == "one_kernel" and self._tile_s > 0.0
-        self._tile_keys = tile_shape(model.head_dim)[1]  # keys per KV tile
 
         # Tensor-parallel collectives.
         self._tp_on = tp > 1
@@ -288,8 +287,9 @@ class PerfModel:
         attn = self._layers * max(span * self._tile_s, summary[4] * self._pf_prefix_s + summary[5] * self._pf_chunk_s)
         if self._one_kernel and decode_ctx:
             # one varlen kernel: each decode one query block per head over its context, then the chunks' blocks
-            bn = self._tile_keys
-            blocks = [(k + bn) // bn for k in decode_ctx]  # ceil((k + 1) / bn): the cache and the new token
+            blocks: list[int] = []
+            for k in decode_ctx:
+                blocks.extend(block_tiles(1, k, d))
             for c, p in chunks:
                 blocks.extend(block_tiles(c, p, d))
             one = self._layers * makespan_blocks(blocks, self._tile_heads, self._tile_slots) * self._tile_s
