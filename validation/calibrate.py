@@ -28,7 +28,14 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from agentreplay.perf import Efficiency, GpuSpec, list_gpus, list_models, load_gpu
-from agentreplay.perf.table import REFINEMENT_FIELDS, MeasuredTable, Refinement, table_key
+from agentreplay.perf.table import (
+    REFINEMENT_FIELDS,
+    AllReduceTable,
+    MeasuredTable,
+    Refinement,
+    allreduce_key,
+    table_key,
+)
 from validation import components as C
 from validation.measured import Measured
 
@@ -103,6 +110,7 @@ class ComponentData:
     cells: pd.DataFrame
     skipped: list[tuple[str, str]] = field(default_factory=list)
     full: pd.DataFrame = field(default_factory=pd.DataFrame)  #: op rows without subsampling (+ gpu, tp)
+    allreduce_full: pd.DataFrame = field(default_factory=pd.DataFrame)  #: all-reduce rows at TABLE_POINTS sizes
 
 
 def component_data(measured: Measured) -> ComponentData:
@@ -145,7 +153,9 @@ def component_data(measured: Measured) -> ComponentData:
     full, _ = C.op_points(cells, comp, max_points=C.TABLE_POINTS, max_attention=1 << 30)
     full["gpu"] = full["cell_id"].map(info["gpu"])
     full["tp"] = full["cell_id"].map(info["tp"]).astype(int)
-    return ComponentData(ops, it, ar, specs, tps, cells, skipped, full)
+    ar_full = C.allreduce_points(cells, comp, max_points=C.TABLE_POINTS)
+    ar_full["gpu"] = ar_full["cell_id"].map(info["gpu"])
+    return ComponentData(ops, it, ar, specs, tps, cells, skipped, full, ar_full)
 
 
 def predict(data: ComponentData, gpu: GpuSpec, eff: Efficiency) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -587,17 +597,42 @@ def shipped_tables(data: ComponentData) -> dict[str, MeasuredTable]:
     return out
 
 
+def shipped_allreduce(data: ComponentData) -> dict[str, AllReduceTable]:
+    """The all-reduce tables ``TablePerfModel.from_names`` reads: every single-node all-reduce curve of a catalog
+    GPU (:func:`validation.components.allreduce_points`, :data:`validation.components.TABLE_POINTS` log-spaced
+    sizes), keyed ``gpu/tpN``; one curve per key (the first cell in name order)."""
+    known = set(list_gpus())
+    out: dict[str, AllReduceTable] = {}
+    a = data.allreduce_full
+    if not len(a):
+        return out
+    for _, d in sorted(a.groupby("cell_id"), key=lambda kv: str(kv[0])):
+        g = d["gpu"].iloc[0]
+        if not isinstance(g, str) or g not in known:
+            continue
+        key = allreduce_key(g, int(d["tp"].iloc[0]))
+        if key not in out:
+            out[key] = C.allreduce_table(d)
+    return out
+
+
 def _arr(values: object, fmt: str) -> str:
     return "[" + ", ".join(format(v, fmt) for v in values) + "]"  # type: ignore[attr-defined]
 
 
-def write_tables(tables: dict[str, MeasuredTable], dst: Path) -> None:
+def write_tables(tables: dict[str, MeasuredTable], dst: Path,
+                 allreduce: dict[str, AllReduceTable] | None = None) -> None:
     """``tables.toml``: one ``[table."gpu/model/tpN"]`` per table, seconds per layer (module docstring of
-    agentreplay.perf.table)."""
+    agentreplay.perf.table), and one ``[allreduce."gpu/tpN"]`` per all-reduce table (seconds per all-reduce)."""
     lines = ["# Measured per-layer tables for agentreplay.perf.table.TablePerfModel, written by `agentreplay "
              "calibrate`", "# (validation/calibrate.py shipped_tables) from the component profiles: seconds per "
              "layer of each", "# operator (per forward: embedding, final_layernorm, lm_head, sampler) against "
-             "tokens (sequences", "# for lm_head / sampler); attention per layer by (tokens or batch, context).", ""]
+             "tokens (sequences", "# for lm_head / sampler); attention per layer by (tokens or batch, context);",
+             "# all-reduce: seconds of one all-reduce over tp GPUs of one node against the bytes reduced "
+             "(shipped_allreduce).", ""]
+    for key, a in sorted((allreduce or {}).items()):
+        lines += [f'[allreduce."{key}"]', f'source = "{a.name}"', f'gpu = "{a.gpu}"', f"tp = {a.tp}",
+                  f"bytes = {_arr(a.nbytes, 'd')}", f"seconds = {_arr(a.seconds, '.5g')}", ""]
     for key, t in sorted(tables.items()):
         lines += [f'[table."{key}"]', f'source = "{t.name}"', f'gpu = "{t.gpu}"', f'model = "{t.model}"',
                   f"tp = {t.tp}", f'dtype = "{t.dtype}"']
@@ -628,7 +663,8 @@ def run(measured: Measured, out: str | Path | None = None) -> dict:
     refined = calibrate_refined(data)
     write_refinements(refined, dst.parent / "roofline.toml")
     tables = shipped_tables(data)
-    write_tables(tables, dst.parent / "tables.toml")
+    allreduce = shipped_allreduce(data)
+    write_tables(tables, dst.parent / "tables.toml", allreduce)
     summary = summary_json(fits, ops, data, measured)
     summary["refined"] = {
         "stages": {name: list(params) for name, _, params in REFINED_STAGES}, "bounds": {
@@ -636,6 +672,7 @@ def run(measured: Measured, out: str | Path | None = None) -> dict:
         "gpus": {g: {"fitted": {p: round(f.value(p), 6) for p in f.fitted}, "calibrated_from": f.calibrated_from,
                      "points": f.n_points} for g, f in sorted(refined.items())}}
     summary["tables"] = sorted(tables)
+    summary["allreduce_tables"] = sorted(allreduce)
     (dst.parent / "calibration.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     summary["_ops"] = ops
     return summary

@@ -42,7 +42,14 @@ from agentreplay.perf import (
     load_gpu,
     load_model,
 )
-from agentreplay.perf.table import MeasuredTable, RefinedPerfModel, Refinement, TablePerfModel, launch_s
+from agentreplay.perf.table import (
+    AllReduceTable,
+    MeasuredTable,
+    RefinedPerfModel,
+    Refinement,
+    TablePerfModel,
+    launch_s,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,9 +264,10 @@ def iteration_points(comp: pd.DataFrame, cell_ids: Iterable[str]) -> pd.DataFram
     return out
 
 
-def allreduce_points(cells: pd.DataFrame, comp: pd.DataFrame) -> pd.DataFrame:
+def allreduce_points(cells: pd.DataFrame, comp: pd.DataFrame, max_points: int = MAX_POINTS) -> pd.DataFrame:
     """Vidur all-reduce profiles of single-node NVSwitch (DGX) topologies: the ones the model's TP all-reduce
-    describes (multi-node and pairwise-bridge topologies are left out)."""
+    describes (multi-node and pairwise-bridge topologies are left out); the median per size at ``max_points``
+    log-spaced sizes (:func:`subsample`)."""
     rows = []
     for _, cell in cells.iterrows():
         cfg = json.loads(cell["config_json"]) if isinstance(cell["config_json"], str) else {}
@@ -269,7 +277,7 @@ def allreduce_points(cells: pd.DataFrame, comp: pd.DataFrame) -> pd.DataFrame:
             continue
         c = comp[comp["cell_id"] == cell["cell_id"]]
         g = c.groupby("bytes")["seconds"].median()
-        g = g.loc[subsample(g.index)]
+        g = g.loc[subsample(g.index, max_points)]
         rows.extend((cell["cell_id"], "all_reduce", "all_reduce", int(cfg["num_workers"]), int(b), float(s))
                     for b, s in g.items())
     df = pd.DataFrame(rows, columns=["cell_id", "group", "probe", "tp", "bytes", "measured_s"])
@@ -350,12 +358,18 @@ def predict_iterations(points: pd.DataFrame, gpu: GpuSpec, specs: dict[str, Mode
 
 
 def predict_allreduce(points: pd.DataFrame, gpu: GpuSpec, eff: Efficiency,
-                      refinement: Refinement | None = None) -> np.ndarray:
+                      refinement: Refinement | None = None,
+                      tables: dict[int, AllReduceTable] | None = None) -> np.ndarray:
     """Model seconds of one all-reduce of ``bytes`` over ``tp`` GPUs: the model's ``tp_comm`` of a one-layer
-    model (3 all-reduces) for ``bytes / (2 * hidden)`` tokens, divided by 3."""
+    model (3 all-reduces) for ``bytes / (2 * hidden)`` tokens, divided by 3; ``tables`` (by GPU count): price
+    through :class:`TablePerfModel` with that measured all-reduce table (the roofline as its fallback)."""
     out = np.empty(len(points))
     for tp, idx in points.groupby("tp", sort=False).indices.items():
-        pm = roofline(gpu, _AR_MODEL, int(tp), eff, refinement)
+        pm: PerfModel | TablePerfModel = roofline(gpu, _AR_MODEL, int(tp), eff, refinement)
+        t = (tables or {}).get(int(tp))
+        if t is not None:
+            pm = TablePerfModel(MeasuredTable(name=t.name, gpu=gpu.name, model=_AR_MODEL.name, tp=int(tp)),
+                                pm, all_reduce=t)  # type: ignore[arg-type]
         for j, nbytes in zip(idx, points["bytes"].to_numpy()[idx], strict=True):
             tokens = max(1, round(int(nbytes) / (2 * _AR_MODEL.hidden_size)))
             out[j] = pm.breakdown([(tokens, 0, False)], ())["tp_comm"] / 3
@@ -397,6 +411,15 @@ def table_from_points(points: pd.DataFrame, name: str, gpu: str, model: str, tp:
         if len(dec) else None)
 
 
+def allreduce_table(points: pd.DataFrame) -> AllReduceTable:
+    """An :class:`AllReduceTable` from the :func:`allreduce_points` rows of one cell (one GPU, one GPU count)."""
+    if points["cell_id"].nunique() != 1:
+        raise ValueError(f"an all-reduce table comes from one cell, got {sorted(points['cell_id'].unique())}")
+    d = points.sort_values("bytes")
+    return AllReduceTable(name=str(d["cell_id"].iloc[0]), gpu=str(d["gpu"].iloc[0]), tp=int(d["tp"].iloc[0]),
+                          nbytes=d["bytes"].astype(int).tolist(), seconds=d["measured_s"].astype(float).tolist())
+
+
 def table_points(points: pd.DataFrame) -> pd.DataFrame:
     """The rows of one cell :func:`table_from_points` uses: all, except the layer-level attention rows where the
     cell has an attention profile."""
@@ -425,6 +448,15 @@ def in_table(points: pd.DataFrame) -> np.ndarray:
             keep[idx] = _even_rank(d["num_tokens"]) & _even_rank(d["context_tokens"])
         else:
             keep[idx] = _even_rank(d["num_tokens"])
+    return keep
+
+
+def allreduce_in_table(points: pd.DataFrame) -> np.ndarray:
+    """The table-protocol split of :func:`allreduce_points` rows, as :func:`in_table` splits a dense curve: True
+    for every other size of each cell (even rank, so the smallest is in)."""
+    keep = np.zeros(len(points), dtype=bool)
+    for _, idx in points.groupby("cell_id", sort=False).indices.items():
+        keep[idx] = _even_rank(points["bytes"].iloc[idx])
     return keep
 
 

@@ -29,7 +29,7 @@ from agentreplay.perf.memory import (
     kv_capacity_blocks,
 )
 from agentreplay.perf.model import OPERATORS, IterationPricer, PerfModel, PrefillItem
-from agentreplay.perf.table import MeasuredTable, RefinedPerfModel, Refinement, TablePerfModel
+from agentreplay.perf.table import AllReduceTable, MeasuredTable, RefinedPerfModel, Refinement, TablePerfModel
 
 __all__ = [
     "DEFAULT_ACTIVATION_RESERVE_GIB",
@@ -37,6 +37,7 @@ __all__ = [
     "DEFAULT_GPU_MEMORY_UTILIZATION",
     "DTYPE_BYTES",
     "OPERATORS",
+    "AllReduceTable",
     "Dtype",
     "Efficiency",
     "GpuSpec",

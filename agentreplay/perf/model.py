@@ -181,6 +181,8 @@ class PerfModel:
         link = gpu.interconnect_bw_gbps * 1e9 * eff.allreduce_efficiency
         self._ar_lat = eff.allreduce_latency_us * 1e-6
         self._ar_tok = 2 * (tp - 1) / tp * h * ACT_BYTES / link  # ring all-reduce seconds per token
+        self._ar_byte = 2 * (tp - 1) / tp / link  # ... per byte of the reduced tensor
+        self._ar_tok_bytes = h * ACT_BYTES  # bytes of one token's hidden state
         self._n_ar = 2 * self._layers + 1  # after attention and MLP in every layer, and after the embedding
         self._gather_tok = (tp - 1) / tp * model.vocab_size * ACT_BYTES / link  # logits gather per emitting seq
 
@@ -365,6 +367,22 @@ class PerfModel:
         """True when a mixed iteration's price depends on each decode's context, not only on their count and
         sum (``mixed_attention="one_kernel"`` in the tile form); the simulator then passes every context."""
         return self._one_kernel
+
+    @property
+    def allreduces_per_forward(self) -> int:
+        """TP all-reduces of the hidden states in one forward pass (after attention and MLP in every layer, and
+        after the embedding); 0 at TP=1. The logits gather of emitting sequences comes on top."""
+        return self._n_ar if self._tp_on else 0
+
+    @property
+    def allreduce_bytes_per_token(self) -> int:
+        """Bytes one token adds to each TP all-reduce (its hidden state in the activation dtype)."""
+        return self._ar_tok_bytes
+
+    def allreduce_time_s(self, nbytes: float) -> float:
+        """Seconds of one TP all-reduce of an ``nbytes`` tensor: the fixed latency plus the ring's 2 (tp - 1) /
+        tp x bytes over the link's effective bandwidth (nccl-tests doc/PERFORMANCE.md, "bus bandwidth"); 0 at TP=1."""
+        return self._ar_lat + nbytes * self._ar_byte if self._tp_on else 0.0
 
     def prefill_tiles(self) -> tuple[float, int, int]:
         """``(seconds per KV tile of one CTA slot, CTA slots, query heads per GPU)`` of the tile form of prefill

@@ -51,9 +51,15 @@ covers from the table, the rest (and points outside the table's range) from a fa
 - outside a table's range the value is anchored at the nearest table point and scaled by the fallback:
   ``t(x) = t(x_edge) * R(x) / R(x_edge)`` (continuous, monotone). A table measured on another TP, model or
   dtype is scaled point by point by the ratio of the target's to the source's roofline (``source=``).
-- fallback operators (TP collectives, MoE experts, framework and per-sequence overhead, and any operator the
-  table lacks) come from the fallback's :meth:`PerfModel.breakdown`, with the launches of covered kernels
-  removed from its ``kernel_overhead``.
+- TP all-reduce (:class:`AllReduceTable`, the measured NCCL curve of the GPU at the table's TP degree, when one
+  was profiled): seconds of one all-reduce against the bytes reduced, log seconds linear in the log of the
+  fallback's all-reduce time between points (:meth:`PerfModel.allreduce_time_s`: a latency plus bytes over the
+  ring's bus bandwidth), anchored and scaled by it outside; each forward's ``allreduces_per_forward`` of the
+  hidden states are priced from it, the logits gather stays the fallback's. Vidur prices TP collectives from
+  the same profiles (its ``all_reduce.csv``).
+- fallback operators (TP collectives without an all-reduce table, MoE experts, framework and per-sequence
+  overhead, and any operator the table lacks) come from the fallback's :meth:`PerfModel.breakdown`, with the
+  launches of covered kernels removed from its ``kernel_overhead``.
 """
 
 from __future__ import annotations
@@ -304,14 +310,21 @@ def table_key(gpu: str, model: str, tp: int) -> str:
     return f"{gpu}/{model}/tp{tp}"
 
 
+def _stamp(path: str | Path | None) -> tuple[str, int, int] | None:
+    """(resolved path, modification time, size) of a ``tables.toml`` (default: the packaged one), the key its
+    parsers are memoised on; None when the file does not exist."""
+    p = Path(path) if path else _packaged("tables.toml")
+    if not p.exists():
+        return None
+    st = p.stat()
+    return str(p.resolve()), st.st_mtime_ns, st.st_size
+
+
 def load_tables(path: str | Path | None = None) -> dict[str, MeasuredTable]:
     """Every table in a ``tables.toml`` (default: the packaged ``catalog/tables.toml``), keyed
     ``gpu/model/tpN``; parsed once per (path, modification time)."""
-    p = Path(path) if path else _packaged("tables.toml")
-    if not p.exists():
-        return {}
-    st = p.stat()
-    return dict(_parse_tables(str(p.resolve()), st.st_mtime_ns, st.st_size))
+    stamp = _stamp(path)
+    return dict(_parse_tables(*stamp)) if stamp else {}
 
 
 @cache
@@ -330,12 +343,59 @@ def _parse_tables(path: str, _mtime_ns: int, _size: int) -> dict[str, MeasuredTa
     return out
 
 
+@dataclass(frozen=True)
+class AllReduceTable:
+    """Measured seconds of one all-reduce over ``tp`` GPUs of ``gpu`` (one node) against the bytes reduced."""
+
+    name: str
+    gpu: str
+    tp: int
+    nbytes: Sequence[int]
+    seconds: Sequence[float]
+
+    def __post_init__(self) -> None:
+        if self.tp < 2:
+            raise ValueError(f"all-reduce table {self.name}: tp={self.tp} must be >= 2")
+        if not len(self.nbytes) or len(self.nbytes) != len(self.seconds):
+            raise ValueError(f"all-reduce table {self.name}: needs as many bytes as seconds, at least one point "
+                             f"({len(self.nbytes)} bytes, {len(self.seconds)} seconds)")
+        bad = [(b, t) for b, t in zip(self.nbytes, self.seconds, strict=True) if not (b > 0 and t > 0)]
+        if bad:
+            raise ValueError(f"all-reduce table {self.name}: bytes and seconds must be > 0, got {bad[:3]}")
+
+
+def allreduce_key(gpu: str, tp: int) -> str:
+    return f"{gpu}/tp{tp}"
+
+
+def load_allreduce_tables(path: str | Path | None = None) -> dict[str, AllReduceTable]:
+    """Every ``[allreduce."gpu/tpN"]`` table in a ``tables.toml`` (default: the packaged one), keyed ``gpu/tpN``;
+    parsed once per (path, modification time)."""
+    stamp = _stamp(path)
+    return dict(_parse_allreduce(*stamp)) if stamp else {}
+
+
+@cache
+def _parse_allreduce(path: str, _mtime_ns: int, _size: int) -> dict[str, AllReduceTable]:
+    with open(path, "rb") as fh:
+        raw = tomllib.load(fh).get("allreduce", {})
+    out = {}
+    for key, t in raw.items():
+        try:
+            out[key] = AllReduceTable(name=str(t.get("source", key)), gpu=str(t["gpu"]), tp=int(t["tp"]),
+                                      nbytes=[int(v) for v in t["bytes"]], seconds=[float(v) for v in t["seconds"]])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: [allreduce.\"{key}\"]: {exc}") from exc
+    return out
+
+
 class TablePerfModel:
     """Prices iterations from a :class:`MeasuredTable`, the rest from ``fallback`` (the target's roofline).
     ``source``: the roofline of the cell the table was measured on when it differs from the target (other TP,
     model or dtype); the table is then scaled point by point by target / source roofline time.
 
     ``gemm_tile_tokens``: the token granularity of the GEMM reference shape (1: none; module docstring).
+    ``all_reduce``: the measured all-reduce curve of the GPU at the fallback's TP degree (module docstring).
 
     Invariants: more tokens, more sequences or longer contexts never cost less; a table point is reproduced to
     float precision (same cell, monotone data; decode: data linear in the context per batch size with slopes
@@ -345,9 +405,13 @@ class TablePerfModel:
     """
 
     def __init__(self, table: MeasuredTable, fallback: PerfModel, source: PerfModel | None = None, *,
-                 gemm_tile_tokens: int = GEMM_TILE_TOKENS, attention_rows_in_reference: bool = False) -> None:
+                 gemm_tile_tokens: int = GEMM_TILE_TOKENS, attention_rows_in_reference: bool = False,
+                 all_reduce: AllReduceTable | None = None) -> None:
         if gemm_tile_tokens < 1:
             raise ValueError(f"gemm_tile_tokens={gemm_tile_tokens} must be >= 1")
+        if all_reduce is not None and (all_reduce.gpu != fallback.gpu.name or all_reduce.tp != fallback.tp):
+            raise ValueError(f"all-reduce table {all_reduce.name} is for {all_reduce.gpu} over {all_reduce.tp} GPUs, "
+                             f"the pricer for {fallback.gpu.name} at TP={fallback.tp}")
         self.table, self.fallback = table, fallback
         self.gpu, self.model, self.dtype, self.tp = fallback.gpu, fallback.model, fallback.dtype, fallback.tp
         self._layers = fallback.model.num_hidden_layers
@@ -385,8 +449,13 @@ class TablePerfModel:
                     src.decode_coeffs(1)[1] / src.model.num_hidden_layers)  # per-layer ratio
             self._dec = Curve(bs, np.maximum(icpt, 1e-12))
             self._dec_log_batches, self._dec_slopes = np.log(bs), np.maximum(slope, dram_key_s(fallback))
+        self.all_reduce = all_reduce
+        self._ar: Curve | None = None
+        if all_reduce is not None:
+            self._ar = Curve(all_reduce.nbytes, all_reduce.seconds,
+                             [fallback.allreduce_time_s(b) for b in all_reduce.nbytes])
         self._covered = frozenset(self._curves) | ({"attention_prefill"} if self._grid else set()) | (
-            {"attention_decode"} if self._dec else set())
+            {"attention_decode"} if self._dec else set()) | ({"tp_comm"} if self._ar else set())
         self._coeffs: dict[int, tuple[float, float]] = {}
 
     # ---- references from a roofline (per layer, or per forward, launches included) -------------------------
@@ -446,8 +515,9 @@ class TablePerfModel:
                    catalog: str | Path | None = None, tables: str | Path | None = None,
                    refinements: str | Path | None = None, mixed_attention: str = "one_kernel") -> TablePerfModel:
         """The packaged (or ``tables``) table of (gpu, model, tp); when only other TPs of (gpu, model) were
-        measured, the nearest one scaled by the roofline ratio. Fallback: :meth:`RefinedPerfModel.from_names`
-        (with ``mixed_attention``). Raises ValueError when no table of (gpu, model) exists."""
+        measured, the nearest one scaled by the roofline ratio; at TP > 1 the all-reduce table of (gpu, tp) when
+        one was measured. Fallback: :meth:`RefinedPerfModel.from_names` (with ``mixed_attention``). Raises
+        ValueError when no table of (gpu, model) exists."""
         fallback = RefinedPerfModel.from_names(gpu, model, dtype, tp, catalog=catalog,
                                                refinements=refinements or refinement_path(catalog),
                                                mixed_attention=mixed_attention)
@@ -458,11 +528,12 @@ class TablePerfModel:
             raise ValueError(f"no measured table for {gpu} / {model}; known: {known}")
         src_tp = min(same, key=lambda k: (abs(math.log2(k / tp)), k))
         t = same[src_tp]
+        ar = load_allreduce_tables(tables or tables_path(catalog)).get(allreduce_key(gpu, tp)) if tp > 1 else None
         if src_tp == tp and t.dtype == dtype:
-            return cls(t, fallback)
+            return cls(t, fallback, all_reduce=ar)
         source = RefinedPerfModel(fallback.gpu, fallback.model, t.dtype, src_tp,  # type: ignore[arg-type]
                                   efficiency=fallback.efficiency, refinement=fallback.refinement)
-        return cls(t, fallback, source)
+        return cls(t, fallback, source, all_reduce=ar)
 
     @property
     def needs_decode_contexts(self) -> bool:
@@ -509,6 +580,10 @@ class TablePerfModel:
             attn_kernel = True
         if attn_kernel:
             removed += n_layers * self._kernel_s["attention_prefill"]
+        if self._ar is not None:
+            nbytes = tokens * fbm.allreduce_bytes_per_token
+            measured = self._ar.at(nbytes, fbm.allreduce_time_s)
+            out[_IDX["tp_comm"]] += fbm.allreduces_per_forward * (measured - fbm.allreduce_time_s(nbytes))
         if prefill and decode_ctx and fbm.needs_decode_contexts:
             # a mixed iteration is one kernel: the fallback's critical path when it is longer than the measured parts
             i, j = _IDX["attention_prefill"], _IDX["attention_decode"]
