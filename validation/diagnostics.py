@@ -99,7 +99,7 @@ def mape_best_constant(measured: ArrayLike) -> tuple[float, float]:
 def allreduce_limits(allreduce: pd.DataFrame, priced: pd.DataFrame, n_val: int = 4,
                      n_cal: tuple[int, int] = (2, 8)) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(MAPE table, shape table) of the ``n_val``-GPU all-reduce per GPU. ``allreduce``: rows of
-    :func:`validation.components.allreduce_points` (+ gpu); ``priced``: the table pricer's ``all_reduce_s`` rows
+    :func:`validation.components.allreduce_points` (+ gpu); ``priced``: the refined roofline's ``all_reduce_s`` rows
     (``cell_id, bytes, measured, simulated``). MAPE per method for sizes below / from :data:`SMALL_BYTES`."""
     rows, shape = [], []
     for g, d in allreduce.groupby("gpu"):
@@ -113,7 +113,7 @@ def allreduce_limits(allreduce: pd.DataFrame, priced: pd.DataFrame, n_val: int =
         small = s < SMALL_BYTES
         pr = priced[priced["cell_id"].isin(d.loc[d["tp"] == n_val, "cell_id"])].set_index("bytes")["simulated"]
         preds = {
-            "pricers' ring fit (one latency, one bus bandwidth per GPU)": pr.reindex(p.index).to_numpy(),
+            "rooflines' ring fit (one latency, one bus bandwidth per GPU)": pr.reindex(p.index).to_numpy(),
             f"per size: bus bandwidth log-log in GPU count, from {n_cal[0]} and {n_cal[1]} GPUs":
                 busbw_interp(s, ta, n_cal[0], tb, n_cal[1], n_val),
             **{f"per size: ring latency + bandwidth from {n_cal[0]} and {n_cal[1]} GPUs ({r} residuals)":
@@ -247,12 +247,12 @@ def _chosen_elsewhere(rows: list[dict[str, Any]], gpu: str) -> str:
               for x in cands}
     others = {m: v for m, v in others.items() if v}
     if not others:
-        return "The table pricer keeps the global ring fit (no other GPU's 4-GPU curve to choose a method on)."
+        return "The rooflines keep the global ring fit (no other GPU's 4-GPU curve to choose a method on)."
     best = min(others, key=lambda m: float(np.mean(others[m])))
     here = next(x["all MAPE %"] for x in cands if x["method"] == best and x["gpu"] == gpu)
-    kept = "the global ring fit the pricers use" if best.startswith("pricers'") else f"'{best}'"
+    kept = "the global ring fit the rooflines use" if best.startswith("rooflines'") else f"'{best}'"
     return (f"Chosen on the other GPUs' 4-GPU curves instead of this one's (mean MAPE "
-            f"{np.mean(others[best]):.1f}% there), the method is {kept}, {here:.1f}% here. The pricers keep the "
+            f"{np.mean(others[best]):.1f}% there), the method is {kept}, {here:.1f}% here. The rooflines keep the "
             "global ring fit: the simulator's form (one latency and one bus bandwidth per GPU, defined at every TP "
             "degree), where the per-size forms need measured 2- and 8-GPU times at each size.")
 
@@ -286,7 +286,9 @@ def limits_markdown(s: dict[str, Any], md: Callable[..., str]) -> str:
                 md(_flat(rules.round(2)).reset_index(), ".2f"), ""]
     if lim.get("allreduce"):
         out += ["4-GPU all-reduce (validation) from the 2- and 8-GPU curves (calibration), MAPE % by size band. The "
-                "pricers use the ring fit of the first row; the per-size ring forms use the structure "
+                "plain and refined rooflines use the ring fit of the first row (the table pricer instead "
+                "interpolates the measured curve of the same GPU count, judged on its held-out sizes); the per-size "
+                "ring forms use the structure "
                 "t_n = (n - 1) lat + 2 (n - 1) / n * bytes / busBW (bus bandwidth as in nccl-tests "
                 "doc/PERFORMANCE.md); the floors are fitted to the 4-GPU points themselves, so no model of the "
                 "2- and 8-GPU curves can do better than them:", "", md(pd.DataFrame(lim["allreduce"]), ".1f"), "",
@@ -294,7 +296,7 @@ def limits_markdown(s: dict[str, Any], md: Callable[..., str]) -> str:
                                                                             ".1f"), ""]
         for r in lim["allreduce_shape"]:
             rows = [x for x in lim["allreduce"] if x["gpu"] == r["gpu"]]
-            fit = next(x for x in rows if x["method"].startswith("pricers'"))
+            fit = next(x for x in rows if x["method"].startswith("rooflines'"))
             ring = [x["all MAPE %"] for x in rows if x["method"].startswith("per size: ring")]
             out.append(f"- {r['gpu']}: the exact per-size ring solution has a negative latency or bandwidth at "
                        f"{r['sizes without a non-negative ring solution']} sizes, so the per-size ring prediction "

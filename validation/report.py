@@ -146,7 +146,9 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
     if parts:
         head.append("- The same validation points split as the target is worded (\"prefill and decode iteration times "
                     "vs tokens, batch and context\": layer time, attention, LM head), with the all-reduce curves "
-                    "(time vs message size, 4 GPUs) apart; the table above counts both:\n\n"
+                    "(time vs message size) apart, each pricer under its own split: the rooflines on the 4-GPU curve "
+                    "(fitted on the 2- and 8-GPU curves), the table on every other size of the 2-, 4- and 8-GPU "
+                    "curves (its tables built from the other sizes); the table above counts both:\n\n"
                     f"{_md(pd.DataFrame(parts))}\n")
     t = TARGETS["vllm_run_mean_pct"]
     for pr, v in s.get("pricer_vllm_run_pct", {}).items():

@@ -100,7 +100,9 @@ PRICERS: Final = {
                "fixed and per-sequence costs), fitted on the same calibration split",
     "table": "TablePerfModel of each cell built from every other of its compared token counts (attention: every "
              "other token / batch count and context of the full grid), judged on the held-out points of the same "
-             "cell; refined roofline as the fallback (and for all-reduce, with the roofline split)",
+             "cell; refined roofline as the fallback. All-reduce: the measured curve of the same GPU count, built "
+             "from every other of its sizes and judged on the rest (the simulator's table pricer ships the whole "
+             "curve, catalog/tables.toml [allreduce])",
     "table-untiled": "as 'table', with the GEMM reference shape not rounded to 64-token tiles (gemm_tile_tokens=1): "
                      "the one constant of the table's interpolation, chosen by comparing the two on the held-out "
                      "points of every GPU",
@@ -109,7 +111,8 @@ PRICERS: Final = {
     "table-tp": "TablePerfModel of each TP=1 cell (all its points) scaled to the TP>1 cells of the same source, "
                 "GPU and model by the refined roofline's TP2/4/8 : TP1 ratio, judged on every point of those cells",
     "table (Splitwise)": "whole-model Splitwise iterations priced with the full Vidur table of the same GPU, model "
-                         "and TP (another source and engine; validation rows of pricer 'table' in pricers.parquet)",
+                         "and TP, and Vidur's all-reduce curve at that TP (another source and engine; validation "
+                         "rows of pricer 'table' in pricers.parquet)",
 }
 _SIBLING = re.compile(r"/tp\d+$")
 
@@ -199,8 +202,11 @@ def pricer_rows(data: K.ComponentData, catalog: str | Path | None = None) -> tup
             metric_parts[-1]["pricer"] = metric_parts[-2]["pricer"] = name
             if len(ar) and name != "table-tp":
                 e, r = (gpu.efficiency, None) if name == "roofline" else (eff_r, ref_r)
-                metric_parts.append(ar.assign(pricer=name, metric="all_reduce_s",
-                                              predicted_s=C.predict_allreduce(ar, gpu, e, r))[
+                if name.startswith("table"):
+                    pred, ar_role = _allreduce_held_out(ar, gpu, e, r)
+                else:
+                    pred, ar_role = C.predict_allreduce(ar, gpu, e, r), ar["role"].to_numpy()
+                metric_parts.append(ar.assign(pricer=name, metric="all_reduce_s", predicted_s=pred, role=ar_role)[
                     ["pricer", "cell_id", "bytes", "measured_s", "predicted_s", "role", "metric"]])
             if len(it) and name in ("roofline", "refined", "table"):
                 e, r = (gpu.efficiency, None) if name == "roofline" else (eff_r, ref_r)
@@ -227,17 +233,34 @@ def pricer_rows(data: K.ComponentData, catalog: str | Path | None = None) -> tup
     return met.reset_index(drop=True), opdf[cols]
 
 
+def _allreduce_held_out(ar: pd.DataFrame, gpu: Any, eff: Any, ref: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, role) of one GPU's all-reduce points under the table protocol: each cell's table is built from
+    every other of its sizes (:func:`validation.components.allreduce_in_table`: calibration) and judged on the
+    rest (validation), the roofline ``(eff, ref)`` as its fallback."""
+    cal = C.allreduce_in_table(ar)
+    pred = np.empty(len(ar))
+    for _, idx in ar.groupby("cell_id", sort=False).indices.items():
+        d = ar.iloc[idx]
+        table = C.allreduce_table(d[cal[idx]])
+        pred[idx] = C.predict_allreduce(d, gpu, eff, ref, tables={table.tp: table})
+    return pred, np.where(cal, "calibration", "validation")
+
+
 def _splitwise_tables(data: K.ComponentData, gpu: Any, it: pd.DataFrame, eff: Any, ref: Any) -> dict[str, Any]:
-    """Splitwise cell -> table pricer from the Vidur profile of the same GPU, model and TP (other source)."""
+    """Splitwise cell -> table pricer from the Vidur profile of the same GPU, model and TP (other source), with
+    Vidur's all-reduce table of the GPU at that TP where one was profiled."""
     out = {}
     g = gpu.name
+    ar = data.allreduce_full[data.allreduce_full["gpu"] == g] if len(data.allreduce_full) else data.allreduce_full
     for cid in it["cell_id"].unique():
         spec, tp = data.specs[cid], data.tps[cid]
         vid = f"vidur/{g}/{spec.name}/tp{tp}"  # type: ignore[attr-defined]
         f = data.full[data.full["cell_id"] == vid]
+        a = ar[ar["tp"] == tp] if len(ar) else ar
         if len(f):
             out[cid] = TablePerfModel(C.table_from_points(f, vid, g, spec.name, tp),  # type: ignore[attr-defined]
-                                      C.roofline(gpu, spec, tp, eff, ref))  # type: ignore[arg-type]
+                                      C.roofline(gpu, spec, tp, eff, ref),  # type: ignore[arg-type]
+                                      all_reduce=C.allreduce_table(a) if tp > 1 and len(a) else None)
     return out
 
 
@@ -345,7 +368,7 @@ def table_limits(data: K.ComponentData, pricers: pd.DataFrame, pricer_ops: pd.Da
     against ring-structure predictions from the 2- and 8-GPU curves and floors fitted to the 4-GPU points
     themselves; the decode attention's linear-in-context form fitted to every point of each batch size; decode
     profile rows faster than the DRAM stream."""
-    priced = pricers[(pricers["pricer"] == "table") & (pricers["metric"] == "all_reduce_s")]
+    priced = pricers[(pricers["pricer"] == "refined") & (pricers["metric"] == "all_reduce_s")]
     ar, shape = diagnostics.allreduce_limits(data.allreduce, priced)
     dec = diagnostics.decode_linear_floor(data.full, pricer_ops[pricer_ops["pricer"] == "table"])
     att = data.full[data.full["group"].str.startswith("attention")]

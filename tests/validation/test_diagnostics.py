@@ -51,7 +51,7 @@ def test_allreduce_limits_on_ring_data() -> None:
     priced = ar[ar["tp"] == 4].assign(simulated=lambda d: d["measured_s"] * 1.1)[["cell_id", "bytes", "simulated"]]
     table, shape = D.allreduce_limits(ar, priced)
     by = table.set_index("method")["all MAPE %"]
-    assert by.filter(like="pricers'").iloc[0] == pytest.approx(10.0, rel=1e-9)
+    assert by.filter(like="rooflines'").iloc[0] == pytest.approx(10.0, rel=1e-9)
     assert (by.filter(like="ring latency") < 1e-4).all()
     assert by.filter(like="non-decreasing").iloc[0] == pytest.approx(0.0, abs=1e-9)
     assert shape.loc[0, "next-size drops > 30%"] == 0
@@ -61,11 +61,11 @@ def test_allreduce_method_is_chosen_on_the_other_gpus() -> None:
     """The method a choice without this GPU's 4-GPU points picks: best mean MAPE on the others; floors (fitted to
     the 4-GPU points) never compete."""
     rows = [{"gpu": g, "method": m, "all MAPE %": v} for g, m, v in [
-        ("a", "pricers' ring fit", 40.0), ("a", "per size: ring (relative)", 28.0), ("a", "floor: best", 1.0),
-        ("b", "pricers' ring fit", 17.0), ("b", "per size: ring (relative)", 25.0), ("b", "floor: best", 0.5),
-        ("c", "pricers' ring fit", 19.0), ("c", "per size: ring (relative)", 30.0)]]
+        ("a", "rooflines' ring fit", 40.0), ("a", "per size: ring (relative)", 28.0), ("a", "floor: best", 1.0),
+        ("b", "rooflines' ring fit", 17.0), ("b", "per size: ring (relative)", 25.0), ("b", "floor: best", 0.5),
+        ("c", "rooflines' ring fit", 19.0), ("c", "per size: ring (relative)", 30.0)]]
     a = D._chosen_elsewhere(rows, "a")
-    assert "mean MAPE 18.0% there" in a and "the global ring fit the pricers use, 40.0% here" in a
+    assert "mean MAPE 18.0% there" in a and "the global ring fit the rooflines use, 40.0% here" in a
     b = D._chosen_elsewhere(rows, "b")
     # on a and c: ring fit (40 + 19) / 2 = 29.5, per size (28 + 30) / 2 = 29.0 -> per size, 25.0 on b
     assert "mean MAPE 29.0% there" in b and "'per size: ring (relative)', 25.0% here" in b
