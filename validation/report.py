@@ -424,8 +424,10 @@ def _sections(df: pd.DataFrame, ops: pd.DataFrame, agg: dict[str, pd.DataFrame],
              "val. time-weighted %": v["validation_time_weighted"],
              "target %": TARGETS["component_validation_mape_pct"],
              "verdict": _verdict(v["validation"], TARGETS["component_validation_mape_pct"])} for g, v in comp.items()]
-    head = ["- Component cells (layer time, attention, lm_head, all-reduce), MAPE per GPU and role; the "
-            "time-weighted column is sum(|error| x measured) / sum(measured) over the validation points:\n\n"
+    head = ["- Component cells (layer time, attention, lm_head, all-reduce), MAPE per GPU and role, with the "
+            "simulator's default pricer (the plain roofline; every pricer in the next table, whose last column is "
+            "the verdict per GPU); the time-weighted column is sum(|error| x measured) / sum(measured) over the "
+            "validation points:\n\n"
             f"{_md(pd.DataFrame(rows))}\n"]
     if s.get("splitwise_mape_pct"):
         sw = pd.DataFrame([{"gpu": g, **{f"{m} %": v[m] for m in v}} for g, v in s["splitwise_mape_pct"].items()])
