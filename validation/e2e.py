@@ -186,12 +186,16 @@ def llmperf(cell: pd.Series, tables: dict[str, pd.DataFrame], catalog: str | Pat
     sim["throughput_output_tok_s"] *= r  # measured throughput counts Llama-2 tokens
     spec, gpu = load_model(cell["model"]), load_gpu(cell["gpu"], catalog)
     floor = iteration_floor_s(spec, gpu, "prefill_iteration", float(np.mean(inp)), 1, cell["dtype"])
+    # every prompt and output token of the run once through the linear layers, at the datasheet peak
+    run_floor = iteration_floor_s(spec, gpu, "prefill_iteration", float(inp.sum() + out.sum()), 1, cell["dtype"])
     note = (f"{n} requests, arrivals {'all at 0' if burst else f'uniform over {spread:.1f} s'}; inputs "
             f"{inp.mean():.0f} / outputs {out.mean():.0f} model tokens (r = {r:.3f} Llama-2 tokens per token); "
             f"prefill of the mean prompt at the GPU's datasheet peak takes >= {floor:.3f} s, measured mean TTFT "
             f"{meas['ttft_mean_s']:.3f} s")
     return _rows(cell, meas, sim, note), {"simulated": per, "summary": res.summary, "ttft_floor_s": floor,
-                                          "measured_ttft_mean_s": meas["ttft_mean_s"]}
+                                          "measured_ttft_mean_s": meas["ttft_mean_s"], "run_floor_s": run_floor,
+                                          "measured_span_s": float(cfg["test_span_s"]),
+                                          "gpu_dtype": f"{cell['gpu']} {cell['dtype']}"}
 
 
 # ---------------------------------------------------------------------------------------------- agent JCT

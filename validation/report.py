@@ -453,6 +453,14 @@ def _sections(df: pd.DataFrame, ops: pd.DataFrame, agg: dict[str, pd.DataFrame],
                     "mean TTFT is below the time a prefill of the mean prompt takes at the GPU's datasheet peak, so "
                     "the measured TTFT cannot include a full prefill of prompts that size (prefix cache hits or a "
                     "client-side TTFT definition); LLMPerf TTFT errors are not evidence about the model there.")
+    share = s.get("llmperf_run_floor_share_pct")
+    if share:
+        head.append("- LLMPerf whole-run check: the linear-layer FLOPs of every prompt and output token of a run, at "
+                    "the GPU's datasheet peak (bf16 on Ampere, where fp8 weights compute in bf16), take this share "
+                    "of the measured span: " + "; ".join(
+                        f"{k}: {v['min']:.0f}-{v['max']:.0f}% ({v['cells']} runs)" for k, v in share.items())
+                    + ". Serving sustains well below the peak, so a share near 100% says the run had more compute "
+                    "than the one GPU the cell records (the GPU count of these runs is not recorded).")
     if s.get("agent_jct_pct"):
         head.append("- Agent JCT (SWE-bench Verified, 64 in flight, Llama-3.1-70B TP4 H100): " + ", ".join(
             f"{m} {v:+.1f}%" for m, v in s["agent_jct_pct"].items()) + f". Caveat: {s['agent_caveat']}.")

@@ -348,6 +348,11 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
     if floors:
         summary["llmperf_ttft_below_compute_floor"] = {
             "cells": len(floors), "below": sum(d["measured_ttft_mean_s"] < d["ttft_floor_s"] for d in floors)}
+        shares: dict[str, list[float]] = {}
+        for d in floors:
+            shares.setdefault(d["gpu_dtype"], []).append(100.0 * d["run_floor_s"] / d["measured_span_s"])
+        summary["llmperf_run_floor_share_pct"] = {k: {"cells": len(v), "min": min(v), "max": max(v)}
+                                                  for k, v in sorted(shares.items())}
     summary["skipped"] = [{"cell_id": c, "reason": r} for c, r in skipped]
     summary["sources"] = measured.origins
     report.write(out, errors, ops, dists, aggregates(errors), summary, quick=quick, pricers=pricers,

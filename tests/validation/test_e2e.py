@@ -27,3 +27,24 @@ def test_llmperf_replay_reports_llmperf_itl() -> None:
     chunks = per["e2e_s"] / per["itl_s"]  # output tokens + 1 per request: ~150 requested
     assert np.allclose(chunks, np.rint(chunks)) and 100 < chunks.mean() < 200
     assert {"throughput_output_tok_s", "ttft_mean_s", "e2e_mean_s"} <= set(got)
+
+
+def test_llmperf_whole_run_compute_floor_by_hand() -> None:
+    """The run floor is every replayed token once through the linear layers (2 FLOPs per weight, embedding and LM
+    head left out) at the datasheet bf16 peak; the report compares it with the measured span."""
+    import json
+
+    from agentreplay.perf import load_gpu, load_model
+
+    m = collect_path(shared_path("measurements", "serving-llmperf"))
+    cells = m.table("cells")
+    cell = cells[(cells["gpu"] == "rtx3090") & (cells["dtype"] == "fp8")].iloc[0]
+    meas = e2e._metrics(m.tables, cell["cell_id"])
+    inp, out, _ = e2e.llmperf_requests(cell, meas, int(meas["completed_requests"]))
+    _, extra = e2e.llmperf(cell, m.tables, None)
+    spec, gpu = load_model(cell["model"]), load_gpu("rtx3090")
+    weights = spec.param_count() - 2 * spec.vocab_size * spec.hidden_size
+    want = 2.0 * weights * float(inp.sum() + out.sum()) / (gpu.bf16_tflops * 1e12)  # Ampere: no fp8 tensor cores
+    assert extra["run_floor_s"] == pytest.approx(want, rel=1e-12)
+    assert extra["measured_span_s"] == json.loads(cell["config_json"])["test_span_s"]
+    assert extra["gpu_dtype"] == "rtx3090 fp8"
