@@ -310,39 +310,6 @@ def table_key(gpu: str, model: str, tp: int) -> str:
     return f"{gpu}/{model}/tp{tp}"
 
 
-def _stamp(path: str | Path | None) -> tuple[str, int, int] | None:
-    """(resolved path, modification time, size) of a ``tables.toml`` (default: the packaged one), the key its
-    parsers are memoised on; None when the file does not exist."""
-    p = Path(path) if path else _packaged("tables.toml")
-    if not p.exists():
-        return None
-    st = p.stat()
-    return str(p.resolve()), st.st_mtime_ns, st.st_size
-
-
-def load_tables(path: str | Path | None = None) -> dict[str, MeasuredTable]:
-    """Every table in a ``tables.toml`` (default: the packaged ``catalog/tables.toml``), keyed
-    ``gpu/model/tpN``; parsed once per (path, modification time)."""
-    stamp = _stamp(path)
-    return dict(_parse_tables(*stamp)) if stamp else {}
-
-
-@cache
-def _parse_tables(path: str, _mtime_ns: int, _size: int) -> dict[str, MeasuredTable]:
-    with open(path, "rb") as fh:
-        raw = tomllib.load(fh).get("table", {})
-    out = {}
-    for key, t in raw.items():
-        pf, dec = t.get("attention_prefill"), t.get("attention_decode")
-        out[key] = MeasuredTable(
-            name=str(t.get("source", key)), gpu=str(t["gpu"]), model=str(t["model"]), tp=int(t["tp"]),
-            dtype=str(t.get("dtype", "bf16")),
-            ops={op: (v["tokens"], v["seconds"]) for op, v in t.get("op", {}).items()},
-            attention_prefill=(pf["tokens"], pf["context"], pf["seconds"]) if pf else None,
-            attention_decode=(dec["batch"], dec["context"], dec["seconds"]) if dec else None)
-    return out
-
-
 @dataclass(frozen=True)
 class AllReduceTable:
     """Measured seconds of one all-reduce over ``tp`` GPUs of ``gpu`` (one node) against the bytes reduced."""
@@ -368,25 +335,53 @@ def allreduce_key(gpu: str, tp: int) -> str:
     return f"{gpu}/tp{tp}"
 
 
+def _stamp(path: str | Path | None) -> tuple[str, int, int] | None:
+    """(resolved path, modification time, size) of a ``tables.toml`` (default: the packaged one), the key its
+    parse is memoised on; None when the file does not exist."""
+    p = Path(path) if path else _packaged("tables.toml")
+    if not p.exists():
+        return None
+    st = p.stat()
+    return str(p.resolve()), st.st_mtime_ns, st.st_size
+
+
+def load_tables(path: str | Path | None = None) -> dict[str, MeasuredTable]:
+    """Every table in a ``tables.toml`` (default: the packaged ``catalog/tables.toml``), keyed
+    ``gpu/model/tpN``; parsed once per (path, modification time)."""
+    stamp = _stamp(path)
+    return dict(_parse(*stamp)[0]) if stamp else {}
+
+
 def load_allreduce_tables(path: str | Path | None = None) -> dict[str, AllReduceTable]:
     """Every ``[allreduce."gpu/tpN"]`` table in a ``tables.toml`` (default: the packaged one), keyed ``gpu/tpN``;
     parsed once per (path, modification time)."""
     stamp = _stamp(path)
-    return dict(_parse_allreduce(*stamp)) if stamp else {}
+    return dict(_parse(*stamp)[1]) if stamp else {}
 
 
 @cache
-def _parse_allreduce(path: str, _mtime_ns: int, _size: int) -> dict[str, AllReduceTable]:
+def _parse(path: str, _mtime_ns: int, _size: int) -> tuple[dict[str, MeasuredTable], dict[str, AllReduceTable]]:
+    """The ``[table]`` and ``[allreduce]`` sections of one ``tables.toml``, read once."""
     with open(path, "rb") as fh:
-        raw = tomllib.load(fh).get("allreduce", {})
-    out = {}
-    for key, t in raw.items():
+        raw = tomllib.load(fh)
+    tables = {}
+    for key, t in raw.get("table", {}).items():
+        pf, dec = t.get("attention_prefill"), t.get("attention_decode")
+        tables[key] = MeasuredTable(
+            name=str(t.get("source", key)), gpu=str(t["gpu"]), model=str(t["model"]), tp=int(t["tp"]),
+            dtype=str(t.get("dtype", "bf16")),
+            ops={op: (v["tokens"], v["seconds"]) for op, v in t.get("op", {}).items()},
+            attention_prefill=(pf["tokens"], pf["context"], pf["seconds"]) if pf else None,
+            attention_decode=(dec["batch"], dec["context"], dec["seconds"]) if dec else None)
+    allreduce = {}
+    for key, t in raw.get("allreduce", {}).items():
         try:
-            out[key] = AllReduceTable(name=str(t.get("source", key)), gpu=str(t["gpu"]), tp=int(t["tp"]),
-                                      nbytes=[int(v) for v in t["bytes"]], seconds=[float(v) for v in t["seconds"]])
+            allreduce[key] = AllReduceTable(
+                name=str(t.get("source", key)), gpu=str(t["gpu"]), tp=int(t["tp"]),
+                nbytes=[int(v) for v in t["bytes"]], seconds=[float(v) for v in t["seconds"]])
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}: [allreduce.\"{key}\"]: {exc}") from exc
-    return out
+    return tables, allreduce
 
 
 class TablePerfModel:
@@ -580,10 +575,12 @@ class TablePerfModel:
             attn_kernel = True
         if attn_kernel:
             removed += n_layers * self._kernel_s["attention_prefill"]
-        if self._ar is not None:
+        ar = self._ar
+        if ar is not None:
             nbytes = tokens * fbm.allreduce_bytes_per_token
-            measured = self._ar.at(nbytes, fbm.allreduce_time_s)
-            out[_IDX["tp_comm"]] += fbm.allreduces_per_forward * (measured - fbm.allreduce_time_s(nbytes))
+            ref = fbm.allreduce_time_s(nbytes)
+            measured = ar(nbytes, ref) if ar.lo <= nbytes <= ar.hi else ar.at(nbytes, fbm.allreduce_time_s)
+            out[_IDX["tp_comm"]] += fbm.allreduces_per_forward * (measured - ref)
         if prefill and decode_ctx and fbm.needs_decode_contexts:
             # a mixed iteration is one kernel: the fallback's critical path when it is longer than the measured parts
             i, j = _IDX["attention_prefill"], _IDX["attention_decode"]
