@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agentreplay.perf.model import MIXED_ATTENTION  # noqa: E402
-from agentreplay.perf.table import RefinedPerfModel, pricer_from_names  # noqa: E402
+from agentreplay.perf.table import RefinedPerfModel  # noqa: E402
 from agentreplay.perf.tiles import block_tiles, ctas_per_sm, makespan_blocks  # noqa: E402
 from benchmarks.attention_tiles import fit_line, profile_cells  # noqa: E402
 
@@ -63,19 +63,13 @@ def vllm_run() -> None:
     tables = load(kinds=("end-to-end",)).tables
     cells = tables["cells"]
     cell = cells[cells["source"] == "vllm-run"].iloc[0]
-    shipped = e2e._perf
     metrics = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "throughput_output_tok_s")
-    try:
-        for kind in ("roofline", "refined"):
-            for mixed in MIXED_ATTENTION:
-                e2e._perf = lambda g, m, dt, tp, catalog, *_, _k=kind, _x=mixed, **__: pricer_from_names(
-                    _k, g, m, dt, tp, catalog, mixed_attention=_x)  # type: ignore[assignment]
-                rows, _ = e2e.vllm_run(cell, tables, None)
-                print(f"RTX 4090 vLLM run, {kind}, mixed attention {mixed}: " + ", ".join(
-                    f"{r['metric']} {100 * (r['simulated'] / r['measured'] - 1):+.1f}%" for r in rows
-                    if r["metric"] in metrics))
-    finally:
-        e2e._perf = shipped
+    for kind in ("roofline", "refined"):
+        for mixed in MIXED_ATTENTION:
+            rows, _ = e2e.vllm_run(cell, tables, None, pricer=f"{kind}:{mixed}")  # e2e.E2E_PRICERS naming
+            print(f"RTX 4090 vLLM run, {kind}, mixed attention {mixed}: " + ", ".join(
+                f"{r['metric']} {100 * (r['simulated'] / r['measured'] - 1):+.1f}%" for r in rows
+                if r["metric"] in metrics))
 
 
 #: Mixed skew shots priced per cell (every k-th row, k chosen to give about this many).
