@@ -40,11 +40,11 @@ from agentreplay.perf.table import (
 )
 from validation import calibrate as K
 from validation import components as C
-from validation import diagnostics, e2e, report
+from validation import diagnostics, e2e, e2e_llmperf, report
 from validation.measured import Measured, load
 
 COLUMNS: Final = ["source", "cell_id", "gpu", "model", "dtype", "tp", "metric", "measured", "simulated",
-                  "rel_error", "role", "num_tokens", "batch_size", "context_tokens", "bytes", "note"]
+                  "rel_error", "role", "num_tokens", "batch_size", "context_tokens", "bytes", "note", "judged"]
 
 
 def _cell_cols(df: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
@@ -270,6 +270,9 @@ def finish(df: pd.DataFrame) -> pd.DataFrame:
     for col in ("num_tokens", "batch_size", "context_tokens", "bytes"):
         df[col] = pd.array(df[col] if col in df else [None] * len(df), dtype="Int64")
     df["note"] = df["note"].fillna("") if "note" in df else ""
+    # judged = False: a metric the replay fixes by construction (e.g. throughput under arrivals fitted to the
+    # measured span); reported beside the others, never given a verdict
+    df["judged"] = df["judged"].fillna(True).astype(bool) if "judged" in df else True
     df["tp"] = pd.array(df["tp"], dtype="Int64")
     return df[COLUMNS].sort_values(["role", "source", "cell_id", "metric", "num_tokens", "context_tokens",
                                     "batch_size", "bytes"], kind="stable").reset_index(drop=True)
@@ -338,7 +341,7 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
         pricers.to_parquet(out / "pricers.parquet", index=False)
     if len(pricer_ops):
         pricer_ops.to_parquet(out / "pricer_ops.parquet", index=False)
-    sensitivity = llmperf_burst(tables, catalog)
+    sensitivity = e2e_llmperf.llmperf_burst(tables, catalog)
     summary = report.headline(errors, sensitivity)
     summary.update(report.pricer_headline(pricers))
     if has_components and len(pricer_ops):
@@ -416,17 +419,3 @@ def prefill_forms(data: K.ComponentData, catalog: str | Path | None = None) -> p
             row["parameters"] = ", ".join(f"{p} {round(v, 4):.3g}" for p, v in values.items() if v is not None)
             rows.append(row)
     return pd.DataFrame(rows)
-
-
-def llmperf_burst(tables: dict[str, pd.DataFrame], catalog: str | Path | None) -> pd.DataFrame:
-    """Arrival sensitivity of the LLMPerf RTX 3090 BF16 cells: all 64 requests at t = 0 instead of staggered."""
-    cells = tables["cells"]
-    sel = cells[(cells["source"] == "llmperf") & (cells["gpu"] == "rtx3090") & (cells["dtype"] == "bf16")]
-    rows = []
-    for _, cell in sel.iterrows():
-        r, _ = e2e.llmperf(cell, tables, catalog, burst=True)
-        rows.extend(x for x in r if x["metric"] in ("throughput_output_tok_s", "ttft_mean_s", "e2e_mean_s"))
-    df = pd.DataFrame(rows)
-    if len(df):
-        df["rel_error"] = df["simulated"] / df["measured"] - 1
-    return df
