@@ -23,6 +23,7 @@ import pandas as pd
 from validation import calibrate as K
 from validation import components as C
 from validation import diagnostics, e2e
+from validation import headline as H
 
 TARGETS: Final = {"component_validation_mape_pct": 5.0, "vllm_run_mean_pct": 10.0, "llmperf_throughput_pct": 10.0}
 COMPONENT_METRICS: Final = ("layer_time_s", "attention_prefill_s", "attention_decode_s", "lm_head_s", "all_reduce_s")
@@ -475,7 +476,7 @@ def _sections(df: pd.DataFrame, ops: pd.DataFrame, agg: dict[str, pd.DataFrame],
             f"{g} from {src}" for g, src in zip(borrowed["gpu"], borrowed["borrowed from"], strict=True))
             + "): datasheet peaks with the efficiencies of the nearest profiled GPU; no measured cell judges them, "
               "so no error figure exists for them (see 'Where each GPU's parameters come from').")
-    secs = [("Headline figures", "\n".join(head))]
+    secs = [("Component figures", "\n".join(head))]
     secs.append(("Calibration / validation split", "\n".join(f"- **{k}**: {v}" for k, v in K.SPLIT.items()) + (
         "\n- Operators compared but not fitted: " + ", ".join(sorted({g for _, g in K.FIT_EXCLUDE}))
         + " of HF-eager (LLMServingSim v0) profiles (unfused kernels; see validation/calibrate.py FIT_EXCLUDE)."
@@ -496,15 +497,53 @@ def _sections(df: pd.DataFrame, ops: pd.DataFrame, agg: dict[str, pd.DataFrame],
         secs.append(("Operator fit error (MAPE %, per GPU and operator group)", _md(t, ".1f")))
     secs.append(("Aggregates: MAPE per source", _md(agg["source"])))
     secs.append(("Aggregates: MAPE per metric", _md(agg["metric"])))
-    e = df[~df["metric"].isin(COMPONENT_METRICS + ITERATION_METRICS)]
-    if len(e):
-        cols = ["cell_id", "gpu", "dtype", "metric", "measured", "simulated", "rel_error"]
-        secs.append(("End-to-end cells", _md(e[cols].assign(rel_error=e["rel_error"] * 100)
-                                             .rename(columns={"rel_error": "error %"}), ".4g")))
-        notes = e.drop_duplicates("cell_id")[["cell_id", "note"]]
-        secs.append(("End-to-end replay notes", "\n".join(f"- `{c}`: {n}" for c, n in notes.itertuples(index=False))))
     sk = pd.DataFrame(s.get("skipped", []))
-    secs.append(("Cells not compared", _md(sk)))
+    if len(sk):
+        sk = sk[~sk["cell_id"].isin(H.not_simulated(s.get("skipped", []))["cell_id"])]
+    secs.append(("Component cells not compared", _md(sk)))
+    return secs
+
+
+def _e2e_sections(s: dict[str, Any], df: pd.DataFrame) -> list[tuple[str, str]]:
+    """The end-to-end headline (:mod:`validation.headline`): cell verdicts, every cell and metric (misses first),
+    group MAPE, the stand-in cells apart, the cells not simulated."""
+    h = s.get("end_to_end") or H.summarise(df, s.get("skipped", []))
+    table = H.e2e_table(df)
+    cells = pd.DataFrame(h["cells_table"])
+    body = [f"**{h['line']}.** {h['metrics_met']} of {h['metrics_judged']} judged metrics met; "
+            f"{h['metrics_not_judged']} not judged (fixed by construction, listed with their error). Target: "
+            f"|signed error| <= {h['target_pct']:.0f}% for every metric (a Splitwise cell: MAPE over its measured "
+            "iterations); a cell is within target when every judged metric is. Rules: validation/headline.py.", ""]
+    if len(cells):
+        c = cells[cells["workload"] == "measured"].assign(
+            verdict=lambda d: np.where(d["within_target"], "within target", "missed"),
+            **{"worst judged error %": lambda d: d["worst_error_pct"]})
+        body += ["Cells, misses first (measured workloads):", "",
+                 _md(c[["source", "cell_id", "gpu", "dtype", "metrics", "met", "worst_metric",
+                        "worst judged error %", "verdict"]].rename(columns={"metrics": "judged metrics"}), ".1f"), ""]
+    groups = pd.DataFrame(h["groups"])
+    secs = [("End to end: the headline", "\n".join(body))]
+    if len(groups):
+        secs.append(("End to end: MAPE per source and metric family (judged metrics)",
+                     _md(groups.rename(columns={"mape_pct": "MAPE %", "mean_signed_pct": "mean signed %"}), ".1f")))
+    if len(table):
+        m = table[table["workload"] == "measured"]
+        cols = ["cell_id", "metric", "statistic", "measured", "simulated", "error_pct", "verdict"]
+        secs.append(("End to end: every cell and metric, misses first",
+                     _md(m[cols].rename(columns={"error_pct": "error %"}), ".4g")))
+        st = table[table["workload"] == "stand-in"]
+        if len(st):
+            secs.append(("End to end, reported apart: stand-in workloads (never averaged with the rest)",
+                         "These cells replay trajectories that are not the measured run's own; their errors say "
+                         "how different the workloads are as much as how good the simulator is.\n\n"
+                         + _md(st[cols].rename(columns={"error_pct": "error %"}), ".4g") + "\n\n"
+                         + "\n".join(f"- `{c}`: {n}" for c, n in st.drop_duplicates("cell_id")[["cell_id", "note"]]
+                                     .itertuples(index=False))))
+        notes = table.drop_duplicates("cell_id")[["cell_id", "note"]]
+        secs.append(("End-to-end replay notes", "\n".join(f"- `{c}`: {n}" for c, n in notes.itertuples(index=False)
+                                                          if n)))
+    ns = H.not_simulated(s.get("skipped", []))
+    secs.append(("End-to-end cells not simulated", _md(ns) if len(ns) else "(none)"))
     return secs
 
 
@@ -518,14 +557,15 @@ def write(out: Path, df: pd.DataFrame, ops: pd.DataFrame, dists: dict[str, dict[
           catalog: str | Path | None = None) -> None:
     """report.md (images as files beside it) and report.html (images embedded as base64 PNG)."""
     files = _figures(out, df, dists)
-    secs = _sections(df, ops, agg, summary, quick, pricers, pricer_ops, catalog)
+    secs = _e2e_sections(summary, df) + _sections(df, ops, agg, summary, quick, pricers, pricer_ops, catalog)
     n = df.groupby("role").size().to_dict()
     intro = (f"Simulated vs measured, {len(df):,} comparisons ({n.get('calibration', 0):,} calibration, "
              f"{n.get('validation', 0):,} validation) over {df['cell_id'].nunique()} cells. Signed error = "
              "simulated / measured - 1; MAPE = mean |error|. Data: errors.parquet (one row per cell, metric and "
              "operating point), component_ops.parquet (operator-level fit diagnostics), pricers.parquet and "
              "pricer_ops.parquet (the pricer comparison).")
-    md = ["# agentreplay validation report", "", intro, ""]
+    line = (summary.get("end_to_end") or H.summarise(df, summary.get("skipped", [])))["line"]
+    md = ["# agentreplay validation report", "", f"**{line}.**", "", intro, ""]
     for title, body in secs:
         md += [f"## {title}", "", body, ""]
     md += ["## Figures", ""] + [f"![{f}]({f})" for f in files]
@@ -535,7 +575,7 @@ def write(out: Path, df: pd.DataFrame, ops: pd.DataFrame, dists: dict[str, dict[
     html = ["<!doctype html><html><head><meta charset='utf-8'><title>agentreplay validation</title><style>",
             "body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;font-size:12px}"
             "td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}</style></head><body>",
-            "<h1>agentreplay validation report</h1>", f"<p>{intro}</p>"]
+            "<h1>agentreplay validation report</h1>", f"<p><b>{line}.</b></p>", f"<p>{intro}</p>"]
     for title, body in secs:
         html.append(f"<h2>{title}</h2>" + _md_to_html(body))
     html.append("<h2>Figures</h2>")

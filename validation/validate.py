@@ -40,7 +40,7 @@ from agentreplay.perf.table import (
 )
 from validation import calibrate as K
 from validation import components as C
-from validation import diagnostics, e2e, e2e_llmperf, report
+from validation import diagnostics, e2e, e2e_llmperf, headline, report
 from validation.measured import Measured, load
 
 COLUMNS: Final = ["source", "cell_id", "gpu", "model", "dtype", "tp", "metric", "measured", "simulated",
@@ -357,6 +357,7 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
         summary["llmperf_run_floor_share_pct"] = {k: {"cells": len(v), "min": min(v), "max": max(v)}
                                                   for k, v in sorted(shares.items())}
     summary["skipped"] = [{"cell_id": c, "reason": r} for c, r in skipped]
+    summary["end_to_end"] = headline.summarise(errors, summary["skipped"])
     summary["sources"] = measured.origins
     report.write(out, errors, ops, dists, aggregates(errors), summary, quick=quick, pricers=pricers,
                  pricer_ops=pricer_ops, catalog=catalog)

@@ -83,15 +83,21 @@ def validate(
                 live_paths=live)
     except ValueError as exc:
         raise fail(str(exc)) from None
-    table = Table(title="validation headline (signed error %, MAPE % for components)", show_header=False)
-    for g, v in s.get("component_mape_pct", {}).items():
-        table.add_row(f"component {g}", f"calibration {_pct(v['calibration'])} / validation {_pct(v['validation'])}")
-    for m, v in s.get("vllm_run_pct", {}).items():
-        table.add_row(f"vLLM run {m}", f"{v:+.1f}")
-    if "llmperf_rtx3090_bf16_throughput_pct" in s:
-        v = s["llmperf_rtx3090_bf16_throughput_pct"]["mean_signed"]
-        table.add_row("LLMPerf RTX 3090 BF16 throughput", f"{v:+.1f}")
-    for m, v in s.get("agent_jct_pct", {}).items():
-        table.add_row(f"agent {m}", f"{v:+.1f}")
+    e2e = s.get("end_to_end", {})
+    table = Table(title="end-to-end cells, misses first (worst judged metric, signed error %)")
+    for col in ("cell", "judged metrics met", "worst metric", "error %", "verdict"):
+        table.add_column(col, overflow="fold")
+    for c in e2e.get("cells_table", []):
+        label = c["cell_id"] + (" (stand-in workload)" if c["workload"] == "stand-in" else "")
+        table.add_row(label, f"{c['met']} / {c['metrics']}", str(c["worst_metric"]), _pct(c["worst_error_pct"]),
+                      "within target" if c["within_target"] else "missed")
     console.print(table)
+    comp = Table(title="component cells, default pricer: MAPE % by role (details and every pricer: report.md)")
+    for col in ("gpu", "calibration", "validation"):
+        comp.add_column(col)
+    for g, v in s.get("component_mape_pct", {}).items():
+        comp.add_row(g, _pct(v.get("calibration")), _pct(v.get("validation")))
+    console.print(comp)
     console.print(f"wrote {out}/errors.parquet, {out}/report.md, {out}/report.html")
+    if e2e.get("line"):
+        console.print(f"[bold]{e2e['line']}[/bold]", markup=True, highlight=False)

@@ -33,7 +33,8 @@ def check_errors(df: pd.DataFrame) -> None:
 
 def check_report(out: Path, heatmap: str) -> None:
     md = (out / "report.md").read_text()
-    assert "## Headline figures" in md and "![parity.png](parity.png)" in md
+    assert "## End to end: the headline" in md and "end-to-end cells within target" in md.splitlines()[2]
+    assert "![parity.png](parity.png)" in md
     for name in ("parity.png", heatmap):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     html = (out / "report.html").read_text()
