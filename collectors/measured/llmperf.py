@@ -19,6 +19,9 @@ llmperf/<db>/run<id>/<gpu>/<dtype>``): repetitions are kept apart so a validatio
 Metrics: ``throughput_output_tok_s`` = ``mean_output_throughput_token_per_s``, ``throughput_req_s`` =
 requests per minute / 60, ``ttft_*``, ``itl_*``, ``e2e_*`` mean and p50/p90/p95/p99, ``input_tokens_mean``,
 ``output_tokens_mean`` (measured means, not the requested 550/150), ``completed_requests``, ``concurrency``.
+``config_json`` keeps every recorded distribution whole (``distributions``: min, max, p25..p99, mean, stddev of
+TTFT, ITL, E2E, per-request output throughput, input and output tokens), ``num_requests_started`` and
+``number_errors``, for the client reconstruction (:mod:`validation.llmperf_client`).
 
 Caveats (from the fork's ``token_benchmark_ray.py``; also in each cell's ``config_json``):
 
@@ -26,13 +29,14 @@ Caveats (from the fork's ``token_benchmark_ray.py``; also in each cell's ``confi
   (``hf-internal-testing/llama-tokenizer``), not the served Llama-3.1 tokenizer: ~178 counted output tokens for
   ``max_tokens`` ~150, so ``throughput_output_tok_s`` and the token means are in Llama-2 tokens (~1.2x the
   model's own count). ITL is the client's per-chunk latency (summed gaps / the client's chunk count).
-- with ``num_concurrent_requests = 64`` and ``completed_requests = 64`` every thread sent exactly one request,
-  and each thread first starts its own client (a Ray actor), so the 64 arrivals are probably staggered (the
-  arrival times are not recorded): mean TTFTs are 0.05-0.5 s, where 64 simultaneous ~550-token prefills would
-  queue for seconds, and the whole test time that both throughputs divide by (completed / requests per second,
-  ~15.8 s for RTX 3090 BF16) is about twice the longest request (6.5 s). The "64 concurrent" load is therefore
-  an upper bound on what the GPU saw; ``config_json`` keeps ``test_span_s`` and ``e2e_max_s`` so a replay can
-  see the gap.
+- the client (``get_token_throughput_latencies``): 64 threads, each first starts its own client (a Ray actor),
+  then loops sending one request and waiting for its whole response while fewer than
+  ``max_num_completed_requests`` (64, ``perfTest.sh``) are recorded; a thread re-sends its own prompt, the
+  summary keeps the **first 64 completions**, and the test time both throughputs divide by (completed / requests
+  per second, ~15.8 s for RTX 3090 BF16, about twice the longest request) ends when the last thread's last
+  request finishes, unrecorded re-sends included. The thread start times are not recorded (mean TTFTs of
+  0.05-0.5 s say the launch was staggered, not one burst); :mod:`validation.llmperf_client` reconstructs the
+  launch from ``test_span_s`` and the recorded distributions.
 - TP and the GPU count are not recorded; ``gpu_info`` names one GPU and an 8B model fits one, so ``tp = n_gpus
   = 1`` is assumed. The engine is a vLLM OpenAI endpoint (PROVENANCE), version not recorded.
 
@@ -56,6 +60,8 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 _DIST = {"ttft": "ttft_s", "itl": "inter_token_latency_s", "e2e": "end_to_end_latency_s"}
 _QUANTILES = (50, 90, 95, 99)
 _REL_TOL = 1e-6
+_KEPT_DISTRIBUTIONS = ("ttft_s", "inter_token_latency_s", "end_to_end_latency_s",
+                       "request_output_throughput_token_per_s", "number_input_tokens", "number_output_tokens")
 
 
 def _is_sqlite(path: Path) -> bool:
@@ -215,9 +221,16 @@ class LLMPerfCollector:
             "additional_sampling_params": raw.get("additional_sampling_params"),
             "token_counter": "LLMPerf re-tokenises with hf-internal-testing/llama-tokenizer (Llama-2)",
             "tp_assumed": True,
-            "arrivals": "one request per client thread, staggered by client start-up (not recorded)",
+            "arrivals": "64 client threads, staggered by client start-up (not recorded), each re-sending while fewer "
+                        "than 64 are recorded",
             "test_span_s": m["completed_requests"] / m["throughput_req_s"] if m.get("throughput_req_s") else None,
             "e2e_max_s": (raw.get("results", {}).get("end_to_end_latency_s") or {}).get("max"),
+            "num_requests_started": raw.get("results", {}).get("num_requests_started"),
+            "number_errors": raw.get("results", {}).get("number_errors"),
+            # the whole recorded distributions (min, max, p25..p99, mean, stddev): the client reconstruction
+            # (validation.llmperf_client) reads the E2E and TTFT quantile functions from them
+            "distributions": {k: raw["results"][k] for k in _KEPT_DISTRIBUTIONS
+                              if isinstance(raw.get("results", {}).get(k), dict)},
         }
         out = cell(cid, SOURCE, gpu_raw, row["model"], rel(db, root), tp=1, n_gpus=1, dtype=dtype, engine="vllm",
                    config=config, kind="end-to-end")
