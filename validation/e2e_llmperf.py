@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from agentreplay.perf import load_gpu, load_model
-from agentreplay.perf.memory import kv_capacity
+from agentreplay.perf.memory import DEFAULT_BLOCK_SIZE, kv_capacity
 from agentreplay.sim.config import SimConfig
 from agentreplay.sim.run import CapacityError, simulate
 from agentreplay.trace.io import Trace
@@ -285,6 +285,12 @@ def llmperf(cell: pd.Series, tables: dict[str, pd.DataFrame], catalog: str | Pat
                         "simulated_sent": len(turns)},
              "kv": {"implied_peak_blocks": demand.peak_blocks, "implied_peak_in_flight": demand.peak_in_flight,
                     "simulator_blocks": sim_blocks, "default_blocks": default_blocks,
+                    # vLLM refuses to start when one max_model_len sequence does not fit the KV cache
+                    # (kv_cache_utils._check_enough_kv_cache_memory): the default (the model's context) then
+                    # cannot have been the run's, which set max_model_len <= these tokens
+                    "default_max_model_len": spec.max_position_embeddings,
+                    "default_max_model_len_starts": spec.max_position_embeddings <= default_blocks * DEFAULT_BLOCK_SIZE,
+                    "max_model_len_at_most": default_blocks * DEFAULT_BLOCK_SIZE,
                     "simulated_preemptions": int(turns["preemptions"].sum()),
                     "simulated_peak_queued_s": float(turns["queued_s"].max())}}
     return rows, extra
@@ -339,3 +345,44 @@ def llmperf_burst(tables: dict[str, pd.DataFrame], catalog: str | Path | None) -
         return df
     keep = df["metric"].isin(("throughput_output_tok_s", "ttft_mean_s", "e2e_mean_s")) & (df["value"] == "burst")
     return df[keep].reset_index(drop=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m validation.e2e_llmperf [MEASUREMENTS_DIR] [--sensitivity]``: every simulable LLMPerf run
+    replayed with the reconstructed client (mean errors, launch, KV), and with ``--sensitivity`` the mean error
+    per GPU / dtype for each unrecorded setting's values."""
+    import argparse
+
+    from agentreplay.perf import list_gpus
+    from validation.measured import collect_path
+
+    ap = argparse.ArgumentParser(prog="python -m validation.e2e_llmperf")
+    ap.add_argument("measurements", nargs="?", default=str(Path(__file__).resolve().parents[2] / "shared" /
+                                                           "measurements" / "serving-llmperf"))
+    ap.add_argument("--sensitivity", action="store_true")
+    a = ap.parse_args(argv)
+    tables = collect_path(Path(a.measurements)).tables
+    cells = tables["cells"][tables["cells"]["gpu"].isin(list_gpus(None))]
+    keys = ["ttft_mean_s", "itl_mean_s", "e2e_mean_s", "throughput_output_tok_s"]
+    out = []
+    for _, cell in cells.iterrows():
+        rows, extra = llmperf(cell, tables, None)
+        err = {x["metric"]: 100 * (x["simulated"] / x["measured"] - 1) for x in rows}
+        out.append({"gpu": cell["gpu"], "dtype": cell["dtype"], "run": cell["cell_id"].split("/", 1)[1],
+                    **{k: err[k] for k in keys}, "spread_s": extra["launch"]["spread_s"],
+                    "implied_blocks": extra["kv"]["implied_peak_blocks"],
+                    "sim_blocks": extra["kv"]["simulator_blocks"]})
+    df = pd.DataFrame(out)
+    with pd.option_context("display.width", 250, "display.max_columns", 20):
+        print(df.round(2).to_string(index=False))
+        print(df.groupby(["gpu", "dtype"])[keys].mean().round(1).to_string())
+        if a.sensitivity:
+            pairs = tuple(sorted(set(zip(df["gpu"], df["dtype"], strict=True))))
+            s = llmperf_sensitivity(tables, None, pairs)
+            s = s[s["metric"].isin(keys)]
+            print((100 * s.pivot_table(index=["gpu", "dtype", "setting", "value"], columns="metric",
+                                       values="rel_error", sort=False)[keys]).round(1).to_string())
+
+
+if __name__ == "__main__":
+    main()

@@ -127,6 +127,8 @@ def test_rtx3090_bf16_replayed_with_the_reconstructed_client(llmperf_tables) -> 
     assert judged["throughput_output_tok_s"] is False and judged["throughput_req_s"] is False
     assert extra["kv"]["implied_peak_in_flight"] == 64 and extra["kv"]["implied_peak_blocks"] > 1000
     assert extra["kv"]["simulator_blocks"] == extra["kv"]["default_blocks"]
+    # Llama-3.1's 131,072-token default context needs 8,192 blocks: more than a 24 GB card's KV at 0.9
+    assert extra["kv"]["default_max_model_len"] == 131072 and not extra["kv"]["default_max_model_len_starts"]
     assert "reconstructed LLMPerf client" in rows[0]["note"]
 
 
