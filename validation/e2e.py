@@ -108,7 +108,13 @@ def run_all(tables: dict[str, pd.DataFrame], catalog: str | Path | None = None, 
         elif src == "agent-jct" and not (dataset / "turns.parquet").exists():
             skipped.append((cell["cell_id"], f"stand-in trajectories not found at {dataset}"))
         else:
-            r, d = handlers[src](cell, tables, catalog)
+            from validation.deployment import NotSimulated
+
+            try:
+                r, d = handlers[src](cell, tables, catalog)
+            except NotSimulated as exc:  # a deployment field the simulator does not model: listed, never replaced
+                skipped.append((cell["cell_id"], f"not simulated: {exc}"))
+                continue
             rows.extend(r)
             dists[cell["cell_id"]] = d
     return pd.DataFrame(rows), dists, skipped

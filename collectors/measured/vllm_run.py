@@ -74,9 +74,23 @@ _SAME_CLOCK_S = 1e5  # two stamps further apart than this are on different clock
 _DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16",
            "float32": "fp32", "fp8": "fp8"}
 _SCHED_KEYS = ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "policy", "async_scheduling",
-               "long_prefill_token_threshold", "max_num_partial_prefills")
+               "long_prefill_token_threshold", "max_num_partial_prefills", "scheduler_reserve_full_isl",
+               "max_num_scheduled_tokens")
 _CACHE_KEYS = ("block_size", "gpu_memory_utilization", "enable_prefix_caching", "num_gpu_blocks", "cache_dtype",
-               "prefix_caching_hash_algo")
+               "prefix_caching_hash_algo", "kv_cache_memory_bytes", "num_gpu_blocks_override", "kv_offloading_size",
+               "kv_offloading_backend", "kv_cache_size_tokens", "sliding_window")
+#: What the deployment (validation.deployment) needs from each block of ``resolved_config``; None = the whole block
+_RESOLVED_KEYS: dict[str, tuple[str, ...] | None] = {
+    "parallel_config": ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+                        "data_parallel_size_local", "enable_expert_parallel", "decode_context_parallel_size",
+                        "prefill_context_parallel_size", "enable_dbo", "enable_eplb", "is_moe_model", "world_size",
+                        "distributed_executor_backend", "disable_custom_all_reduce"),
+    "cache_config": _CACHE_KEYS,
+    "scheduler_config": _SCHED_KEYS,
+    "model_config": ("dtype", "quantization", "max_model_len", "enforce_eager", "served_model_name"),
+    "compilation_config": ("mode", "cudagraph_mode", "max_cudagraph_capture_size"),
+    "quant_config": None, "speculative_config": None, "lora_config": None, "kv_transfer_config": None,
+}
 
 
 def metric_rows(cell_id: str, values: Mapping[str, float]) -> list[dict[str, object]]:
@@ -211,11 +225,26 @@ def _gpu_raw(meta: dict, run_dir: Path) -> str | None:
         return None
 
 
-def _config(meta: dict, clock: dict, rate_from: str) -> dict[str, object]:
-    resolved = meta.get("resolved_config") or {}
-    sched = {k: v for k, v in (resolved.get("scheduler_config") or {}).items() if k in _SCHED_KEYS}
-    cache = {k: v for k, v in (resolved.get("cache_config") or {}).items() if k in _CACHE_KEYS}
-    kv = meta.get("kv_cache") or {}
+def _resolved(meta: dict) -> dict[str, object]:
+    """The blocks of ``resolved_config`` a deployment is read from (those the run recorded), trimmed to
+    :data:`_RESOLVED_KEYS`; a block the run recorded as null stays null (e.g. no speculative decoding)."""
+    resolved = meta.get("resolved_config")
+    if not isinstance(resolved, dict):
+        return {}
+    out: dict[str, object] = {}
+    for block, keys in _RESOLVED_KEYS.items():
+        if block not in resolved:
+            continue
+        v = resolved[block]
+        out[block] = {k: v[k] for k in keys if k in v} if keys is not None and isinstance(v, dict) else v
+    return out
+
+
+def _config(meta: dict, clock: dict, rate_from: str, meta_file: str) -> dict[str, object]:
+    resolved = _resolved(meta)
+    sched, cache = ({} if not isinstance(resolved.get(k), dict) else dict(resolved[k])  # type: ignore[arg-type]
+                    for k in ("scheduler_config", "cache_config"))
+    kv = meta.get("kv_cache") if isinstance(meta.get("kv_cache"), dict) else {}
     ek = meta["engine_kwargs"]
     flat = {
         "num_gpu_blocks": kv.get("num_gpu_blocks", cache.get("num_gpu_blocks")),
@@ -228,7 +257,12 @@ def _config(meta: dict, clock: dict, rate_from: str) -> dict[str, object]:
         "max_model_len": ek.get("max_model_len"),
         "enable_chunked_prefill": sched.get("enable_chunked_prefill"),
     }
+    schema = ("engine_kwargs only (no kv_cache / resolved_config: an older recorder)" if not kv and not resolved
+              else "kv_cache + resolved_config" if kv and resolved else
+              "kv_cache only" if kv else "resolved_config only")
     return {**flat, "engine_kwargs": ek, "kv_cache": kv, "scheduler_config": sched, "cache_config": cache,
+            "resolved_config": resolved, "meta_file": meta_file, "meta_schema": schema,
+            "schema_version": meta.get("schema_version"),
             "hardware": meta.get("hardware"), "dataset_path": meta.get("dataset_path"),
             "dataset_hash": meta.get("dataset_hash"), "started_at": meta.get("started_at"),
             "finished_at": meta.get("finished_at"), "clock": clock, "rate_from": rate_from}
@@ -265,7 +299,7 @@ class VllmRunCollector:
                 continue
             req, clock = got
             result.files_read += 2
-            row, cid = self._cell(meta, gpu_raw, req, clock, rel(run_dir, root), taken)
+            row, cid = self._cell(meta, gpu_raw, req, clock, rel(run_dir, root), taken, str(meta_path))
             cells.append(row)
             reqs.append(req.assign(cell_id=cid))
             m = request_metrics(req)
@@ -280,17 +314,28 @@ class VllmRunCollector:
         return result
 
     @staticmethod
-    def _cell(meta: dict, gpu_raw: str, req: pd.DataFrame, clock: dict, path: str, taken: set[str]):
+    def _cell(meta: dict, gpu_raw: str, req: pd.DataFrame, clock: dict, path: str, taken: set[str],
+              meta_file: str):
         ek = meta["engine_kwargs"]
-        tp = int(ek.get("tensor_parallel_size") or 1)
-        dp = int(ek.get("data_parallel_size") or 1)
-        dtype_raw = str(ek.get("dtype") or "auto").lower().removeprefix("torch.")
-        dtype = _DTYPES.get(dtype_raw, dtype_raw)
+        res = _resolved(meta)
+        par, model_cfg = ({} if not isinstance(res.get(k), dict) else res[k] for k in ("parallel_config",
+                                                                                        "model_config"))
+
+        def size(key: str) -> int:
+            v = par.get(key) if par.get(key) is not None else ek.get(key)
+            return int(v or 1)
+
+        tp, dp, pp = size("tensor_parallel_size"), size("data_parallel_size"), size("pipeline_parallel_size")
+        dtype_raw = str(ek.get("dtype") or model_cfg.get("dtype") or "auto").lower().removeprefix("torch.")
+        if dtype_raw == "auto" and model_cfg.get("dtype"):
+            dtype_raw = str(model_cfg["dtype"]).lower().removeprefix("torch.")
+        dtype = "fp8" if model_cfg.get("quantization") == "fp8" else _DTYPES.get(dtype_raw, dtype_raw)
         rate, rate_from = _rate(meta, req)
-        row = cell("", SOURCE, gpu_raw, meta["model"], path, tp=tp, n_gpus=tp * dp, dtype=dtype, engine="vllm",
-                   engine_version=meta.get("vllm_version"), config=_config(meta, clock, rate_from),
+        row = cell("", SOURCE, gpu_raw, meta["model"], path, tp=tp, n_gpus=tp * dp * pp, dtype=dtype, engine="vllm",
+                   engine_version=meta.get("vllm_version"), config=_config(meta, clock, rate_from, meta_file),
                    kind="end-to-end")
-        cid = unique_id(f"{SOURCE}/{row['gpu'] or slug(gpu_raw)}/{row['model']}/tp{tp}/{rate}rps", taken)
+        layout = f"tp{tp}" + (f"-pp{pp}" if pp > 1 else "") + (f"-dp{dp}" if dp > 1 else "")
+        cid = unique_id(f"{SOURCE}/{row['gpu'] or slug(gpu_raw)}/{row['model']}/{layout}/{rate}rps", taken)
         m = re.match(r"[a-z]+", Path(str(meta.get("dataset_path") or "")).name.lower())
         dataset = m.group(0) if m else "dataset"
         row.update(cell_id=cid, workload=f"{dataset} {len(req)} req @ {rate} req/s", load=f"{rate} req/s")
