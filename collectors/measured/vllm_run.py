@@ -12,6 +12,8 @@ Native format: a run folder ``.../vllm/`` with (written by LLMServingSim ``bench
     ``model``, ``vllm_version``, ``engine_kwargs`` (tensor/data parallel size, dtype, max_num_seqs,
     max_num_batched_tokens...), ``kv_cache`` (``num_gpu_blocks``, ``block_size``, ``gpu_memory_utilization``...),
     ``hardware`` (``device_name``...), ``resolved_config`` (vLLM's whole resolved config), ``dataset_path``.
+    ``kv_cache``, ``hardware`` and ``resolved_config`` are absent from runs recorded by older versions of the
+    recorder (``engine_kwargs`` only) and ``{}`` where collection failed (the recorder's docstring).
 ``../config.json`` (optional)
     LLMServingSim's cluster configuration for the same run; only its instance ``hardware`` is read, as a
     fallback GPU name when ``meta.json`` has no ``hardware.device_name``.
@@ -33,10 +35,20 @@ Mapping (times in seconds, relative to the first arrival):
   tokens added, ``throughput_req_s`` = requests / the same span; ``input_tokens_mean``, ``output_tokens_mean``,
   ``completed_requests``.
 - cell: GPU from ``meta.hardware.device_name`` (else ``config.json``), model from ``meta.model``, dtype from
-  ``engine_kwargs.dtype`` (``bfloat16`` -> ``bf16``), ``tp = tensor_parallel_size``, ``n_gpus = tp x
-  data_parallel_size``, engine ``vllm`` at ``vllm_version``; workload ``sharegpt <n> req @ <r> req/s`` where
-  ``r`` comes from the dataset file name (``...-sps10.jsonl``) or else from the observed arrivals; ``config_json``
-  holds the engine kwargs, the KV cache facts and the scheduler / cache settings of the resolved config.
+  ``engine_kwargs.dtype`` (``bfloat16`` -> ``bf16``; ``auto`` -> the resolved ``model_config.dtype``; ``fp8`` when
+  ``model_config.quantization`` is ``fp8``), ``tp``, ``pp``, ``dp`` from the resolved ``parallel_config`` (else
+  ``engine_kwargs``), ``n_gpus = tp x pp x dp``, engine ``vllm`` at ``vllm_version``; cell id
+  ``vllm-run/<gpu>/<model>/tp<tp>[-pp<pp>][-dp<dp>]/<r>rps``; workload ``sharegpt <n> req @ <r> req/s`` where
+  ``r`` comes from the dataset file name (``...-sps10.jsonl``) or else from the observed arrivals.
+- ``config_json``: the flat KV / batching facts (``num_gpu_blocks``... None when not recorded), the raw
+  ``engine_kwargs`` and ``kv_cache`` blocks, ``resolved_config`` trimmed to the deployment fields of its
+  ``parallel_config``, ``cache_config``, ``scheduler_config``, ``model_config`` and ``compilation_config``
+  plus the whole ``quant_config`` / ``speculative_config`` / ``lora_config`` / ``kv_transfer_config``
+  (:data:`_RESOLVED_KEYS`), ``meta_file`` (the meta.json path, for error messages), ``meta_schema`` (which
+  recorder variant: with or without ``kv_cache`` / ``resolved_config``) and the run's dataset, times and clock
+  facts. :mod:`validation.deployment` reads the deployment from it. A run with a deployment the simulator does
+  not model (data / expert / pipeline parallelism...) is still ingested: it is valid data, refused only when
+  replayed.
 
 Bad input -> :class:`~collectors.base.Skip` of the run naming the offending file: invalid or truncated JSON,
 a missing or null field, a negative or decreasing lifecycle (arrival <= queued <= scheduled <= first <= last),
@@ -309,6 +321,10 @@ class VllmRunCollector:
                 f"{cid}: {len(req)} requests; mean TTFT {m['ttft_mean_s']:.4f} s from arrival_time with the "
                 f"engine clock aligned by min(queued - arrival) (arrival -> queued 0-"
                 f"{clock['queue_entry_delay_max_s']:.3f} s), {ttft_q:.4f} s from queued_ts (LLMServingSim validate.py)")
+            kv = meta.get("kv_cache")
+            if not (isinstance(kv, dict) and kv.get("num_gpu_blocks") is not None):
+                result.notes.append(f"{cid}: {meta_path} records no kv_cache.num_gpu_blocks (an older recorder, or "
+                                    "collection failed): the replay derives the KV block count from the memory model")
         result.tables = {"cells": frame(cells, "cells"), "requests": frame(reqs, "requests"),
                          "metrics": frame(metrics, "metrics")}
         return result

@@ -40,6 +40,8 @@ def test_old_schema_engine_kwargs_only(tmp_path):
     assert (c["gpu"], c["tp"], c["n_gpus"], c["dtype"]) == ("rtx4090", 1, 1, "bf16")
     assert cfg["meta_schema"].startswith("engine_kwargs only") and cfg["resolved_config"] == {}
     assert cfg["num_gpu_blocks"] is None and cfg["max_num_seqs"] == 128
+    notes = VllmRunCollector().collect(tmp_path).notes
+    assert any("records no kv_cache.num_gpu_blocks" in n and "memory model" in n for n in notes)
 
 
 def test_fp8_quantization_labels_the_cell_fp8(tmp_path):
