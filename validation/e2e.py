@@ -1,18 +1,17 @@
 """End-to-end validation cells: replay each measured serving or agent run in the simulator and compare.
 
 - ``vllm-run`` (per-request timestamps): every request becomes a one-turn program arriving at its measured
-  arrival time (``arrival = "trace"``), with the engine's KV block count, block size, prefix caching and
-  batching limits from the cell's ``config_json``. Compared: TTFT, TPOT, E2E (mean, p50, p90, p99), output
-  throughput; per-request values are kept for CDF overlays.
-- ``llmperf`` (aggregates only): 64 one-turn requests. The collector's notes drive the stand-in: token counts are
-  Llama-2-tokenizer counts, so ``r = measured output mean / requested output mean`` (the requested max_tokens is
-  in the served model's tokens) converts both ways; inputs ~ N(measured input mean, requested sd) / r, outputs ~
-  N(requested mean, sd), seeded per cell. Arrivals are staggered (the client starts one thread per request;
-  times not recorded): uniform over ``[0, test span - measured mean E2E]``, which uses two measured aggregates
-  as inputs, so the throughput comparison mostly checks the simulated latency of the last requests (said in the
-  report). GPU memory: vLLM's default 0.9 utilisation (the engine config is not recorded). Compared: throughput,
-  TTFT, E2E and ITL as LLMPerf defines it (:func:`llmperf_itl`: end-to-end time per received chunk, TTFT
-  included), not vLLM's TPOT.
+  arrival time (``arrival = "trace"``), on the deployment the run records (:mod:`validation.deployment`: every
+  field of ``meta.json``, vLLM's documented default where one is absent and said so; a field the simulator does
+  not model, e.g. data or expert parallelism, makes the cell "not simulated" with the file, field and value).
+  Compared: TTFT, TPOT, E2E (mean, p50, p90, p99), output throughput; per-request values are kept for CDF
+  overlays (:mod:`validation.e2e_vllm`).
+- ``llmperf`` (aggregates only): the client replayed as it ran (:mod:`validation.llmperf_client`): 64 threads,
+  each re-sending its own seeded prompt until 64 completions are recorded, the unrecorded launch spread estimated
+  from the measured span and E2E distribution; token counts converted from the Llama-2 tokenizer's. Compared:
+  TTFT, ITL as LLMPerf defines it, E2E and throughput; the throughputs are fixed by construction (the spread is
+  fitted to the measured span) and reported as such, not judged. What the runs do not record (memory utilisation,
+  batching limits, prefix-cache state, TP) is swept by :func:`validation.e2e_llmperf.llmperf_sensitivity`.
 - ``agent-jct``: the measured run's trajectories are not public; the bundled ``datasets/swebench-verified``
   (mini-swe-agent + Gemini 3 Pro) stands in, closed loop with 64 in flight, the ``vllm`` preset.
 - ``mlperf``: not simulated (see :data:`SKIPPED_SOURCES`).
@@ -132,7 +131,12 @@ def alternatives(tables: dict[str, pd.DataFrame], catalog: str | Path | None = N
     for _, cell in sel.iterrows():
         if cell["gpu"] not in known:
             continue
-        one_kernel = _perf(cell["gpu"], cell["model"], cell["dtype"], int(cell["tp"]), catalog).needs_decode_contexts
+        try:
+            one_kernel = _perf(cell["gpu"], cell["model"], cell["dtype"], int(cell["tp"]),
+                               catalog).needs_decode_contexts
+        except ValueError as exc:  # a dtype or model the pricers cannot price: the cell is listed by run_all
+            rows.append({"cell_id": cell["cell_id"], "pricer": "roofline", "note": str(exc)})
+            continue
         for pricer in E2E_PRICERS[1:]:
             if pricer.endswith(":apart") and not one_kernel:
                 continue  # no tile form on this GPU: mixed attention is priced apart already
