@@ -160,7 +160,9 @@ def collect(fmt: str, path: str | os.PathLike[str], out_dir: str | os.PathLike[s
         raise CollectError(f"{p}: no {name} files found")
     if out_dir is not None:
         if result.n_programs == 0 and result.n_tool_calls == 0:
-            raise CollectError(f"{p}: nothing could be ingested ({len(result.skips)} file(s) skipped); "
+            why = "; ".join(f"{s.path}: {s.reason}" for s in result.skips[:3])
+            more = f"; and {len(result.skips) - 3} more" if len(result.skips) > 3 else ""
+            raise CollectError(f"{p}: nothing could be ingested ({len(result.skips)} file(s) skipped: {why}{more}); "
                                "no output written")
         write_trace(out_dir, result.trace)
     return result

@@ -18,7 +18,7 @@ import json
 import math
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,7 +28,7 @@ from scipy import stats
 
 from agentreplay.sim.tools_generative import FORMAT, VERSION, ClassDist, write_tool_model
 from agentreplay.trace.io import read_trace
-from validation.toolfit import CANDIDATES, MIN_N, MIX_MIN_N, SIGMA_FLOOR, ClassFit, fit_classes
+from validation.toolfit import CANDIDATES, MIN_CLASS_N, MIN_N, MIX_MIN_N, SIGMA_FLOOR, ClassFit, fit_classes
 
 Unit = Literal["turn", "call"]
 COLUMNS = ["trace", "source", "program_id", "task_id", "repo", "tool_class", "duration_s", "kind"]
@@ -87,6 +87,8 @@ class ToolFitResult:
     overall: ClassFit
     skipped: list[str]  #: classes with no positive duration (the sampler uses ``overall`` for them)
     durations: pd.DataFrame
+    #: classes with fewer than ``MIN_CLASS_N`` durations -> their count (pooled: the sampler uses ``overall``)
+    pooled: dict[str, int] = field(default_factory=dict)
 
 
 def fit_tools(trace_dirs: Sequence[str | Path], *, unit: Unit = "turn", kind: str | None = None) -> ToolFitResult:
@@ -96,6 +98,10 @@ def fit_tools(trace_dirs: Sequence[str | Path], *, unit: Unit = "turn", kind: st
     if data.empty:
         raise ValueError(f"no durations in {list(map(str, trace_dirs))} (unit={unit!r}, kind={kind!r})")
     fits, overall, skipped = fit_classes(data["tool_class"].to_numpy(), data["duration_s"].to_numpy())
+    counts = data["tool_class"].value_counts()
+    pooled = {str(c): int(n) for c, n in counts.sort_index().items() if n < MIN_CLASS_N}
+    fits = {c: f for c, f in fits.items() if c not in pooled}
+    skipped = [c for c in skipped if c not in pooled]
     label = ",".join(sorted(data["source"].unique())) + ":" + ",".join(sorted(data["kind"].unique()))
     provenance = {
         "inputs": [_input_provenance(Path(d), p) for d, p in zip(trace_dirs, parts, strict=True)],
@@ -103,10 +109,11 @@ def fit_tools(trace_dirs: Sequence[str | Path], *, unit: Unit = "turn", kind: st
         "fitter": "validation.toolfit", "candidates": list(CANDIDATES), "selection": "lowest AIC",
         "zero_model": "point mass p_zero at 0 s plus the family on the positive part",
         "min_n": MIN_N, "mix_min_n": MIX_MIN_N, "mix_sigma_floor": SIGMA_FLOOR, "unfitted_classes": skipped,
+        "min_class_n": MIN_CLASS_N, "pooled_classes": pooled,
     }
     model = {"format": FORMAT, "version": VERSION, "provenance": provenance, "default_source": label,
              "classes": {c: f.entry() for c, f in fits.items()}, "overall": overall.entry()}
-    return ToolFitResult(model, fits, overall, skipped, data)
+    return ToolFitResult(model, fits, overall, skipped, data, pooled)
 
 
 def write_model(result: ToolFitResult, path: str | Path) -> Path:
@@ -214,6 +221,22 @@ def plot_cdf(ax: Any, x: np.ndarray, dist: ClassDist) -> list[Any]:
     return arts
 
 
+def plot_too_few(ax: Any, x: np.ndarray, overall: ClassDist, name: str) -> list[Any]:
+    """A pooled class: its few durations as points on the ``overall`` model CDF, and a title that says so."""
+    pos = x[x > 0]
+    lo, hi = (float(pos.min()) / 10, float(pos.max()) * 10) if len(pos) else (1e-3, 1e3)
+    grid = np.geomspace(lo, hi, 400)
+    arts = ax.plot(grid, overall.cdf(grid), label=f"overall: {overall.family}")
+    if len(pos):
+        arts += ax.plot(pos, overall.cdf(pos), "o", label=f"{name} durations")
+    ax.set_xscale("log")
+    ax.set_xlabel("duration (s)")
+    ax.set_ylabel("CDF")
+    ax.set_title(f"{name}: too few samples (n = {len(x)} < {MIN_CLASS_N})\npooled with overall", fontsize=9)
+    ax.legend(loc="lower right", fontsize=8)
+    return arts
+
+
 def _md_table(df: pd.DataFrame) -> str:
     def cell(v: Any) -> str:
         if isinstance(v, float):
@@ -245,6 +268,19 @@ def write_report(result: ToolFitResult, out_dir: str | Path, *, comparison: pd.D
     if result.skipped:
         md += ["Not fitted (no positive duration; sampled from `overall`): "
                + ", ".join(result.skipped), ""]
+    if result.pooled:
+        md += [f"Too few samples for a model of their own (fewer than {MIN_CLASS_N} durations; pooled with "
+               "`overall`, which the simulator draws them from): "
+               + ", ".join(f"{c} (n = {n})" for c, n in result.pooled.items()), ""]
+        for c, n in result.pooled.items():
+            x = data.loc[data["tool_class"] == c, "duration_s"].to_numpy()
+            fig, ax = plt.subplots(figsize=(4.5, 4))
+            plot_too_few(ax, x, result.overall.dist(), c)
+            fig.tight_layout()
+            fig.savefig(out / f"cdf_{c}.png", dpi=90)
+            plt.close(fig)
+            md += [f"## {c}", "", f"n = {n}: too few samples (< {MIN_CLASS_N}), pooled with overall.", "",
+                   f"![CDF {c}](cdf_{c}.png)", ""]
     for c, f in [*result.fits.items(), ("overall", result.overall)]:
         x = data["duration_s"].to_numpy() if c == "overall" else \
             data.loc[data["tool_class"] == c, "duration_s"].to_numpy()

@@ -1,6 +1,7 @@
 """Typer application and the trace commands (collect, describe, query).
 
 Commands parse their options, call a plain function, and render what it returns; nothing here computes.
+Tables go through :func:`show`, which never cuts a value; every command that prints a table has ``--json``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 app = typer.Typer(
@@ -30,11 +32,54 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def show(table: Table) -> None:
+    """Print ``table`` without cutting any name or number.
+
+    Rich fits a table to the console width (80 columns when piped) by cutting cells with an ellipsis. Here,
+    piped output gets the table's natural width (one line per row, for grep and friends). On a terminal, a
+    column whose cells have no space (names, numbers) never wraps, the others wrap at spaces, and the table grows
+    past the terminal width rather than cut a word; whatever still does not fit is folded, never cut.
+    """
+    for col in table.columns:
+        col.overflow = "fold"
+        if col.width is None and not any(isinstance(c, str) and any(ch.isspace() for ch in c) for c in col.cells):
+            col.no_wrap = True
+    m = Measurement.get(console, console.options.update_width(1 << 16), table)
+    need = m.maximum if not console.is_terminal else max(console.width, m.minimum)
+    if need <= console.width:
+        console.print(table)
+        return
+    saved = console._width  # Console has a width setter but no way back to auto-detection
+    console.width = need
+    try:
+        console.print(table)
+    finally:
+        console._width = saved
+
+
+def _plain(x: object) -> object:
+    if isinstance(x, float) and x != x:
+        return None  # NaN: JSON has no such number
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if hasattr(x, "item"):  # numpy scalar
+        return _plain(x.item())  # type: ignore[attr-defined]
+    return x
+
+
+def print_json(data: object) -> None:
+    """``data`` as JSON on stdout (NaN as null, numpy scalars as numbers, anything else as its string)."""
+    console.print_json(json.dumps(_plain(data), default=str))
+
+
 @app.command()
 def collect(
     fmt: Annotated[str, typer.Argument(metavar="FORMAT", help="mini-swe-agent|claude-code|swe-agent|lmcache|auto")],
     path: Annotated[Path, typer.Argument(help="A native trace file or folder.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for programs/turns[/tool_calls].parquet")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder, replaced as a whole: programs.parquet, "
+                                      "turns.parquet and, where the format times tool calls, tool_calls.parquet.")],
     strict: Annotated[bool, typer.Option(help="Fail (exit 1, nothing written) if any file is skipped.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the ingest summary as JSON.")] = False,
 ) -> None:
@@ -42,28 +87,31 @@ def collect(
 
     Example: agentreplay collect mini-swe-agent ../shared/datasets/swebench-verified-mini-swe-agent/trajs --out OUT
     """
+    from agentreplay.outdir import OutputDirError, staged
     from collectors.base import CollectError
     from collectors.base import collect as run_collect
 
     try:
-        result = run_collect(fmt, path, out, strict=strict)
-    except CollectError as exc:
+        with staged(out, "trace") as tmp:
+            result = run_collect(fmt, path, tmp, strict=strict)
+    except (CollectError, OutputDirError) as exc:
         raise fail(str(exc)) from None
     summary = result.summary()
     if as_json:
-        console.print_json(json.dumps(summary))
+        print_json(summary)
         return
     table = Table(title=f"ingest summary ({summary['format']})", show_header=False)
     for key in ("files_read", "programs", "turns", "tool_calls", "input_tokens", "output_tokens"):
         table.add_row(key.replace("_", " "), f"{summary[key]:,}")
     table.add_row("files skipped", str(len(result.skips)))
-    console.print(table)
+    show(table)
     for note in result.notes:
-        console.print(f"[dim]note:[/] {note}")
+        console.print(f"[dim]note:[/] {escape(note)}")
     for skip in result.skips:
-        err.print(f"[yellow]skipped[/] {skip.path}: {skip.reason}")
+        err.print(f"[yellow]skipped[/] {escape(skip.path)}: {escape(skip.reason)}")
     console.print(f"wrote {out}/programs.parquet, {out}/turns.parquet"
-                  + (f", {out}/tool_calls.parquet" if result.trace.tool_calls is not None else ""))
+                  + (f", {out}/tool_calls.parquet" if result.trace.tool_calls is not None else ""),
+                  markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -83,7 +131,7 @@ def describe(
     except TraceError as exc:
         raise fail(str(exc)) from None
     if as_json:
-        console.print_json(json.dumps(card))
+        print_json(card)
         return
     head = Table(title=f"trace card: {trace_dir}", show_header=False)
     head.add_row("programs / turns", f"{card['programs']:,} / {card['turns']:,}")
@@ -94,14 +142,14 @@ def describe(
     head.add_row("input:output ratio", f"{card['input_output_ratio']:.1f}")
     head.add_row("reuse ratio (prompt tokens extending the previous context)", f"{card['reuse_ratio']:.3f}")
     head.add_row("shared-prefix share of prompt tokens", f"{card['shared_prefix_ratio']:.4f}")
-    console.print(head)
+    show(head)
     dist = Table(title="distributions")
     for col in ("", "mean", "p50", "p90", "p99", "max"):
         dist.add_column(col, justify="right")
     for key in ("turns_per_program", "input_tokens_per_turn", "output_tokens_per_turn", "input_tokens_per_program"):
         d = card[key]
         dist.add_row(key.replace("_", " "), *(f"{d[k]:,.0f}" for k in ("mean", "p50", "p90", "p99", "max")))
-    console.print(dist)
+    show(dist)
     tools = Table(title="tool classes (duration after the LLM call, seconds)")
     for col in ("class", "turns", "with duration", "mean", "p50", "p90", "p99", "max"):
         tools.add_column(col, justify="right")
@@ -109,19 +157,23 @@ def describe(
         d = card["tool_duration_s"].get(cls)
         cells = [f"{d[k]:.2f}" for k in ("mean", "p50", "p90", "p99", "max")] if d else ["-"] * 5
         tools.add_row(cls, f"{n:,}", f"{d['n']:,}" if d else "0", *cells)
-    console.print(tools)
+    show(tools)
     console.print(f"tool duration kinds: {card['tool_duration_kind']}")
 
 
 @app.command()
 def query(
-    sql: Annotated[str, typer.Argument(help="SQL; each NAME.parquet in --data is a table NAME.")],
-    data: Annotated[Path, typer.Option("--data", "-d", help="Folder of Parquet files.")] = Path("."),
+    sql: Annotated[str, typer.Argument(help="SQL over the folder's tables (each NAME.parquet is a view NAME).")],
+    data: Annotated[Path, typer.Option("--data", "-d", help="Folder of Parquet files, e.g. a simulate, compare or "
+                                       "sweep output: a compare folder's per-preset tables are stacked with a "
+                                       "'preset' column.")] = Path("."),
     as_json: Annotated[bool, typer.Option("--json", help="Print rows as JSON records.")] = False,
 ) -> None:
     """Run DuckDB SQL over the Parquet files of a folder.
 
     Example: agentreplay query "select tool_class, count(*) from turns group by 1" --data datasets/swebench-verified
+
+    Example: agentreplay query "select preset, avg(jct_s) from programs group by 1" --data out/cmp
     """
     import duckdb
 
@@ -138,11 +190,29 @@ def query(
     for col in df.columns:
         table.add_column(str(col))
     for row in df.itertuples(index=False):
-        table.add_row(*(str(v) for v in row))
-    console.print(table)
+        table.add_row(*(escape(str(v)) for v in row))
+    show(table)
+
+
+@app.callback()
+def _root() -> None:
+    """Replay real LLM-agent traces through a hardware-aware serving simulator and validate it."""
+
+
+def _name(info: typer.models.CommandInfo) -> str:
+    return info.name or info.callback.__name__.lower().replace("_", "-")  # typer's default command name
 
 
 def main() -> None:
+    """Console entry point. Typer builds the parameters of every registered command before it parses (about
+    0.1 s for all of them), so a run of one command keeps only that command; help and unknown names see all."""
+    import sys
+
+    name = sys.argv[1] if len(sys.argv) > 1 else ""
+    commands = [c for c in app.registered_commands if _name(c) == name]
+    groups = [g for g in app.registered_groups if g.name == name]
+    if commands or groups:
+        app.registered_commands, app.registered_groups = commands, groups
     app()
 
 
@@ -152,4 +222,3 @@ def _register() -> None:
 
 
 _register()
-

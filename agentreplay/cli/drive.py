@@ -12,7 +12,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
-from agentreplay.cli.app import app, console, err, fail
+from agentreplay.cli.app import app, console, err, fail, print_json, show
 
 
 def _ints(text: str | None, name: str) -> tuple[int, ...] | None:
@@ -51,21 +51,25 @@ def drive(
     tools: Annotated[str, typer.Option(help="Tool gaps: replay | fixed | scale (as in simulate).")] = "replay",
     tool_scale: Annotated[float, typer.Option(help="Multiplier for --tools scale.")] = 1.0,
     tool_fixed: Annotated[float, typer.Option(help="Seconds per gap for --tools fixed.")] = 1.0,
-    max_programs: Annotated[int | None, typer.Option(help="Drive only the first N programs.")] = None,
+    max_programs: Annotated[int | None, typer.Option(help="Drive only the first N programs. Default: all.")] = None,
     token_scale: Annotated[float, typer.Option(help="Scale every token count (small engines); output >= 1.")] = 1.0,
     model: Annotated[str | None, typer.Option(help="Served model name (default: first of /v1/models).")] = None,
     prompt_format: Annotated[str, typer.Option(help="auto | ids | text")] = "auto",
     timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds, streaming included.")] = 600.0,
     max_retries: Annotated[int, typer.Option(help="Retries per request (connection errors, 5xx).")] = 3,
     seed: Annotated[int, typer.Option(help="Seed for arrivals, tool model and prompt ids.")] = 0,
-    gpu: Annotated[str | None, typer.Option(help="GPU name to record in the cell (e.g. 'H100 SXM').")] = None,
-    tp: Annotated[int | None, typer.Option(help="Tensor-parallel degree to record in the cell.")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU name to record in the cell (e.g. 'H100 SXM'). Default: "
+                                                 "unrecorded.")] = None,
+    tp: Annotated[int | None, typer.Option(help="Tensor-parallel degree to record in the cell. Default: "
+                                                "unrecorded.")] = None,
     vocab_size: Annotated[int, typer.Option(help="Model vocabulary size; ids come from [1000, V-1000).")] = 32000,
     ignore_eos: Annotated[bool, typer.Option(help="Send ignore_eos (vLLM) to force output length.")] = True,
     min_tokens: Annotated[bool, typer.Option(help="Send min_tokens = max_tokens (vLLM).")] = True,
     return_token_ids: Annotated[bool, typer.Option(help="Ask for generated ids (vLLM return_token_ids).")] = True,
     metrics_interval: Annotated[float, typer.Option(help="Poll /metrics every S seconds (0: before/after).")] = 1.0,
     quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run's metrics as JSON (no progress bar).")]
+    = False,
 ) -> None:
     """Replay a trace's programs against a live completions endpoint; write the measured dataset.
 
@@ -90,7 +94,7 @@ def drive(
                     workload_label=trace.resolve().name)
     n = min(len(tr.programs), max_programs or len(tr.programs))
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, disable=quiet, transient=True) as bar:
+                  TimeElapsedColumn(), console=console, disable=quiet or as_json, transient=True) as bar:
         task = bar.add_task("programs", total=n)
         try:
             res = run_drive(endpoint, tr, cfg, out, tools=tool_cfg, options=opts,
@@ -101,6 +105,11 @@ def drive(
             written = getattr(exc, "partial_paths", None)
             raise fail(f"{exc}" + (f"\n(finished turns written to {out}, partial: true)" if written else "")) from None
     m = dict(zip(res.tables["metrics"]["metric"], res.tables["metrics"]["value"], strict=True))
+    if as_json:
+        print_json({"cell_id": res.tables["cells"]["cell_id"].iloc[0], "endpoint": res.info.endpoint,
+                    "model": res.info.model, "prompt_format": res.info.prompt_format, "turns": len(res.turns),
+                    "metrics": m, "notes": list(res.info.notes), "paths": {k: str(v) for k, v in res.paths.items()}})
+        return
     table = Table(title=f"live run: {res.tables['cells']['cell_id'].iloc[0]}", show_header=False)
     table.add_row("endpoint / model", f"{res.info.endpoint} / {res.info.model} ({res.info.prompt_format} prompts)")
     table.add_row("programs / turns", f"{int(m.get('completed_programs', 0)):,} / {len(res.turns):,}")
@@ -113,7 +122,7 @@ def drive(
     if "preemptions" in m:
         table.add_row("preemptions (engine)", f"{int(m['preemptions']):,}")
     table.add_row("retries", f"{int(m.get('retries_total', 0)):,}")
-    console.print(table)
+    show(table)
     for note in res.info.notes:
         console.print(f"[dim]note:[/] {note}")
     console.print(f"wrote {', '.join(str(p) for p in res.paths.values())}")
@@ -123,17 +132,22 @@ def drive(
 def drive_profile(
     endpoint: Annotated[str, typer.Option(help="Server base URL, e.g. http://localhost:8000 (no /v1).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder (measured cells + component).")],
-    prefill_sizes: Annotated[str | None, typer.Option(help="Prompt sizes, e.g. 16,128,512,2048.")] = None,
-    batch_sizes: Annotated[str | None, typer.Option(help="Decode batch sizes, e.g. 1,2,4,8,16.")] = None,
-    contexts: Annotated[str | None, typer.Option(help="Decode contexts in tokens, e.g. 128,1024.")] = None,
-    decode_tokens: Annotated[int | None, typer.Option(help="Output tokens per decode stream.")] = None,
-    repeats: Annotated[int | None, typer.Option(help="Requests per prefill size (median).")] = None,
+    prefill_sizes: Annotated[str | None, typer.Option(help="Prompt sizes in tokens, comma-separated. Default: "
+                                                           "16,128,512,1024,2048,4096,8192.")] = None,
+    batch_sizes: Annotated[str | None, typer.Option(help="Decode batch sizes, comma-separated. Default: "
+                                                         "1,2,4,8,16,32,64.")] = None,
+    contexts: Annotated[str | None, typer.Option(help="Decode contexts in tokens, comma-separated. Default: "
+                                                      "128,1024,4096.")] = None,
+    decode_tokens: Annotated[int | None, typer.Option(help="Output tokens per decode stream. Default: 64.")] = None,
+    repeats: Annotated[int | None, typer.Option(help="Requests per prefill size (median). Default: 3.")] = None,
     model: Annotated[str | None, typer.Option(help="Served model name (default: first of /v1/models).")] = None,
     prompt_format: Annotated[str, typer.Option(help="auto | ids | text")] = "auto",
     timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 600.0,
-    gpu: Annotated[str | None, typer.Option(help="GPU name to record in the cell.")] = None,
-    tp: Annotated[int | None, typer.Option(help="Tensor-parallel degree to record in the cell.")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU name to record in the cell. Default: unrecorded.")] = None,
+    tp: Annotated[int | None, typer.Option(help="Tensor-parallel degree to record in the cell. Default: "
+                                                "unrecorded.")] = None,
     vocab_size: Annotated[int, typer.Option(help="Model vocabulary size.")] = 32000,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the measured iterations as JSON.")] = False,
 ) -> None:
     """Measure a live engine's prefill and decode iteration times into the measured ``component`` table.
 
@@ -160,12 +174,16 @@ def drive_profile(
     except DriveError as exc:
         raise fail(str(exc)) from None
     comp = res.tables["component"]
+    if as_json:
+        print_json({"cell_id": res.tables["cells"]["cell_id"].iloc[0], "component": comp.to_dict(orient="records"),
+                    "skipped": [str(x) for x in res.skipped], "paths": {k: str(v) for k, v in res.paths.items()}})
+        return
     table = Table(title=f"iteration profile: {res.tables['cells']['cell_id'].iloc[0]}")
     for col in ("op", "batch", "tokens", "context", "ms"):
         table.add_column(col, justify="right")
     for r in comp.itertuples(index=False):
         table.add_row(r.op, str(r.batch_size), str(r.num_tokens), str(r.context_tokens), f"{r.seconds * 1e3:.2f}")
-    console.print(table)
+    show(table)
     for s in res.skipped:
         console.print(f"[dim]skipped:[/] {s}")
     console.print(f"wrote {', '.join(str(p) for p in res.paths.values())}")

@@ -6,10 +6,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.markup import escape
 from rich.table import Table
 
-from agentreplay.cli.app import app, console, fail
+from agentreplay.cli import options as o
+from agentreplay.cli.app import app, console, fail, print_json, show
 
 
 def build_config(config: Path | None, overrides: dict[str, dict[str, Any]], preset: str | None = None) -> Any:
@@ -58,12 +59,30 @@ def common_overrides(gpu: str | None, model: str | None, dtype: str | None, tp: 
     }
 
 
-def print_summary(s: dict[str, Any], title: str = "simulation summary") -> None:
-    table = Table(title=title, show_header=False)
+def cluster_lines(s: dict[str, Any], plans: list[Any] | None = None) -> list[str]:
+    """One line per group of identical instances (GPU, TP, dtype, KV blocks, batching limits)."""
     c = s["cluster"]
-    table.add_row("cluster", f"{c['instances']} x {c['model']} {c['dtype']} on {c['tp']}x {c['gpu']}, "
-                             f"{c['num_gpu_blocks']:,} KV blocks/instance ({c['kv_blocks_from']}), "
-                             f"max_num_seqs {c['max_num_seqs']}, max_num_batched_tokens {c['max_num_batched_tokens']}")
+    per = c.get("per_instance") or [{"gpu": c["gpu"], "tp": c["tp"], "dtype": c["dtype"],
+                                      "num_gpu_blocks": c["num_gpu_blocks"]}] * int(c["instances"])
+    groups: list[list[Any]] = []
+    for i, inst in enumerate(per):
+        seqs, tokens = ((plans[i].max_num_seqs, plans[i].max_num_batched_tokens) if plans
+                        else (c["max_num_seqs"], c["max_num_batched_tokens"]))
+        key = (inst["gpu"], inst["tp"], inst["dtype"], inst["num_gpu_blocks"], seqs, tokens)
+        if groups and groups[-1][0] == key:
+            groups[-1][1] += 1
+        else:
+            groups.append([key, 1])
+    return [f"{n} x {c['model']} {dtype} on {tp}x {gpu}, {blocks:,} KV blocks/instance ({c['kv_blocks_from']}), "
+            f"max_num_seqs {seqs}, max_num_batched_tokens {tokens}"
+            for (gpu, tp, dtype, blocks, seqs, tokens), n in groups]
+
+
+def print_summary(s: dict[str, Any], title: str = "simulation summary", plans: list[Any] | None = None) -> None:
+    table = Table(title=title, show_header=False)
+    table.add_column("figure", overflow="fold")
+    table.add_column("value", overflow="fold")
+    table.add_row("cluster", "\n".join(cluster_lines(s, plans)))
     table.add_row("programs / turns", f"{s['programs']:,} / {s['turns']:,}")
     table.add_row("makespan", f"{s['makespan_s']:,.1f} s")
     for key, label in (("jct_s", "JCT"), ("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("queued_s", "queueing")):
@@ -82,62 +101,70 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary") -> None:
                                   f"retention {p['retention']}")
         table.add_row("affinity breaks / KV bytes moved", f"{s['affinity_breaks']:,} / "
                                                           f"{s['bytes_moved_total'] / 1e9:,.1f} GB")
-    console.print(table)
+    for f in s.get("findings", []):
+        table.add_row(f"[bold yellow]{f['kind']}[/]", escape(f["message"]))
+    show(table)
+
+
+def findings(result: Any, trace: Any) -> list[dict[str, Any]]:
+    """Saturation / reuse findings of a run (:mod:`agentreplay.sim.diagnose`), as dicts for summary.json."""
+    from agentreplay.sim.diagnose import diagnose, reusable_tokens
+
+    reusable = reusable_tokens(trace.turns, result.turns, result.config.workload.reuse_scale)
+    return [f.as_dict() for f in diagnose(result.summary, result.turns, reusable)]
 
 
 @app.command()
 def simulate(
-    trace: Annotated[Path, typer.Option("--trace", "-t", help="Canonical trace folder.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")],
-    preset: Annotated[str | None, typer.Option(help="vllm | sglang | autellix | continuum | infercept | "
-                                                    "lmcache-offload | agent-affinity")] = None,
-    gpu: Annotated[str | None, typer.Option(help="GPU catalog name (see `agentreplay catalog`).")] = None,
-    model: Annotated[str | None, typer.Option(help="Model catalog name.")] = None,
-    dtype: Annotated[str | None, typer.Option(help="bf16 | fp8")] = None,
-    perf: Annotated[str | None, typer.Option(help="Iteration pricer: roofline | refined | table.")] = None,
-    mixed_attention: Annotated[str | None, typer.Option(help="one_kernel (default: a prefill + decode iteration's "
-                                                             "attention as vLLM's one FlashAttention-2 kernel) | "
-                                                             "apart.")] = None,
-    tp: Annotated[int | None, typer.Option(help="Tensor-parallel degree.")] = None,
-    instances: Annotated[int | None, typer.Option(help="Number of instances.")] = None,
-    group: Annotated[list[str] | None, typer.Option(help="Heterogeneous cluster: GPU:TP:COUNT[:DTYPE], repeatable "
-                                                         "(e.g. --group h100-sxm:1:2 --group a100-80gb:2:1).")]
-    = None,
-    router: Annotated[str | None, typer.Option(help="round-robin | least-loaded | session-affinity | cache-aware "
-                                                    "| autellix")] = None,
-    arrival: Annotated[str | None, typer.Option(help="closed | poisson | trace")] = None,
-    concurrency: Annotated[int | None, typer.Option(help="Programs in flight (closed loop).")] = None,
-    rate: Annotated[float | None, typer.Option(help="Programs per second (poisson).")] = None,
-    max_programs: Annotated[int | None, typer.Option(help="Replay only the first N programs.")] = None,
-    tools: Annotated[str | None, typer.Option(help="replay | fixed | scale | generative")] = None,
-    tool_scale: Annotated[float | None, typer.Option(help="Multiplier for --tools scale / generative.")] = None,
-    tool_fixed: Annotated[float | None, typer.Option(help="Seconds per gap for --tools fixed.")] = None,
-    tool_model: Annotated[Path | None, typer.Option(help="Tool model JSON (fit-tools); implies generative.")] = None,
-    num_gpu_blocks: Annotated[int | None, typer.Option(help="KV blocks per instance (overrides memory model).")] = None,
-    max_num_seqs: Annotated[int | None, typer.Option(help="vLLM max_num_seqs.")] = None,
-    max_num_batched_tokens: Annotated[int | None, typer.Option(help="vLLM max_num_batched_tokens.")] = None,
-    queue: Annotated[str | None, typer.Option(help="fcfs | program-fcfs | plas | continuum")] = None,
-    victim: Annotated[str | None, typer.Option(help="most-recent | lowest-priority | age-aware")] = None,
-    retention: Annotated[str | None, typer.Option(help="lru | evict | ttl | continuum | offload | infercept | "
-                                                       "oracle")] = None,
-    ttl: Annotated[float | None, typer.Option(help="Pin length for --retention ttl (s).")] = None,
-    dram_gib: Annotated[float | None, typer.Option(help="Host DRAM tier per instance (GiB).")] = None,
-    cxl_gib: Annotated[float | None, typer.Option(help="CXL tier per instance (GiB).")] = None,
-    inter_instance_gbps: Annotated[float | None, typer.Option(help="KV transfer bandwidth between instances.")]
-    = None,
-    decision_log: Annotated[bool | None, typer.Option("--decision-log/--no-decision-log",
-                                                      help="Write decisions.jsonl.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Random seed.")] = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="TOML config; options override it.")] = None,
+    trace: o.Trace,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder, replaced as a whole: turns / programs / "
+                                      "instances.parquet, summary.json, config.toml (and decisions.jsonl).")],
+    preset: o.Preset = None,
+    gpu: o.Gpu = None,
+    model: o.Model = None,
+    dtype: o.Dtype = None,
+    perf: o.Perf = None,
+    mixed_attention: o.MixedAttention = None,
+    tp: o.Tp = None,
+    instances: o.Instances = None,
+    group: o.Group = None,
+    router: o.Router = None,
+    arrival: o.Arrival = None,
+    concurrency: o.Concurrency = None,
+    rate: o.Rate = None,
+    max_programs: o.MaxPrograms = None,
+    tools: o.Tools = None,
+    tool_scale: o.ToolScale = None,
+    tool_fixed: o.ToolFixed = None,
+    tool_model: o.ToolModel = None,
+    num_gpu_blocks: o.NumGpuBlocks = None,
+    max_num_seqs: o.MaxNumSeqs = None,
+    max_num_batched_tokens: o.MaxNumBatchedTokens = None,
+    queue: o.Queue = None,
+    victim: o.Victim = None,
+    retention: o.Retention = None,
+    ttl: o.Ttl = None,
+    dram_gib: o.DramGib = None,
+    cxl_gib: o.CxlGib = None,
+    inter_instance_gbps: o.InterInstanceGbps = None,
+    decision_log: o.DecisionLog = None,
+    seed: o.Seed = None,
+    config: o.Config = None,
     quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+    as_json: o.Json = False,
 ) -> None:
     """Replay a trace on a simulated cluster; write turns/programs/instances.parquet, summary.json, config.toml.
+
+    The summary says when the run is saturated (queueing dominates TTFT) or prefix reuse collapsed, with the
+    figures (thresholds: agentreplay.sim.diagnose).
 
     Example: agentreplay simulate --trace datasets/swebench-verified --gpu h100-sxm --model llama-3.1-8b
     --concurrency 64 --out out/sim
     """
+    from agentreplay.outdir import OutputDirError, staged
     from agentreplay.sim import CapacityError
     from agentreplay.sim import simulate as run_simulate
+    from agentreplay.sim.run import plan_cluster
     from agentreplay.trace.io import TraceError, read_trace
 
     cfg = build_config(config, common_overrides(
@@ -149,36 +176,67 @@ def simulate(
     except TraceError as exc:
         raise fail(str(exc)) from None
     try:
-        with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console, disable=quiet, transient=True) as bar:
-            task = bar.add_task("programs", total=tr.programs.shape[0])
-            result = run_simulate(tr, cfg, progress=lambda done, total: bar.update(task, completed=done, total=total))
-    except (CapacityError, ValueError, OSError) as exc:
+        with staged(out, "simulate") as tmp:
+            if quiet or as_json:
+                result = run_simulate(tr, cfg)
+            else:
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+                with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                              TimeElapsedColumn(), console=console, transient=True) as bar:
+                    task = bar.add_task("programs", total=tr.programs.shape[0])
+                    result = run_simulate(tr, cfg, progress=lambda done, total: bar.update(
+                        task, completed=done, total=total))
+            result.summary["findings"] = findings(result, tr)
+            result.write(tmp)
+    except (CapacityError, OutputDirError, ValueError, OSError) as exc:
         raise fail(str(exc)) from None
-    result.write(out)
-    print_summary(result.summary)
-    console.print(f"wrote {out}/turns.parquet, programs.parquet, instances.parquet, summary.json, config.toml")
+    if as_json:
+        print_json(result.summary)
+        return
+    print_summary(result.summary, plans=plan_cluster(result.config))
+    console.print(f"wrote {out}/turns.parquet, programs.parquet, instances.parquet, summary.json, config.toml"
+                  + (", decisions.jsonl" if result.decisions is not None else ""), markup=False, soft_wrap=True)
 
 
 @app.command()
-def catalog() -> None:
-    """List the GPUs and models the performance model knows, with their key numbers."""
+def catalog(as_json: o.Json = False) -> None:
+    """List the GPUs and models the performance model knows, with their key numbers.
+
+    Example: agentreplay catalog --json
+    """
     from agentreplay.perf import list_gpus, list_models, load_gpu, load_model
 
-    gt = Table(title="GPUs")
-    for col in ("name", "memory GiB", "HBM GB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "interconnect GB/s"):
-        gt.add_column(col, justify="right")
+    gpus = []
     for name in list_gpus():
         g = load_gpu(name)
-        gt.add_row(name, f"{g.memory_gib:g}", f"{g.mem_bandwidth_gbps:,.0f}", f"{g.bf16_tflops:g}",
-                   f"{g.fp8_tflops:g}" if g.has_fp8 else "-", f"{g.interconnect} {g.interconnect_bw_gbps:g}")
-    console.print(gt)
-    mt = Table(title="models")
-    for col in ("name", "params (B)", "layers", "hidden", "heads / kv", "experts (active)", "KV bytes/token bf16"):
-        mt.add_column(col, justify="right")
+        gpus.append({"name": name, "memory_gib": g.memory_gib, "hbm_gbps": g.mem_bandwidth_gbps,
+                     "bf16_tflops": g.bf16_tflops, "fp8_tflops": g.fp8_tflops if g.has_fp8 else None,
+                     "interconnect": g.interconnect, "interconnect_gbps": g.interconnect_bw_gbps})
+    models = []
     for name in list_models():
         m = load_model(name)
-        experts = f"{m.num_experts} ({m.experts_per_token})" if m.is_moe else "-"
-        mt.add_row(name, f"{m.param_count() / 1e9:.2f}", str(m.num_hidden_layers), str(m.hidden_size),
-                   f"{m.num_attention_heads} / {m.num_key_value_heads}", experts, f"{m.kv_bytes_per_token('bf16'):,}")
-    console.print(mt)
+        models.append({"name": name, "params_b": m.param_count() / 1e9, "layers": m.num_hidden_layers,
+                       "hidden": m.hidden_size, "heads": m.num_attention_heads, "kv_heads": m.num_key_value_heads,
+                       "experts": m.num_experts if m.is_moe else None,
+                       "experts_per_token": m.experts_per_token if m.is_moe else None,
+                       "kv_bytes_per_token_bf16": m.kv_bytes_per_token("bf16")})
+    if as_json:
+        print_json({"gpus": gpus, "models": models})
+        return
+    gt = Table(title="GPUs")
+    for col in ("name", "memory GiB", "HBM GB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "interconnect GB/s"):
+        gt.add_column(col, justify="left" if col == "name" else "right")
+    for g in gpus:
+        gt.add_row(g["name"], f"{g['memory_gib']:g}", f"{g['hbm_gbps']:,.0f}", f"{g['bf16_tflops']:g}",
+                   "-" if g["fp8_tflops"] is None else f"{g['fp8_tflops']:g}",
+                   f"{g['interconnect']} {g['interconnect_gbps']:g}")
+    show(gt)
+    mt = Table(title="models")
+    for col in ("name", "params (B)", "layers", "hidden", "heads / kv", "experts (active)", "KV bytes/token bf16"):
+        mt.add_column(col, justify="left" if col == "name" else "right")
+    for m in models:
+        experts = f"{m['experts']} ({m['experts_per_token']})" if m["experts"] else "-"
+        mt.add_row(m["name"], f"{m['params_b']:.2f}", str(m["layers"]), str(m["hidden"]),
+                   f"{m['heads']} / {m['kv_heads']}", experts, f"{m['kv_bytes_per_token_bf16']:,}")
+    show(mt)

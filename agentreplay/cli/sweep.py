@@ -17,9 +17,10 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from agentreplay.cli.app import app, console, err, fail
+from agentreplay.cli.app import app, console, err, fail, print_json, show
 
-report_app = typer.Typer(name="report", help="Render reports from output folders.", no_args_is_help=True)
+report_app = typer.Typer(name="report", no_args_is_help=True, help="Render reports from output folders.\n\n"
+                         "Example: agentreplay report sweep out/sweep-small")
 app.add_typer(report_app, name="report")
 
 
@@ -33,7 +34,7 @@ class _ProgressBar:
 
     def start(self, total: int, skipped: int, todo: int) -> None:
         if skipped:
-            console.print(f"{skipped} of {total} cells already done in the output folder: skipped")
+            err.print(f"{skipped} of {total} cells already done in the output folder: skipped")
         self._task = self._progress.add_task("cells", total=todo, failed=0)
 
     def retry(self, cell: Any, error: str) -> None:
@@ -51,14 +52,17 @@ class _ProgressBar:
 def sweep(
     spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Sweep spec TOML (\\[sweep], \\[base], "
                                               "\\[grid], \\[\\[zip]]; see examples/sweep-small.toml).")],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (results/, sweep.json).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (results/, sweep.json); required "
+                                             "except with --dry-run. Default: none.")] = None,
     workers: Annotated[int | None, typer.Option(help="Local worker processes (default: one per CPU).")] = None,
     scheduler_address: Annotated[str | None, typer.Option(
         help="Run on a Dask distributed cluster, e.g. tcp://10.0.0.5:8786 (workers need agentreplay installed "
-             "and the trace path readable).")] = None,
+             "and the trace path readable). Default: a local process pool.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List the cells (and which are done); run nothing.")]
     = False,
     quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the cell list (--dry-run) or the outcome as JSON "
+                                          "(no progress bar).")] = False,
 ) -> None:
     """Run every cell of a parameter sweep and stream one row per cell to OUT/results/ (Parquet).
 
@@ -69,6 +73,7 @@ def sweep(
 
     Then: agentreplay query "select label, jct_mean_s from results order by 2" --data out/sweep-small
     """
+    from agentreplay.outdir import OutputDirError, check, mark
     from agentreplay.sweep import SpecError, load_spec, make_executor, run_sweep
     from agentreplay.sweep.store import ResultStore
 
@@ -78,15 +83,23 @@ def sweep(
         raise fail(escape(str(exc))) from None
     if dry_run:
         status = ResultStore(out / "results", spec.params).status if out and (out / "results").is_dir() else {}
+        if as_json:
+            print_json([{"cell_id": c.cell_id, "label": c.label, "seed": c.seed, "on_disk": status.get(c.cell_id)}
+                        for c in spec.cells])
+            return
         table = Table(title=f"{len(spec.cells)} cells, trace {spec.trace}")
         for col in ("cell_id", "label", "seed", "on disk"):
             table.add_column(col)
         for c in spec.cells:
             table.add_row(c.cell_id, escape(c.label), str(c.seed), status.get(c.cell_id, "-"))
-        console.print(table)
+        show(table)
         return
     if out is None:
         raise fail("--out is required (except with --dry-run)")
+    try:  # a sweep writes its folder in place (cell by cell, resumable), so it claims it instead of staging
+        check(out, "sweep")
+    except OutputDirError as exc:
+        raise fail(str(exc)) from None
     if workers is not None and workers < 1:
         raise fail(f"--workers {workers} is invalid: >= 1")
     if workers is not None and scheduler_address:
@@ -95,19 +108,28 @@ def sweep(
         executor = make_executor(workers, scheduler_address)
     except (OSError, TimeoutError, ValueError) as exc:
         raise fail(escape(f"cannot start the executor ({scheduler_address or 'local pool'}): {exc}")) from None
-    console.print(f"sweep: {len(spec.cells)} cells on {executor.description}")
+    (err if as_json else console).print(f"sweep: {len(spec.cells)} cells on {executor.description}")
     with executor, Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                             MofNCompleteColumn(), TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(),
-                            TextColumn("ETA"), TimeRemainingColumn(), console=console, disable=quiet) as bar:
+                            TextColumn("ETA"), TimeRemainingColumn(), console=console,
+                            disable=quiet or as_json) as bar:
         try:
             outcome = run_sweep(spec, out, executor, progress=_ProgressBar(bar))
         except SpecError as exc:
             raise fail(escape(str(exc))) from None
+        finally:
+            if out.is_dir():
+                mark(out, "sweep")
+    if as_json:
+        print_json({"cells": outcome.total, "skipped": outcome.skipped, "ok": outcome.ok, "failed": outcome.failed,
+                    "retried": outcome.retried, "wall_s": outcome.wall_s, "out": str(out),
+                    "failures": outcome.failures})
+        raise typer.Exit(outcome.exit_code)
     table = Table(title=f"sweep {spec_path}", show_header=False)
     table.add_row("cells", f"{outcome.total:,} ({outcome.skipped:,} already done)")
     table.add_row("run now", f"{outcome.ok:,} ok, {outcome.failed:,} failed, {outcome.retried:,} retried")
     table.add_row("wall time", f"{outcome.wall_s:,.1f} s")
-    console.print(table)
+    show(table)
     console.print(f"wrote {out}/results/ (query: agentreplay query \"select * from results\" --data {out}), "
                   f"{out}/sweep.json, {out}/base-config.toml")
     if outcome.failed:

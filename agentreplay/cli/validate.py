@@ -76,12 +76,14 @@ def validate(
 
     Example: agentreplay validate --out reports/validation
     """
+    from agentreplay.outdir import staged
     from validation.validate import run
 
-    try:
-        s = run(out, [str(p) for p in measured or []], defaults=not no_defaults, quick=quick, catalog=catalog,
-                live_paths=live)
-    except ValueError as exc:
+    try:  # staged: a run that fails (e.g. no measured cell) leaves no folder behind, a rerun no stale figure
+        with staged(out, "validate") as tmp:
+            s = run(tmp, [str(p) for p in measured or []], defaults=not no_defaults, quick=quick, catalog=catalog,
+                    live_paths=live)
+    except ValueError as exc:  # OutputDirError (a folder agentreplay did not write) is a ValueError
         raise fail(str(exc)) from None
     e2e = s.get("end_to_end", {})
     table = Table(title="end-to-end cells, misses first (worst judged metric, signed error %)")

@@ -1,0 +1,97 @@
+"""Options shared by ``simulate`` and ``compare``: one definition each, help text with unit and default.
+
+Choice lists come from the configuration's ``Literal`` types and the preset registry, and each default is read
+from the configuration dataclasses, so help cannot drift from what the simulator accepts. An option left unset
+keeps the value of the ``--config`` file, or else the default shown. Help text must not contain square
+brackets (rich markup).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, get_args
+
+import typer
+
+from agentreplay.policy.presets import PRESETS
+from agentreplay.sim import config as C
+
+_DEFAULTS = C.SimConfig()
+
+
+def choices(literal: Any) -> str:
+    """``a | b | c`` from a ``Literal`` type."""
+    return " | ".join(get_args(literal))
+
+
+def default(section: str, name: str, unit: str = "") -> str:
+    """``Default: VALUE UNIT.``, the configuration dataclass's default for ``section.name``."""
+    value = getattr(getattr(_DEFAULTS, section), name)
+    return f"Default: {value}{' ' + unit if unit else ''}."
+
+
+def _opt(help_text: str, *names: str) -> Any:
+    return typer.Option(*names, help=help_text)
+
+
+Trace = Annotated[Path, _opt("Canonical trace folder (programs.parquet, turns.parquet).", "--trace", "-t")]
+Gpu = Annotated[str | None, _opt(f"GPU catalog name (see `agentreplay catalog`). {default('hardware', 'gpu')}")]
+Model = Annotated[str | None, _opt(f"Model catalog name (see `agentreplay catalog`). "
+                                   f"{default('hardware', 'model')}")]
+Dtype = Annotated[str | None, _opt(f"Weight and KV dtype: {choices(C.Dtype)}. {default('hardware', 'dtype')}")]
+Perf = Annotated[str | None, _opt(f"Iteration pricer: {choices(C.PerfName)}. {default('hardware', 'perf')}")]
+MixedAttention = Annotated[str | None, _opt(
+    f"Attention of an iteration mixing prefill and decode: {choices(C.MixedAttention)} (one_kernel: vLLM's one "
+    f"FlashAttention-2 kernel; apart: the two parts priced separately). {default('hardware', 'mixed_attention')}")]
+Tp = Annotated[int | None, _opt(f"Tensor-parallel degree, GPUs per instance (1, 2, 4, 8, 16). "
+                                f"{default('hardware', 'tp')}")]
+Instances = Annotated[int | None, _opt(f"Number of identical instances (data-parallel replicas). "
+                                       f"{default('hardware', 'instances')}")]
+Group = Annotated[list[str] | None, _opt(
+    "Heterogeneous cluster: GPU:TP:COUNT or GPU:TP:COUNT:DTYPE, repeatable (e.g. --group h100-sxm:1:2 --group "
+    "a100-80gb:2:1); replaces --gpu, --tp and --instances. Default: none.")]
+Router = Annotated[str | None, _opt(f"Router: {choices(C.RouterName)}. {default('router', 'policy')}")]
+Arrival = Annotated[str | None, _opt(f"Program arrivals: {choices(C.Arrival)} (closed: --concurrency in flight; "
+                                     f"poisson: --rate; trace: the trace's arrival_s). "
+                                     f"{default('workload', 'arrival')}")]
+Concurrency = Annotated[int | None, _opt(f"Programs in flight, closed loop. {default('workload', 'concurrency')}")]
+Rate = Annotated[float | None, _opt(f"Program arrival rate, programs per second (poisson). "
+                                    f"{default('workload', 'rate_per_s')}")]
+MaxPrograms = Annotated[int | None, _opt("Replay only the first N programs of the trace. Default: all.")]
+Tools = Annotated[str | None, _opt(f"Tool gaps: {choices(C.ToolMode)} (generative: drawn from --tool-model). "
+                                   f"{default('tools', 'mode')}")]
+ToolScale = Annotated[float | None, _opt(f"Multiplier of every tool gap for --tools scale or generative. "
+                                         f"{default('tools', 'scale')}")]
+ToolFixed = Annotated[float | None, _opt(f"Seconds per tool gap for --tools fixed. {default('tools', 'fixed_s', 's')}")]
+ToolModel = Annotated[Path | None, _opt("Tool-model JSON written by fit-tools; implies --tools generative. "
+                                        "Default: none.")]
+NumGpuBlocks = Annotated[int | None, _opt(
+    f"KV blocks per instance, {_DEFAULTS.cache.block_size} tokens each (overrides the memory model). Default: "
+    f"from GPU memory x {_DEFAULTS.cache.gpu_memory_utilization} - weights - activations.")]
+MaxNumSeqs = Annotated[int | None, _opt(
+    "vLLM max_num_seqs: running sequences per instance. Default: vLLM's, 1024 on GPUs with 70 GiB or more "
+    "(not A100), else 256.")]
+MaxNumBatchedTokens = Annotated[int | None, _opt(
+    "vLLM max_num_batched_tokens: prompt + decode tokens per iteration (chunked prefill). Default: vLLM's, 8192 on "
+    "GPUs with 70 GiB or more (not A100), else 2048.")]
+Preset = Annotated[str | None, _opt(f"Policy preset: {' | '.join(PRESETS)}; options given explicitly override it. "
+                                    "Default: none (the policies below).")]
+Queue = Annotated[str | None, _opt(f"Waiting-queue order: {choices(C.QueueName)}. {default('policy', 'queue')}")]
+Victim = Annotated[str | None, _opt(f"Preemption victim: {choices(C.VictimName)}. {default('policy', 'victim')}")]
+Retention = Annotated[str | None, _opt(f"KV retention during a tool gap: {choices(C.RetentionName)}. "
+                                       f"{default('policy', 'retention')}")]
+Ttl = Annotated[float | None, _opt(f"Pin length for --retention ttl, seconds. {default('policy', 'ttl_s', 's')}")]
+DramGib = Annotated[float | None, _opt(f"Host DRAM tier for KV per instance, GiB (0: none). "
+                                       f"{default('tiers', 'dram_gib', 'GiB')}")]
+CxlGib = Annotated[float | None, _opt(f"CXL tier for KV per instance, GiB (0: none). "
+                                      f"{default('tiers', 'cxl_gib', 'GiB')}")]
+InterInstanceGbps = Annotated[float | None, _opt(
+    f"KV transfer bandwidth between instances when a program moves, GB/s (0: the new instance re-prefills). "
+    f"{default('router', 'inter_instance_gbps', 'GB/s')}")]
+DecisionLog = Annotated[bool | None, _opt(f"Write decisions.jsonl (router, admission, preemption and retention "
+                                          f"decisions). {default('policy', 'decision_log')}",
+                                          "--decision-log/--no-decision-log")]
+Seed = Annotated[int | None, _opt(f"Random seed (arrivals, generative tools). Default: {_DEFAULTS.seed}.")]
+Config = Annotated[Path | None, _opt("Simulation config TOML; options given override it. Default: none (the "
+                                     "defaults shown).", "--config", "-c")]
+Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON instead of tables (no progress bar).")]

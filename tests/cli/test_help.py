@@ -1,0 +1,114 @@
+"""Every command's --help renders, and every option says what it is and what it defaults to (issue 17: 1, 9)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, get_args
+
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from agentreplay.cli import app
+from agentreplay.policy.presets import PRESETS
+from agentreplay.sim import config as C
+
+runner = CliRunner()
+
+
+def _walk(cmd: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """(path, command) for the click command typer builds and every subcommand (typer vendors its own click, so
+    groups are recognised by their ``commands``)."""
+    out = [(path, cmd)]
+    if hasattr(cmd, "commands"):
+        for name, sub in cmd.commands.items():
+            out += _walk(sub, (*path, name))
+    return out
+
+
+COMMANDS = _walk(typer.main.get_command(app))
+
+
+def test_the_walk_finds_every_command() -> None:
+    names = {" ".join(p) for p, _ in COMMANDS}
+    assert {"collect", "simulate", "compare", "catalog", "report", "report sweep", "fit-tools", "drive-profile",
+            "validate", "sweep", "synth", "query", "describe"} <= names
+
+
+@pytest.mark.parametrize("path", [p for p, _ in COMMANDS], ids=lambda p: " ".join(p) or "agentreplay")
+def test_help_renders(path: tuple[str, ...]) -> None:
+    res = runner.invoke(app, [*path, "--help"])
+    assert res.exit_code == 0, f"{' '.join(path)} --help: {res.output}\n{res.exception!r}"
+    assert "Usage" in res.output and len(res.output.strip()) > 100
+
+
+def _options() -> list[tuple[str, Any]]:
+    return [(" ".join(p), o) for p, c in COMMANDS for o in c.params
+            if o.param_type_name == "option" and o.name != "help"]
+
+
+#: Options of agentreplay/cli/validate.py, which the validation owner edits: help present, default not yet stated.
+NO_DEFAULT_YET = {"calibrate --out", "calibrate --measured", "validate --measured"}
+
+
+def test_every_option_has_help_and_states_its_default() -> None:
+    missing, no_default = [], []
+    for cmd, opt in _options():
+        text = (opt.help or "").strip()
+        if not text:
+            missing.append(f"{cmd} {opt.opts[0]}")
+            continue
+        shown = opt.default is not None and opt.show_default is not False
+        if not (opt.is_flag or opt.required or shown or "default" in text.lower()
+                or f"{cmd} {opt.opts[0]}" in NO_DEFAULT_YET):
+            no_default.append(f"{cmd} {opt.opts[0]}")
+    assert not missing, f"options without help: {missing}"
+    assert not no_default, f"options whose help does not state the default: {no_default}"
+
+
+def test_policy_choices_in_help_come_from_the_config_literals() -> None:
+    sim = dict(_options_of("simulate"))
+    for opt, lit in (("--router", C.RouterName), ("--queue", C.QueueName), ("--victim", C.VictimName),
+                     ("--retention", C.RetentionName), ("--arrival", C.Arrival), ("--tools", C.ToolMode),
+                     ("--perf", C.PerfName), ("--dtype", C.Dtype)):
+        assert " | ".join(get_args(lit)) in sim[opt].help, opt
+    assert all(p in sim["--preset"].help for p in PRESETS)
+    assert f"Default: {C.RouterConfig().policy}." in sim["--router"].help
+
+
+def _options_of(command: str) -> list[tuple[str, Any]]:
+    return [(o.opts[0], o) for c, o in _options() if c == command]
+
+
+def test_compare_shares_simulate_options() -> None:
+    sim, cmp = dict(_options_of("simulate")), dict(_options_of("compare"))
+    for name in ("--gpu", "--model", "--instances", "--concurrency", "--num-gpu-blocks", "--dram-gib", "--seed"):
+        assert cmp[name].help == sim[name].help
+
+
+def test_drive_profile_help_states_the_profile_defaults() -> None:
+    from collectors.live.profile import ProfileOptions
+
+    opts, d = dict(_options_of("drive-profile")), ProfileOptions()
+    for name, value in (("--prefill-sizes", d.prefill_sizes), ("--batch-sizes", d.batch_sizes),
+                        ("--contexts", d.contexts), ("--decode-tokens", (d.decode_tokens,)),
+                        ("--repeats", (d.repeats,))):
+        assert f"Default: {','.join(map(str, value))}." in opts[name].help, name
+
+
+@pytest.mark.parametrize("path", [("catalog",), ("report",), ("query",), ("simulate",), ("compare",)])
+def test_commands_show_an_example(path: tuple[str, ...]) -> None:
+    res = runner.invoke(app, [*path, "--help"])
+    assert res.exit_code == 0 and "Example: agentreplay" in res.output
+
+
+def test_main_keeps_only_the_command_it_runs(monkeypatch) -> None:
+    app_module = importlib.import_module("agentreplay.cli.app")
+    calls = []
+    monkeypatch.setattr(app_module.app, "registered_commands", list(app_module.app.registered_commands))
+    monkeypatch.setattr(app_module.app, "registered_groups", list(app_module.app.registered_groups))
+    monkeypatch.setattr("sys.argv", ["agentreplay", "catalog", "--json"])
+    monkeypatch.setattr(type(app_module.app), "__call__", lambda self: calls.append(
+        [app_module._name(c) for c in self.registered_commands]))
+    app_module.main()
+    assert calls == [["catalog"]]

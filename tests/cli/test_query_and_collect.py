@@ -1,0 +1,72 @@
+"""``query`` over compare / sweep folders keeps runs apart (issue 17: 5); ``collect`` says why a file failed (6)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from typer.testing import CliRunner
+
+from agentreplay.cli import app
+from agentreplay.query import query, views
+from agentreplay.trace.io import write_trace
+from tests.factories import make_trace
+
+runner = CliRunner()
+
+
+def test_compare_folder_tables_get_a_preset_column(tmp_path) -> None:
+    write_trace(tmp_path / "tr", make_trace([[(300, 10, 0.2), (400, 10, None)]] * 3))
+    out = tmp_path / "cmp"
+    res = runner.invoke(app, ["compare", "--trace", str(tmp_path / "tr"), "--out", str(out),
+                              "--presets", "vllm,agent-affinity"])
+    assert res.exit_code == 0, res.output
+    df = query("select preset, count(*) as n from programs group by 1 order by 1", out)
+    assert df.to_dict(orient="records") == [{"preset": "agent-affinity", "n": 3}, {"preset": "vllm", "n": 3}]
+    assert set(views(out)) >= {"compare", "programs", "turns", "instances"}
+    turns = query("select * from turns", out)
+    assert turns.columns[0] == "preset" and len(turns) == 2 * 6  # each preset's own rows, labelled
+    cmp = query("select preset from compare", out)  # the folder's own table stays as it is
+    assert sorted(cmp["preset"]) == ["agent-affinity", "vllm"]
+    cli = runner.invoke(app, ["query", "select preset, count(*) as n from programs group by 1 order by 1",
+                              "--data", str(out), "--json"])
+    assert cli.exit_code == 0 and json.loads(cli.output) == [{"preset": "agent-affinity", "n": 3},
+                                                            {"preset": "vllm", "n": 3}]
+
+
+def test_a_folder_of_sweeps_stacks_their_results_with_a_sweep_column(tmp_path) -> None:
+    import pandas as pd
+
+    for name, jct in (("small", 1.0), ("large", 2.0)):
+        part = tmp_path / name / "results" / "cell_group=all"
+        part.mkdir(parents=True)
+        (tmp_path / name / "sweep.json").write_text("{}")
+        pd.DataFrame({"cell_id": [f"{name}-1"], "jct_mean_s": [jct]}).to_parquet(part / "c1.parquet")
+    df = query("select sweep, jct_mean_s from results order by 1", tmp_path)
+    assert df.to_dict(orient="records") == [{"sweep": "large", "jct_mean_s": 2.0},
+                                            {"sweep": "small", "jct_mean_s": 1.0}]
+    one = query("select count(*) as n from results", tmp_path / "small")  # a sweep folder itself: as before
+    assert int(one["n"].iloc[0]) == 1
+
+
+def test_a_simulate_folder_is_queried_as_before(tmp_path) -> None:
+    write_trace(tmp_path / "tr", make_trace([[(300, 10, None)]] * 2))
+    res = runner.invoke(app, ["simulate", "--trace", str(tmp_path / "tr"), "--out", str(tmp_path / "s"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    df = query("select * from programs", tmp_path / "s")
+    assert len(df) == 2 and "preset" not in df.columns and "run" not in df.columns
+
+
+def test_collect_of_one_corrupt_file_says_why(tmp_path) -> None:
+    bad = tmp_path / "x.traj.json"
+    bad.write_text('{"broken": ')
+    res = runner.invoke(app, ["collect", "mini-swe-agent", str(bad), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 1
+    text = " ".join(res.output.split())
+    assert "nothing could be ingested" in text and "JSONDecodeError" in text and "x.traj.json" in text
+    assert not (tmp_path / "out").exists()
+    folder = tmp_path / "dir"
+    folder.mkdir()
+    shutil.copy(bad, folder / "y.traj.json")
+    res = runner.invoke(app, ["collect", "mini-swe-agent", str(folder), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 1 and "JSONDecodeError" in " ".join(res.output.split())
