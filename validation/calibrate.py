@@ -8,8 +8,9 @@ other parameter keeps its catalog value (``framework_overhead_ms`` / ``per_seq_o
 that isolated kernel profiles cannot see). No fp8 profile exists, so there is no per-dtype fit: fp8 runs use the
 same efficiencies at the fp8 peak. One parameter set per GPU, no per-cell knobs.
 
-The split (:data:`SPLIT`, :func:`role`) keeps calibration and validation cells apart; only ``calibration`` rows
-enter the fit. GPUs without profiles take the kernel-level efficiencies of :data:`NEAREST` (marked
+The split (:data:`SPLIT`, :func:`role`: whole cells, declared in :mod:`validation.protocol`) keeps calibration
+and validation cells apart; only rows of ``calibration`` cells enter the fit. GPUs without profiles take the
+kernel-level efficiencies of :data:`NEAREST` (marked
 ``calibrated_from`` in the catalog comments and in ``calibration.json``).
 """
 
@@ -37,16 +38,10 @@ from agentreplay.perf.table import (
     table_key,
 )
 from validation import components as C
+from validation import protocol as P
 from validation.measured import Measured
 
-TOKEN_SPLIT: Final = 512
-SPLIT: Final = {
-    "calibration": "LLMServingSim (v0, perf) and Vidur operator profiles of TP=1 cells; Vidur all-reduce on one "
-                   "DGX node over 2 and 8 GPUs. A GPU whose only profile cells are TP=1 (RTX 4090) has its cell "
-                   f"split by operating point: num_tokens <= {TOKEN_SPLIT} calibrates.",
-    "validation": "TP>1 operator-profile cells (other GEMM shapes), num_tokens > 512 of a split cell, the 4-GPU "
-                  "all-reduce, every Splitwise whole-model iteration, every end-to-end run.",
-}
+SPLIT: Final = P.SPLIT  #: the whole-cell split, declared in validation/protocol.py
 FIT_PARAMS: Final = ("compute_efficiency", "bandwidth_efficiency", "kernel_overhead_us", "attn_prefill_efficiency",
                      "attn_prefill_tile_efficiency", "attn_decode_efficiency", "allreduce_efficiency",
                      "allreduce_latency_us")
@@ -84,18 +79,9 @@ START: Final = {"compute_efficiency": 0.7, "bandwidth_efficiency": 0.85, "kernel
                 "allreduce_latency_us": 10.0, "attn_prefill_tile_efficiency": 0.6}
 
 
-def role(cell_id: str, tp: int, num_tokens: int | None, tp1_only_gpu: bool) -> str:
-    """``calibration`` or ``validation`` for one component point (see :data:`SPLIT`)."""
-    src = C.source_of(cell_id)
-    if src == "splitwise":
-        return "validation"
-    if "/network/" in cell_id:
-        return "calibration" if tp in (2, 8) else "validation"
-    if tp != 1:
-        return "validation"
-    if tp1_only_gpu and num_tokens is not None and num_tokens > TOKEN_SPLIT:
-        return "validation"
-    return "calibration"
+def role(cell_id: str, tp: int) -> str:
+    """``calibration`` or ``validation`` of a whole component cell (:func:`validation.protocol.cell_role`)."""
+    return P.cell_role(cell_id, tp)
 
 
 @dataclass(slots=True)
@@ -121,9 +107,7 @@ def component_data(measured: Measured) -> ComponentData:
     info = cells.set_index("cell_id")
     ops["gpu"] = ops["cell_id"].map(info["gpu"])
     ops["tp"] = ops["cell_id"].map(info["tp"]).astype(int)
-    tp1_only = {g for g, d in ops.groupby("gpu") if (d["tp"] == 1).all()}
-    ops["role"] = [role(c, t, n, g in tp1_only) for c, t, n, g in
-                   zip(ops["cell_id"], ops["tp"], ops["num_tokens"], ops["gpu"], strict=True)]
+    ops["role"] = [role(c, t) for c, t in zip(ops["cell_id"], ops["tp"], strict=True)]
     specs: dict[str, object] = {}
     for cid in ops["cell_id"].unique():
         specs[cid] = C.one_layer(C.model_spec(info.loc[cid])[0])
@@ -145,10 +129,10 @@ def component_data(measured: Measured) -> ComponentData:
     bad, why = C.below_floor(it, specs, {g: load_gpu(g) for g in it["gpu"].unique()})  # type: ignore[arg-type]
     it = it[~bad].reset_index(drop=True)
     skipped += why
-    it["role"] = "validation"
+    it["role"] = [role(c, t) for c, t in zip(it["cell_id"], it["tp"], strict=True)]
     ar = C.allreduce_points(cells, comp)
     ar["gpu"] = ar["cell_id"].map(info["gpu"])
-    ar["role"] = [role(c, t, None, False) for c, t in zip(ar["cell_id"], ar["tp"], strict=True)]
+    ar["role"] = [role(c, t) for c, t in zip(ar["cell_id"], ar["tp"], strict=True)]
     tps = {cid: int(info.loc[cid, "tp"]) for cid in specs}
     full, _ = C.op_points(cells, comp, max_points=C.TABLE_POINTS, max_attention=1 << 30)
     full["gpu"] = full["cell_id"].map(info["gpu"])
@@ -551,7 +535,7 @@ def summary_json(fits: dict[str, GpuFit], ops: pd.DataFrame, data: ComponentData
             "mape_pct_by_group": {grp: {r: _num(v) for r, v in row.items()}
                                   for grp, row in table.loc[g].iterrows()} if g in table.index.levels[0] else {},
         }
-    return {"schema_version": 1, "split": SPLIT, "token_split": TOKEN_SPLIT, "fit_params": list(FIT_PARAMS),
+    return {"schema_version": 1, "split": SPLIT, "fit_params": list(FIT_PARAMS),
             "bounds": {k: list(v) for k, v in BOUNDS.items()}, "start": START, "robust_scale": ROBUST_SCALE,
             "stages": {name: list(params) for name, params in STAGES},
             "fit_excluded": sorted(f"{s}:{g}" for s, g in FIT_EXCLUDE),

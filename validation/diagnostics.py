@@ -148,7 +148,7 @@ def decode_linear_floor(full: pd.DataFrame, table_ops: pd.DataFrame) -> pd.DataF
     ``a_b + c_b * b * ctx`` fitted (relative least squares, ``a, c >= 0``) to all measured points of each batch
     size of the cell (``full``: op_points without subsampling), judged on the same held-out points."""
     rows = []
-    val = table_ops[(table_ops["group"] == "attention_decode") & (table_ops["role"] == "validation")]
+    val = table_ops[(table_ops["group"] == "attention_decode") & (table_ops["role"] == "fidelity")]
     for g, v in val.groupby("gpu"):
         floor = []
         for cid, vc in v.groupby("cell_id"):
@@ -264,18 +264,14 @@ def _flat(t: pd.DataFrame) -> pd.DataFrame:
 
 
 def limits_markdown(s: dict[str, Any], md: Callable[..., str]) -> str:
-    """Report section: the GEMM-tile ablation of the table pricer (``s["pricer_component_mape_pct"]``) and what no
+    """Report section: where the table's tunables were chosen (``s["protocol"]``) and what no
     interpolation of the table can fix (``s["table_limits"]``, from :func:`allreduce_limits` and
     :func:`decode_linear_floor`); ``md`` renders a DataFrame as a Markdown table."""
-    pc, lim = s.get("pricer_component_mape_pct", {}), s.get("table_limits", {})
+    lim = s.get("table_limits", {})
     out = []
-    abl = [{"gpu": g, **{f"{pr} val. %": d[pr]["validation"] for pr in ("table", "table-untiled", "table-rowref")
-                         if pr in d}} for g, d in pc.items() if "table" in d]
-    if abl:
-        out += ["The table's two interpolation choices, component validation MAPE per GPU: GEMM reference shape "
-                "rounded to whole 64-token tiles (table) or not (table-untiled); prefill-attention token rows "
-                "interpolated in log tokens (table) or in log reference (table-rowref):", "", md(pd.DataFrame(abl)),
-                ""]
+    if s.get("protocol", {}).get("cv"):
+        out += ["The table's two interpolation choices (GEMM tile, prefill-attention row rule) are chosen by "
+                "cross-validation inside the calibration cells: section 'Constants and where they come from'.", ""]
     if lim.get("grid_rules"):
         rules = pd.DataFrame(lim["grid_rules"]).pivot_table(index="gpu", columns=["held out", "rule"],
                                                             values="MAPE %")

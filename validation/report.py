@@ -114,8 +114,10 @@ def pricer_headline(p: pd.DataFrame) -> dict[str, Any]:
 
 def _best(mape_by_pricer: dict[str, float]) -> str:
     """``"MAPE (pricer): verdict"`` of the lowest validation MAPE among the roofline, refined and table pricers."""
-    best = min((v, pr) for pr, v in mape_by_pricer.items() if pr in ("roofline", "refined", "table")
-               and np.isfinite(v))
+    best = min(((v, pr) for pr, v in mape_by_pricer.items() if pr in ("roofline", "refined", "table")
+                and np.isfinite(v)), default=None)
+    if best is None:  # a GPU whose every component cell calibrates (validation.protocol): nothing to judge
+        return "no validation cell"
     return f"{best[0]:.2f} ({best[1]}): " + _verdict(best[0], TARGETS["component_validation_mape_pct"])
 
 
@@ -191,7 +193,7 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
         diag.append(row)
     lines = ["Validation points per GPU and metric: MAPE and the metric's share of the GPU's summed absolute error "
              "(what the per-GPU MAPE is made of).", "", _md(pd.DataFrame(diag)), ""]
-    for g, d in pd.DataFrame(diag).groupby("gpu"):
+    for g, d in pd.DataFrame(diag).groupby("gpu") if diag else ():  # none: every component cell calibrates
         top = d.sort_values("refined share %", ascending=False).iloc[0]
         lines.append(f"- {g}: the refined roofline's largest contributor is {top['metric']} "
                      f"({top['refined share %']:.0f}% of its absolute error, MAPE {top['refined MAPE %']:.1f}% over "

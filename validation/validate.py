@@ -31,7 +31,6 @@ import pandas as pd
 
 from agentreplay.perf import list_gpus, load_gpu
 from agentreplay.perf.table import (
-    GEMM_TILE_TOKENS,
     REFINEMENT_FIELDS,
     TablePerfModel,
     dram_key_s,
@@ -40,7 +39,7 @@ from agentreplay.perf.table import (
 )
 from validation import calibrate as K
 from validation import components as C
-from validation import diagnostics, e2e, e2e_llmperf, headline, report
+from validation import crossval, diagnostics, e2e, e2e_llmperf, headline, report
 from validation.measured import Measured, load
 
 COLUMNS: Final = ["source", "cell_id", "gpu", "model", "dtype", "tp", "metric", "measured", "simulated",
@@ -92,78 +91,47 @@ def component_rows(measured: Measured, catalog: str | Path | None = None, data: 
 
 
 # ---------------------------------------------------------------------------------------------- pricers
-#: The pricers compared on the component cells and what judges each (report section "Pricer comparison").
+#: The pricers compared on the component cells and what judges each (report section "Pricer comparison"); the
+#: roles are those of :mod:`validation.protocol` (whole cells; ``fidelity`` = in-cell interpolation, not validation).
 PRICERS: Final = {
-    "roofline": "PerfModel with the gpus.toml efficiencies (what the simulator runs by default); split: "
-                "validation.calibrate.SPLIT",
+    "roofline": "PerfModel with the gpus.toml efficiencies (what the simulator runs by default), fitted on the "
+                "calibration cells; judged on the validation cells (validation.protocol)",
     "refined": "RefinedPerfModel with catalog/roofline.toml (GEMM saturation, per-class kernel costs, attention "
-               "fixed and per-sequence costs), fitted on the same calibration split",
-    "table": "TablePerfModel of each cell built from every other of its compared token counts (attention: every "
-             "other token / batch count and context of the full grid), judged on the held-out points of the same "
-             "cell; refined roofline as the fallback. All-reduce: the measured curve of the same GPU count, built "
-             "from every other of its sizes and judged on the rest (the simulator's table pricer ships the whole "
-             "curve, catalog/tables.toml [allreduce])",
-    "table-untiled": "as 'table', with the GEMM reference shape not rounded to 64-token tiles (gemm_tile_tokens=1): "
-                     "the one constant of the table's interpolation, chosen by comparing the two on the held-out "
-                     "points of every GPU",
-    "table-rowref": "as 'table', with prefill-attention token rows interpolated in log reference (as the dense "
-                    "curves are) instead of log tokens (attention_rows_in_reference=True)",
-    "table-tp": "TablePerfModel of each TP=1 cell (all its points) scaled to the TP>1 cells of the same source, "
-                "GPU and model by the refined roofline's TP2/4/8 : TP1 ratio, judged on every point of those cells",
-    "table (Splitwise)": "whole-model Splitwise iterations priced with the full Vidur table of the same GPU, model "
-                         "and TP, and Vidur's all-reduce curve at that TP (another source and engine; validation "
-                         "rows of pricer 'table' in pricers.parquet)",
+               "fixed and per-sequence costs), fitted on the same calibration cells, judged on the same validation "
+               "cells",
+    "table": "TablePerfModel, refined roofline as the fallback. Validation (out of cell): the TP=1 table of each "
+             "cell (all its points) scaled to the TP>1 cells of the same source, GPU and model by the refined "
+             "roofline's TP ratio; Splitwise whole-model iterations from the Vidur TP=1 table of the same GPU and "
+             "model scaled the same way, with Vidur's all-reduce curve where its GPU count calibrates (2, 8; else "
+             "the fallback's all-reduce); the 4-GPU all-reduce by the fallback (no table of a validation curve). "
+             "Table fidelity (role 'fidelity', not validation): each cell's table rebuilt from every other point "
+             "(attention: every other row and column of the grid; all-reduce: every other size) and judged on "
+             "the points in between",
 }
 _SIBLING = re.compile(r"/tp\d+$")
 
 
-def _dense_attention(points: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    att = points["group"].str.startswith("attention") & (points["probe"] != "tokens")
-    return points[~att], points[att]
-
-
-def _table_pricers(data: K.ComponentData, g: str, fallback: dict[str, Any], tile: int = GEMM_TILE_TOKENS,
-                   rows_in_reference: bool = False) -> tuple[dict[str, Any], dict[str, Any], pd.Series]:
-    """(held-out-size tables, other-TP tables) per cell of ``g``, and the table-protocol role of every op row;
-    ``tile``: the tables' GEMM tile granularity (``TablePerfModel(gemm_tile_tokens=...)``); ``rows_in_reference``:
-    prefill-attention rows interpolated in log reference (``TablePerfModel(attention_rows_in_reference=...)``)."""
+def out_of_cell_tables(data: K.ComponentData, g: str, fallback: dict[str, Any]) -> dict[str, Any]:
+    """Validation of the table pricer: each validation (TP>1) operator cell of ``g`` priced from the full table of
+    its TP=1 sibling (same source, GPU and model; a calibration cell), scaled by the refined roofline's ratio."""
     ops = data.ops[data.ops["gpu"] == g]
     full = data.full[data.full["gpu"] == g]
-    role = pd.Series("validation", index=ops.index)
-    own: dict[str, Any] = {}
-    for cid, o in ops.groupby("cell_id", sort=False):
-        dense, _ = _dense_attention(o)
-        _, att = _dense_attention(full[full["cell_id"] == cid])
-        pts = pd.concat([dense[C.in_table(dense)], att[C.in_table(att)]], ignore_index=True)
-        keys = set(C.point_keys(C.table_points(pts)))
-        role.loc[o.index] = np.where(C.point_keys(o).isin(keys), "calibration", "validation")
-        spec = data.specs[cid]
-        own[cid] = TablePerfModel(C.table_from_points(pts, cid, g, spec.name, data.tps[cid]),  # type: ignore
-                                  fallback[cid], gemm_tile_tokens=tile,
-                                  attention_rows_in_reference=rows_in_reference)
-    other: dict[str, Any] = {}
+    out: dict[str, Any] = {}
     for cid in ops["cell_id"].unique():
         sib = _SIBLING.sub("/tp1", cid)
-        if data.tps[cid] == 1 or sib not in own:
+        if data.tps[cid] == 1 or sib not in fallback or K.role(sib, 1) != "calibration":
             continue
         f = full[full["cell_id"] == sib]
         table = C.table_from_points(f, sib, g, data.specs[sib].name, 1)  # type: ignore[attr-defined]
-        src = fallback[sib]
-        other[cid] = TablePerfModel(table, fallback[cid], src)
-        if sib not in other:
-            other[sib] = TablePerfModel(table, src)
-    return own, other, role
-
-
-def _tp_roles(ops: pd.DataFrame) -> np.ndarray:
-    """Other-TP protocol, by cell: the TP=1 cells the tables are built from calibrate, every TP>1 cell
-    validates."""
-    return np.where(ops["tp"].to_numpy() == 1, "calibration", "validation")
+        out[cid] = TablePerfModel(table, fallback[cid], fallback[sib])
+    return out
 
 
 def pricer_rows(data: K.ComponentData, catalog: str | Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(metric rows, operator rows) of every pricer in :data:`PRICERS` on the component cells of catalog GPUs:
-    ``pricer, cell_id, gpu, metric | group, measured, simulated, rel_error, role`` and the operating point."""
+    ``pricer, cell_id, gpu, metric | group, measured, simulated, rel_error, role`` and the operating point; roles
+    per :mod:`validation.protocol` (the table's in-cell rows: ``fidelity``; its in-table points, reproduced by
+    construction, are not listed)."""
     known = set(list_gpus(catalog))
     src = {c: C.source_of(c) for c in data.ops["cell_id"].unique()}
     op_parts, metric_parts = [], []
@@ -174,20 +142,18 @@ def pricer_rows(data: K.ComponentData, catalog: str | Path | None = None) -> tup
         ops = data.ops[data.ops["gpu"] == g]
         plain = {c: C.roofline(gpu, data.specs[c], data.tps[c], gpu.efficiency) for c in ops["cell_id"].unique()}
         refined = {c: C.roofline(gpu, data.specs[c], data.tps[c], eff_r, ref_r) for c in ops["cell_id"].unique()}
-        own, other, table_role = _table_pricers(data, g, refined)  # type: ignore[arg-type]
-        untiled, _, _ = _table_pricers(data, g, refined, tile=1)  # type: ignore[arg-type]
-        rowref, _, _ = _table_pricers(data, g, refined, rows_in_reference=True)  # type: ignore[arg-type]
+        own, inside = crossval.in_cell_tables(data, g, refined)
+        other = out_of_cell_tables(data, g, refined)
         ar = data.allreduce[data.allreduce["gpu"] == g].reset_index(drop=True)
         it = data.iterations[data.iterations["gpu"] == g].reset_index(drop=True)
-        for name, pricers, roles in (("roofline", plain, ops["role"]), ("refined", refined, ops["role"]),
-                                     ("table", own, table_role), ("table-tp", other, None),
-                                     ("table-untiled", untiled, table_role),
-                                     ("table-rowref", rowref, table_role)):
-            sel = ops[ops["cell_id"].isin(list(pricers))]
+        for name, pricers, sel in (("roofline", plain, ops), ("refined", refined, ops),
+                                   ("table", own, ops[~inside]),
+                                   ("table", other, ops[ops["cell_id"].isin(list(other))])):
             if not len(sel):
                 continue
             o = sel.assign(pricer=name, predicted_s=C.predict_with(sel.reset_index(drop=True), pricers))
-            o["role"] = roles.loc[sel.index].to_numpy() if roles is not None else _tp_roles(sel)
+            if pricers is own:
+                o["role"] = "fidelity"
             o = o.reset_index(drop=True)
             op_parts.append(o)
             layer = C.layer_sums(o, o["predicted_s"].to_numpy(), src)
@@ -200,15 +166,19 @@ def pricer_rows(data: K.ComponentData, catalog: str | Path | None = None) -> tup
                                  ["cell_id", "num_tokens", "batch_size", "context_tokens", "measured_s",
                                   "predicted_s", "role", "metric"]]]
             metric_parts[-1]["pricer"] = metric_parts[-2]["pricer"] = name
-            if len(ar) and name != "table-tp":
+            if pricers is other:
+                continue  # the all-reduce and Splitwise rows of the table come once, with its in-cell pricers
+            if len(ar):
                 e, r = (gpu.efficiency, None) if name == "roofline" else (eff_r, ref_r)
-                if name.startswith("table"):
-                    pred, ar_role = _allreduce_held_out(ar, gpu, e, r)
-                else:
-                    pred, ar_role = C.predict_allreduce(ar, gpu, e, r), ar["role"].to_numpy()
-                metric_parts.append(ar.assign(pricer=name, metric="all_reduce_s", predicted_s=pred, role=ar_role)[
-                    ["pricer", "cell_id", "bytes", "measured_s", "predicted_s", "role", "metric"]])
-            if len(it) and name in ("roofline", "refined", "table"):
+                parts = [ar.assign(predicted_s=C.predict_allreduce(ar, gpu, e, r))]
+                if name == "table":  # fidelity on every curve; validation: the fallback on validation curves
+                    pred, inside_ar = _allreduce_held_out(ar, gpu, e, r)
+                    parts = [ar.assign(predicted_s=pred, role="fidelity")[~inside_ar],
+                             parts[0][parts[0]["role"] == "validation"]]
+                for p in parts:
+                    metric_parts.append(p.assign(pricer=name, metric="all_reduce_s")[
+                        ["pricer", "cell_id", "bytes", "measured_s", "predicted_s", "role", "metric"]])
+            if len(it):
                 e, r = (gpu.efficiency, None) if name == "roofline" else (eff_r, ref_r)
                 tables = _splitwise_tables(data, gpu, it, e, r) if name == "table" else None
                 sub = it if tables is None else it[it["cell_id"].isin(list(tables))].reset_index(drop=True)
@@ -234,32 +204,38 @@ def pricer_rows(data: K.ComponentData, catalog: str | Path | None = None) -> tup
 
 
 def _allreduce_held_out(ar: pd.DataFrame, gpu: Any, eff: Any, ref: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(seconds, role) of one GPU's all-reduce points under the table protocol: each cell's table is built from
-    every other of its sizes (:func:`validation.components.allreduce_in_table`: calibration) and judged on the
-    rest (validation), the roofline ``(eff, ref)`` as its fallback."""
+    """(seconds, in table) of one GPU's all-reduce points under the table-fidelity protocol: each curve's table
+    is built from every other of its sizes (:func:`validation.components.allreduce_in_table`: True) and judged on
+    the rest, the roofline ``(eff, ref)`` as its fallback."""
     cal = C.allreduce_in_table(ar)
     pred = np.empty(len(ar))
     for _, idx in ar.groupby("cell_id", sort=False).indices.items():
         d = ar.iloc[idx]
         table = C.allreduce_table(d[cal[idx]])
         pred[idx] = C.predict_allreduce(d, gpu, eff, ref, tables={table.tp: table})
-    return pred, np.where(cal, "calibration", "validation")
+    return pred, cal
 
 
 def _splitwise_tables(data: K.ComponentData, gpu: Any, it: pd.DataFrame, eff: Any, ref: Any) -> dict[str, Any]:
-    """Splitwise cell -> table pricer from the Vidur profile of the same GPU, model and TP (other source), with
-    Vidur's all-reduce table of the GPU at that TP where one was profiled."""
+    """Splitwise cell -> table pricer from the Vidur TP=1 profile of the same GPU and model (another source; a
+    calibration cell), scaled to the cell's TP by the roofline ``(eff, ref)``, with Vidur's all-reduce curve of
+    the GPU at that TP where that curve calibrates (:data:`validation.protocol.ALLREDUCE_CALIBRATION_GPUS`)."""
     out = {}
     g = gpu.name
     ar = data.allreduce_full[data.allreduce_full["gpu"] == g] if len(data.allreduce_full) else data.allreduce_full
     for cid in it["cell_id"].unique():
         spec, tp = data.specs[cid], data.tps[cid]
-        vid = f"vidur/{g}/{spec.name}/tp{tp}"  # type: ignore[attr-defined]
+        vid = f"vidur/{g}/{spec.name}/tp1"  # type: ignore[attr-defined]
         f = data.full[data.full["cell_id"] == vid]
-        a = ar[ar["tp"] == tp] if len(ar) else ar
+        if len(ar):
+            cal = np.array([K.role(c, t) == "calibration" for c, t in zip(ar["cell_id"], ar["tp"], strict=True)])
+            a = ar[(ar["tp"] == tp).to_numpy() & cal]
+        else:
+            a = ar
         if len(f):
-            out[cid] = TablePerfModel(C.table_from_points(f, vid, g, spec.name, tp),  # type: ignore[attr-defined]
+            out[cid] = TablePerfModel(C.table_from_points(f, vid, g, spec.name, 1),  # type: ignore[attr-defined]
                                       C.roofline(gpu, spec, tp, eff, ref),  # type: ignore[arg-type]
+                                      C.roofline(gpu, spec, 1, eff, ref),  # type: ignore[arg-type]
                                       all_reduce=C.allreduce_table(a) if tp > 1 and len(a) else None)
     return out
 
@@ -359,6 +335,15 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
     summary["skipped"] = [{"cell_id": c, "reason": r} for c, r in skipped]
     summary["end_to_end"] = headline.summarise(errors, summary["skipped"])
     summary["sources"] = measured.origins
+    # ---- validation protocol outputs (validation/protocol.py, validation/crossval.py): constants with their
+    # provenance, CV scores, leave-one-GPU-out / leave-one-model-out, table fidelity; rendered by
+    # protocol.render_protocol_markdown(summary)
+    if has_components and len(data.ops):
+        frames, summary["protocol"] = crossval.outputs(data, pricers, catalog, lomo=not quick)
+        for name, frame in frames.items():
+            if len(frame):
+                frame.to_parquet(out / f"protocol_{name}.parquet", index=False)
+    # ---- end of the validation protocol outputs
     report.write(out, errors, ops, dists, aggregates(errors), summary, quick=quick, pricers=pricers,
                  pricer_ops=pricer_ops, catalog=catalog)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")

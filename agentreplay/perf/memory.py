@@ -12,13 +12,16 @@ PyTorch (CUDA context growth, NCCL and cuBLAS buffers). What remains is the KV c
     blocks = floor((total * utilization - weights - activation_peak - non_torch) / (block_size * kv_bytes/token))
 
 Here ``activation_reserve_gib`` stands for ``activation_peak + non_torch``. The default,
-:data:`DEFAULT_ACTIVATION_RESERVE_GIB`, is what the measured vLLM 0.19 run (Llama-3.1-8B on an RTX 4090,
+:data:`DEFAULT_ACTIVATION_RESERVE_GIB`, is hand-set (validation/protocol.py lists it so). History: it is what the
+measured vLLM 0.19 run (Llama-3.1-8B on an RTX 4090,
 max_num_batched_tokens = 2048, max_num_seqs = 256, CUDA graphs on; ../shared/measurements/serving-vllm-llmservingsim)
 leaves unexplained: 0.9 * 23.516 GiB - 14.957 GiB of weights - 2588 blocks * 2 MiB = 1.153 GiB. The reserve grows
 with max_num_batched_tokens and max_num_seqs: vLLM's own logs show 4.76 GiB activation peak + 0.13 GiB non-torch
 for the same model on an H100 with larger default budgets (llm-d/llm-d-benchmark,
 config_explorer/empirical-vllm-memory-results.md). Pass the value matching the engine being simulated, or
-override the block count outright where the real engine's count is known.
+override the block count outright where the real engine's count is known. That run is a validation run; its
+replay uses its recorded block count, so its figures do not depend on this value (runs that record no block count,
+e.g. LLMPerf, do). Not yet derived from the profile run's activation peak.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ GIB: Final = 1 << 30
 DEFAULT_GPU_MEMORY_UTILIZATION: Final = 0.9
 #: vLLM's default KV block size on CUDA, tokens.
 DEFAULT_BLOCK_SIZE: Final = 16
-#: Activation peak + non-torch memory of vLLM's profiling pass at max_num_batched_tokens = 2048, GiB (see above).
+#: Activation peak + non-torch memory of vLLM's profiling pass at max_num_batched_tokens = 2048, GiB: hand-set,
+#: back-solved from the RTX 4090 vLLM run (see above).
 DEFAULT_ACTIVATION_RESERVE_GIB: Final = 1.152
 
 

@@ -37,8 +37,8 @@ covers from the table, the rest (and points outside the table's range) from a fa
   non-decreasing first (isotonic regression in log space) when the measurements are not;
 - prefill attention: one chunk of ``tokens`` over ``context`` cached tokens, per layer, on the grid of measured
   values (:class:`agentreplay.perf.interp.Grid`: rows completed along context in the fallback's shape, linear
-  in log tokens between rows, in the fallback's affine context shape between columns, non-decreasing along
-  both axes); an iteration sums its chunks;
+  in the log of the fallback's time between rows (:data:`ATTENTION_ROWS_IN_REFERENCE`), in the fallback's
+  affine context shape between columns, non-decreasing along both axes); an iteration sums its chunks;
 - decode attention, per layer: ``a(n) + c(n) * sum_ctx``: an intercept ``a_b`` and a slope ``c_b`` per measured
   batch size, fitted to the decode table by non-negative least squares on relative residuals with the slopes
   non-decreasing in batch size (:func:`agentreplay.perf.interp.fit_decode`); ``a`` is interpolated in log-log,
@@ -94,10 +94,15 @@ _IDX: Final = {op: i for i, op in enumerate(OPERATORS)}
 #: Operators that are one GEMM over the tokens (sequences for the LM head), whose time steps with CTA tiles.
 GEMM_OPS: Final = frozenset(op for op, k in KERNELS.items() if k == ("gemm",))
 #: Token granularity of the GEMM reference shape of :class:`TablePerfModel` (CUTLASS / cuBLAS bf16 tensor-core
-#: kernels tile M in multiples of 64 rows for these shapes). One global constant, but chosen by comparing
-#: 1, 16, 32, 64, 128 and 256 on the held-out validation points (leave-one-out on the calibration points alone
-#: does not single it out); the validation report keeps the untiled ablation (pricer ``table-untiled``) beside it.
+#: kernels tile M in multiples of 64 rows for these shapes). Chosen by cross-validation inside the calibration
+#: cells among 1, 16, 32, 64 and 128 (validation/crossval.py table_cv: per calibration cell, a table from every
+#: other point scored on the GEMM points in between; scores in the validation report's constants list).
+#: History: first chosen by comparing candidates on validation points, which the protocol no longer allows.
 GEMM_TILE_TOKENS: Final = 64
+#: Prefill-attention rows of the grid interpolated linearly in the log of the fallback's time (True) instead of
+#: log tokens (False). Chosen by cross-validation inside the calibration cells (validation/crossval.py table_cv,
+#: the prefill-attention grid points in between the table's rows and columns).
+ATTENTION_ROWS_IN_REFERENCE: Final = True
 
 
 def dram_key_s(pm: PerfModel) -> float:
@@ -400,7 +405,8 @@ class TablePerfModel:
     """
 
     def __init__(self, table: MeasuredTable, fallback: PerfModel, source: PerfModel | None = None, *,
-                 gemm_tile_tokens: int = GEMM_TILE_TOKENS, attention_rows_in_reference: bool = False,
+                 gemm_tile_tokens: int = GEMM_TILE_TOKENS,
+                 attention_rows_in_reference: bool = ATTENTION_ROWS_IN_REFERENCE,
                  all_reduce: AllReduceTable | None = None) -> None:
         if gemm_tile_tokens < 1:
             raise ValueError(f"gemm_tile_tokens={gemm_tile_tokens} must be >= 1")

@@ -26,11 +26,10 @@ def test_every_other_size_builds_the_table_and_the_rest_judges_it() -> None:
     ar = pd.concat([curve(2), curve(4)], ignore_index=True)
     gpu = load_gpu("h100-sxm")
     eff, ref = load_refinement(gpu)
-    pred, role = _allreduce_held_out(ar, gpu, eff, ref)
+    pred, cal = _allreduce_held_out(ar, gpu, eff, ref)
     for tp in (2, 4):
-        r = role[(ar["tp"] == tp).to_numpy()]
-        assert r.tolist() == ["calibration", "validation"] * (len(SIZES) // 2)
-    cal = role == "calibration"
+        r = cal[(ar["tp"] == tp).to_numpy()]
+        assert r.tolist() == [True, False] * (len(SIZES) // 2)
     assert pred[cal] == pytest.approx(ar["measured_s"].to_numpy()[cal], rel=1e-9)  # table points reproduced
     err = np.abs(pred / ar["measured_s"].to_numpy() - 1)
     inside = ~cal & (ar["bytes"] < max(SIZES)).to_numpy()
@@ -39,8 +38,8 @@ def test_every_other_size_builds_the_table_and_the_rest_judges_it() -> None:
     # a held-out measurement never reaches its own prediction
     moved = ar.copy()
     moved.loc[~cal, "measured_s"] *= 3.0
-    pred2, role2 = _allreduce_held_out(moved, gpu, eff, ref)
-    assert (role2 == role).all() and pred2 == pytest.approx(pred, rel=1e-12)
+    pred2, cal2 = _allreduce_held_out(moved, gpu, eff, ref)
+    assert (cal2 == cal).all() and pred2 == pytest.approx(pred, rel=1e-12)
 
 
 def test_shipped_allreduce_one_curve_per_gpu_and_count() -> None:

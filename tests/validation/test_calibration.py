@@ -96,20 +96,21 @@ def test_no_validation_point_enters_the_fit(fitted: tuple[K.GpuFit, K.ComponentD
 
 
 def test_split_rules() -> None:
-    assert K.role("splitwise/h100-sxm/llama-2-70b/tp2", 2, 512, False) == "validation"
-    assert K.role("vidur/network/h100_dgx/all_reduce/n2-pernode2", 2, None, False) == "calibration"
-    assert K.role("vidur/network/h100_dgx/all_reduce/n4-pernode4", 4, None, False) == "validation"
-    assert K.role("vidur/a40/llama-2-7b/tp1", 1, 4096, False) == "calibration"
-    assert K.role("vidur/a40/llama-2-7b/tp4", 4, 16, False) == "validation"
-    assert K.role("llmservingsim-perf/rtx4090/llama-3.1-8b/bf16/tp1", 1, K.TOKEN_SPLIT, True) == "calibration"
-    assert K.role("llmservingsim-perf/rtx4090/llama-3.1-8b/bf16/tp1", 1, K.TOKEN_SPLIT + 1, True) == "validation"
+    """Whole cells (validation.protocol.cell_role): no rule looks at a point inside a cell."""
+    assert K.role("splitwise/h100-sxm/llama-2-70b/tp2", 2) == "validation"
+    assert K.role("vidur/network/h100_dgx/all_reduce/n2-pernode2", 2) == "calibration"
+    assert K.role("vidur/network/h100_dgx/all_reduce/n4-pernode4", 4) == "validation"
+    assert K.role("vidur/a40/llama-2-7b/tp1", 1) == "calibration"
+    assert K.role("vidur/a40/llama-2-7b/tp4", 4) == "validation"
+    assert K.role("llmservingsim-perf/rtx4090/llama-3.1-8b/bf16/tp1", 1) == "calibration"
+    with pytest.raises(ValueError, match="unknown-source"):
+        K.role("unknown-source/h100-sxm/x/tp1", 1)
 
 
-def test_tp1_only_gpu_is_split_by_tokens() -> None:
+def test_tp1_only_gpu_is_one_calibration_cell() -> None:
+    """A GPU whose only cell is TP=1 (the RTX 4090) calibrates with the whole cell: no split by tokens."""
     data = K.component_data(synthetic(tps=(1,)))
-    dense = data.ops[data.ops["probe"] == "tokens"]
-    assert set(dense.loc[dense["num_tokens"] <= K.TOKEN_SPLIT, "role"]) == {"calibration"}
-    assert set(dense.loc[dense["num_tokens"] > K.TOKEN_SPLIT, "role"]) == {"validation"}
+    assert set(data.ops["role"]) == {"calibration"}
 
 
 def test_catalog_writer_round_trip(tmp_path, fitted: tuple[K.GpuFit, K.ComponentData]) -> None:
@@ -161,28 +162,29 @@ def test_refined_fit_recovers_known_parameters() -> None:
     assert np.mean(np.abs(pred / ops["measured_s"] - 1)) < 0.01  # the refined model fits itself
 
 
-def test_table_protocol_uses_only_table_points() -> None:
-    """Held-out-size tables: built from every other token count / grid point; those rows reproduce to float
-    precision, the held-out rows are not in the table."""
+def test_table_fidelity_uses_only_table_points() -> None:
+    """Table fidelity (in-cell interpolation): tables built from every other token count / grid point; those rows
+    reproduce to float precision, the held-out rows are not in the table; no TP>1 cell, no out-of-cell table."""
+    from validation import crossval as X
     from validation import validate as V
 
     data = K.component_data(synthetic(tps=(1,)))
     gpu = load_gpu(GPU)
     fb = {c: C.roofline(gpu, data.specs[c], data.tps[c], gpu.efficiency) for c in data.ops["cell_id"].unique()}
-    own, other, role = V._table_pricers(data, GPU, fb)
-    assert not other  # no TP>1 cell
+    own, inside = X.in_cell_tables(data, GPU, fb)
+    assert not V.out_of_cell_tables(data, GPU, fb)  # no TP>1 cell
     ((_cid, pm),) = own.items()
     o = data.ops
     dense = o[~o["group"].str.startswith("attention")]
     for grp, d in dense.groupby("group"):
         sizes = sorted(set(d["num_tokens"]))
         assert sorted(set(pm.table.ops[grp][0])) == sizes[::2], grp  # every other size, from the smallest
-    assert set(role) == {"calibration", "validation"}
+    assert inside.any() and (~inside).any()
     pred = C.predict_with(o, own)
-    cal = (role == "calibration").to_numpy() & ~o["group"].str.startswith("attention_decode").to_numpy()
+    cal = inside.to_numpy() & ~o["group"].str.startswith("attention_decode").to_numpy()
     assert np.allclose(pred[cal], o["measured_s"].to_numpy()[cal], rtol=1e-9)
     pf = pm.table.attention_prefill
-    held = o[(role == "validation").to_numpy() & (o["group"] == "attention_prefill").to_numpy()]
+    held = o[~inside.to_numpy() & (o["group"] == "attention_prefill").to_numpy()]
     pts = set(zip(pf[0], pf[1], strict=True))
     assert len(held) and not any((n, c) in pts for n, c in zip(held["num_tokens"], held["context_tokens"],
                                                                   strict=True))

@@ -110,7 +110,7 @@ def test_decode_linear_floor_is_zero_on_linear_data() -> None:
     t = 5e-6 + 3e-9 * b * ctx
     full = pd.DataFrame({"cell_id": "c", "group": "attention_decode", "batch_size": b, "context_tokens": ctx,
                          "measured_s": t})
-    ops = full.assign(gpu="g", role="validation", predicted_s=t * 1.2)
+    ops = full.assign(gpu="g", role="fidelity", predicted_s=t * 1.2)
     out = D.decode_linear_floor(full, ops)
     assert out.loc[0, "table pricer MAPE %"] == pytest.approx(20.0, rel=1e-9)
     assert out.loc[0, "linear form fitted to every point of each batch size, MAPE %"] == pytest.approx(0.0, abs=1e-6)

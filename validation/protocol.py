@@ -1,0 +1,333 @@
+"""The validation protocol of the component pricers, declared in one place.
+
+**Cells, not points.** A *cell* is one profile cell (source, GPU, model, dtype, TP), one all-reduce curve (one
+cluster, one GPU count), one Splitwise cell (GPU, model, TP) or one measured run. :func:`cell_role` gives each
+cell one role, for every pricer:
+
+- ``calibration``: TP=1 operator-profile cells (LLMServingSim v0 / perf, Vidur) and the 2- and 8-GPU all-reduce
+  curves. Every fitted parameter and every chosen tunable comes from these cells only (the fits of
+  :mod:`validation.calibrate`; the cross-validation of :mod:`validation.crossval`).
+- ``validation``: TP>1 operator-profile cells, the 4-GPU all-reduce curves, every Splitwise whole-model cell and
+  every measured end-to-end run. They fitted and chose nothing; they are looked at to report, never to choose.
+- ``fidelity`` (pricer rows only, never a cell role): the table pricer rebuilt from every other point of a cell
+  and judged on the points in between. That measures how well the table interpolates inside a cell it has
+  measured (table fidelity), not how it predicts a cell it has not: it is reported apart from validation.
+
+The RTX 4090's only profile cell (LLMServingSim perf, Llama-3.1-8B, TP=1) is a calibration cell as a whole. It is
+the only Ada profile and the only profile of vLLM's decode attention on a consumer card; as a validation cell it
+would leave the GPU no fitted parameter, so the RTX 4090 vLLM run (a measured end-to-end run, validation) would
+judge borrowed parameters instead of the model. The GPU's out-of-profile error is its leave-one-GPU-out figure
+(:mod:`validation.crossval`), and its validation the vLLM run.
+
+The table pricer's validation is out-of-cell only: the TP=1 table of a cell scaled to the TP>1 cells of the same
+source, GPU and model by the refined roofline's ratio, and the Splitwise iterations priced from the Vidur TP=1
+table of the same GPU and model (scaled the same way) with the all-reduce curves of calibration GPU counts.
+
+Constants (:func:`constants`): every tunable of the pricers and of the memory model with its provenance,
+one of :data:`PROVENANCE`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from agentreplay.perf import GpuSpec
+
+CALIBRATION: Final = "calibration"
+VALIDATION: Final = "validation"
+FIDELITY: Final = "fidelity"
+ROLES: Final = (CALIBRATION, VALIDATION, FIDELITY)
+#: GPU counts of the all-reduce curves that calibrate (the 4-GPU curve between them validates).
+ALLREDUCE_CALIBRATION_GPUS: Final = (2, 8)
+
+SPLIT: Final = {
+    CALIBRATION: "whole cells: TP=1 operator-profile cells (LLMServingSim v0 / perf, Vidur; the RTX 4090's only "
+                 "cell included, whole), and the 2- and 8-GPU all-reduce curves of one DGX node. Every fitted "
+                 "parameter and every tunable chosen by cross-validation comes from these cells only.",
+    VALIDATION: "whole cells: TP>1 operator-profile cells, the 4-GPU all-reduce curves, every Splitwise "
+                "whole-model cell, every measured end-to-end run. They fitted and chose nothing.",
+    FIDELITY: "not a cell role: the table pricer rebuilt from every other point of a cell and judged on the points "
+              "in between (in-cell interpolation, 'table fidelity'); reported apart, never as validation.",
+}
+
+
+def source_of(cell_id: str) -> str:
+    return cell_id.split("/", 1)[0]
+
+
+def cell_role(cell_id: str, tp: int | None) -> str:
+    """``calibration`` or ``validation`` for a whole component cell (module docstring); ``tp``: the cell's TP
+    degree (the GPU count of an all-reduce curve). Raises ValueError for a cell of an unknown kind."""
+    src = source_of(cell_id)
+    if src == "splitwise":
+        return VALIDATION
+    if tp is None or (isinstance(tp, float) and math.isnan(tp)):
+        raise ValueError(f"component cell {cell_id!r}: no TP degree / GPU count to give it a role")
+    if "/network/" in cell_id:
+        return CALIBRATION if int(tp) in ALLREDUCE_CALIBRATION_GPUS else VALIDATION
+    if src in ("llmservingsim-v0", "llmservingsim-perf", "vidur"):
+        return CALIBRATION if int(tp) == 1 else VALIDATION
+    raise ValueError(f"component cell {cell_id!r}: source {src!r} has no declared role (validation/protocol.py)")
+
+
+# ---------------------------------------------------------------------------------------------- nearest GPU
+NEAREST_RULE: Final = ("the profiled GPU with the same interconnect class (NVLink / PCIe: datacenter or workstation "
+                       "part), then the same architecture, then the nearest (log bf16 peak, log memory bandwidth), "
+                       "in that order")
+
+
+def nearest_gpu(target: GpuSpec, candidates: Iterable[GpuSpec]) -> str | None:
+    """:data:`NEAREST_RULE`: the GPU whose fitted kernel-level parameters ``target`` borrows when it has no
+    profile of its own (and, with ``target`` left out of ``candidates``, the leave-one-GPU-out donor)."""
+    def key(c: GpuSpec) -> tuple[bool, bool, float]:
+        d = math.hypot(math.log(c.bf16_tflops / target.bf16_tflops),
+                       math.log(c.mem_bandwidth_gbps / target.mem_bandwidth_gbps))
+        return (c.interconnect != target.interconnect, c.architecture != target.architecture, d)
+    pool = [c for c in candidates if c.name != target.name]
+    return min(pool, key=key).name if pool else None
+
+
+# ---------------------------------------------------------------------------------------------- constants
+PROVENANCE: Final = ("fitted", "chosen by CV", "datasheet", "engine default", "hand-set", "borrowed")
+CONSTANT_COLUMNS: Final = ("constant", "scope", "value", "provenance", "detail")
+
+
+def _efficiency_comments(path: str) -> dict[tuple[str, str], str]:
+    """``(gpu or 'defaults', key) -> inline comment`` of the efficiency tables of a gpus.toml."""
+    out: dict[tuple[str, str], str] = {}
+    scope = None
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    for ln in text.splitlines():
+        m = re.fullmatch(r'\[gpu\."([^"]+)"\.efficiency\]\s*', ln)
+        if m or ln.strip() == "[defaults.efficiency]":
+            scope = m.group(1) if m else "defaults"
+            continue
+        if ln.startswith("["):
+            scope = None
+        if scope and "=" in ln and not ln.lstrip().startswith("#"):
+            key, rest = ln.split("=", 1)
+            out[(scope, key.strip())] = rest.split("#", 1)[1].strip() if "#" in rest else ""
+    return out
+
+
+def catalog_rows(gpus_toml: str, calibration: Mapping[str, Any], refined: Mapping[str, Any],
+                 cells: Mapping[str, list[str]], nearest: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Constant rows of the GPU catalog: per GPU, every efficiency of the plain roofline (``gpus.toml``) and
+    every refined-roofline parameter (``roofline.toml``), with provenance: ``fitted`` (on which calibration
+    cells), ``borrowed`` (from which GPU, by :data:`NEAREST_RULE`), ``hand-set`` (the catalog's comment as the
+    reason; "no reason given" where it has none) or the ``[defaults.efficiency]`` value; and the datasheet peaks.
+    ``calibration``: calibration.json ``gpus``; ``refined``: its ``refined.gpus``; ``cells``: GPU -> its
+    calibration cells."""
+    with open(gpus_toml, "rb") as f:
+        cat = tomllib.load(f)
+    notes = _efficiency_comments(gpus_toml)
+    defaults = cat.get("defaults", {}).get("efficiency", {})
+    rows: list[dict[str, Any]] = []
+    for g, spec in sorted(cat["gpu"].items()):
+        for k in ("bf16_tflops", "fp8_tflops", "mem_bandwidth_gbps", "memory_gib", "interconnect_bw_gbps",
+                  "sm_count", "smem_per_sm_kib", "usable_memory_gib"):
+            if k in spec:
+                rows.append({"constant": k, "scope": g, "value": spec[k], "provenance": "datasheet"
+                             if k != "usable_memory_gib" else "hand-set",
+                             "detail": "gpus.toml (source cited beside the value)" if k != "usable_memory_gib"
+                             else "measured total memory as CUDA reports it (gpus.toml comment)"})
+        own = spec.get("efficiency", {})
+        fit = calibration.get(g, {})
+        src = fit.get("calibrated_from")
+        fitted = set(fit.get("fitted", ()))
+        where = ", ".join(cells.get(src or g, [])) or "none"
+        for k in sorted(set(defaults) | set(own)):
+            v = own.get(k, defaults.get(k))
+            if k in fitted and src:
+                prov, det = "borrowed", f"fitted on {src}'s calibration cells ({NEAREST_RULE}): {where}"
+            elif k in fitted:
+                prov, det = "fitted", f"calibration cells: {where}"
+            elif k in own:
+                prov, det = "hand-set", notes.get((g, k)) or "no reason given in gpus.toml"
+            else:
+                prov, det = "hand-set", "[defaults.efficiency] " + (notes.get(("defaults", k)) or
+                                                                   "(reason in the gpus.toml header)")
+            rows.append({"constant": k, "scope": g, "value": v, "provenance": prov, "detail": det})
+        ref = refined.get(g, {})
+        rsrc = ref.get("calibrated_from")
+        for k, v in sorted(ref.get("fitted", {}).items()):
+            rows.append({"constant": f"refined.{k}", "scope": g, "value": v,
+                         "provenance": "borrowed" if rsrc else "fitted",
+                         "detail": (f"fitted on {rsrc}'s calibration cells: {', '.join(cells.get(rsrc, []))}"
+                                    if rsrc else f"calibration cells: {where}")})
+    for g, src in sorted(nearest.items()):
+        rows.append({"constant": "NEAREST", "scope": g, "value": src, "provenance": "hand-set",
+                     "detail": f"the GPU {g} (no profile) borrows from; the declared rule ({NEAREST_RULE}) picks "
+                               f"{src} too (tests/validation/test_protocol.py)"})
+    return rows
+
+
+def render_table(rows: list[dict[str, Any]], columns: Iterable[str]) -> list[str]:
+    """A pipe table (no tabulate dependency); floats with 4 significant digits."""
+    cols = list(columns)
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return "" if math.isnan(v) else f"{v:.4g}"
+        return str(v).replace("|", "/")
+    out = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    out += ["| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
+    return out
+
+
+def global_rows(cv_scores: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Constant rows that are not per GPU: the table's tunables (with their CV scores), the memory model, the fit
+    settings and the protocol's own choices. ``cv_scores``: :func:`validation.crossval.cv_scores` records."""
+    from agentreplay.perf import catalog as cat
+    from agentreplay.perf import memory, table, tiles
+    from validation import calibrate as K
+    from validation import components as C
+
+    def cv_detail(tunable: str) -> str:
+        s = [r for r in cv_scores if r["tunable"] == tunable]
+        if not s:
+            return "no calibration fold"
+        scores = ", ".join(f"{r['candidate']}: {r['cv_score_pct']:.2f}%" for r in s)
+        return (f"candidates (CV score = mean over {s[0]['folds']} calibration cells of the held-out in-cell MAPE, "
+                f"{s[0]['points']} points): {scores}; lowest wins")
+    rule = "log reference" if table.ATTENTION_ROWS_IN_REFERENCE else "log tokens"
+    rows = [
+        {"constant": "GEMM_TILE_TOKENS", "scope": "table pricer", "value": table.GEMM_TILE_TOKENS,
+         "provenance": "chosen by CV", "detail": cv_detail("GEMM_TILE_TOKENS")},
+        {"constant": "ATTENTION_ROWS_IN_REFERENCE (prefill row rule)", "scope": "table pricer", "value": rule,
+         "provenance": "chosen by CV", "detail": cv_detail("prefill-attention row rule")},
+        {"constant": "DEFAULT_ACTIVATION_RESERVE_GIB", "scope": "memory model", "value":
+         memory.DEFAULT_ACTIVATION_RESERVE_GIB, "provenance": "hand-set",
+         "detail": "history: back-solved from the RTX 4090 vLLM 0.19 run (a validation run: 0.9 * 23.516 GiB - "
+                   "14.957 GiB weights - 2588 blocks * 2 MiB); that run is replayed with its recorded block count, "
+                   "so its figures do not depend on it; runs without a recorded block count (LLMPerf) do. Not yet "
+                   "derived from vLLM's profile run (vllm/v1/worker/gpu_worker.py determine_available_memory: "
+                   "peak of a dummy forward at max_num_batched_tokens + non-torch memory)"},
+        {"constant": "DEFAULT_GPU_MEMORY_UTILIZATION", "scope": "memory model",
+         "value": memory.DEFAULT_GPU_MEMORY_UTILIZATION, "provenance": "engine default",
+         "detail": "vLLM 0.19 CacheConfig.gpu_memory_utilization (the RTX 4090 run's engine); vLLM 0.32 "
+                   "vllm/config/cache.py CacheConfig defaults to 0.92"},
+        {"constant": "DEFAULT_BLOCK_SIZE", "scope": "memory model", "value": memory.DEFAULT_BLOCK_SIZE,
+         "provenance": "engine default", "detail": "vLLM's KV block size on CUDA (CacheConfig.block_size unset: "
+                                                   "16 tokens, vllm/platforms/cuda.py check_and_update_config)"},
+        {"constant": "DRIVER_RESERVE_GIB", "scope": "catalog", "value": cat.DRIVER_RESERVE_GIB,
+         "provenance": "hand-set", "detail": "memory CUDA does not report, where usable_memory_gib is not measured"},
+        {"constant": "tiles.BLOCK_M / tile_shape", "scope": "refined roofline", "value": tiles.BLOCK_M,
+         "provenance": "engine default", "detail": "FlashAttention-2 split-KV forward kernel tile (kBlockM)"},
+        {"constant": "TILE_ARCHITECTURES", "scope": "calibration", "value": ", ".join(sorted(K.TILE_ARCHITECTURES)),
+         "provenance": "engine default", "detail": "vLLM runs FA2 off Hopper (vllm/attention/utils/fa_utils.py "
+                                                   "get_flash_attn_version)"},
+        {"constant": "FIT_EXCLUDE", "scope": "calibration", "value": len(K.FIT_EXCLUDE), "provenance": "hand-set",
+         "detail": "HF-eager modules of LLMServingSim v0 (" + ", ".join(sorted(g for _, g in K.FIT_EXCLUDE))
+                   + "): not the fused serving kernels the model prices"},
+        {"constant": "ROBUST_SCALE / SHARE_FLOOR", "scope": "calibration",
+         "value": f"{K.ROBUST_SCALE} / {K.SHARE_FLOOR}", "provenance": "hand-set",
+         "detail": "fit settings: soft-L1 scale on log residuals; smallest operator weight share"},
+        {"constant": "MAX_POINTS / TABLE_POINTS", "scope": "calibration", "value": f"{C.MAX_POINTS} / "
+         f"{C.TABLE_POINTS}", "provenance": "hand-set", "detail": "points kept per curve (fit; shipped tables)"},
+        {"constant": "ALLREDUCE_CALIBRATION_GPUS", "scope": "protocol", "value": str(ALLREDUCE_CALIBRATION_GPUS),
+         "provenance": "hand-set", "detail": "the 2- and 8-GPU curves calibrate, the 4-GPU curve between them "
+                                             "validates"},
+        {"constant": "NEAREST_RULE", "scope": "protocol", "value": "rule", "provenance": "hand-set",
+         "detail": NEAREST_RULE},
+    ]
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------- Markdown
+def _pct(v: Any) -> str:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.1f}"
+
+
+def render_protocol_markdown(summary: Mapping[str, Any]) -> list[str]:
+    """Markdown lines of the protocol's four sections, from ``summary["protocol"]`` (or that entry itself): the
+    split, the constants with their provenance (and the CV scores), the leave-one-GPU-out / leave-one-model-out
+    errors, and the table fidelity."""
+    p = summary.get("protocol", summary)
+    out = ["## Validation protocol", "",
+           "Declared in validation/protocol.py. A cell (profile cell: source, GPU, model, dtype, TP; an all-reduce "
+           "curve; a Splitwise cell; a measured run) is calibration or validation as a whole, for every pricer.", ""]
+    out += [f"- **{k}**: {v}" for k, v in p.get("split", {}).items()]
+    cells = p.get("cells", {})
+    if cells:
+        out += [f"- Component cells: {len(cells.get(CALIBRATION, []))} calibration, "
+                f"{len(cells.get(VALIDATION, []))} validation. The RTX 4090's only profile cell calibrates whole: "
+                "its out-of-profile error is the leave-one-GPU-out row below, its validation the vLLM run."]
+    out += ["", "## Constants and where they come from", ""]
+    consts = p.get("constants", [])
+    counts: dict[str, int] = {}
+    for r in consts:
+        counts[r["provenance"]] = counts.get(r["provenance"], 0) + 1
+    out.append("Every tunable of the pricers and the memory model: " + ", ".join(
+        f"{n} {k}" for k, n in sorted(counts.items())) + ". Datasheet peaks are cited beside each value in "
+        "gpus.toml. Global constants:")
+    out += ["", *render_table([r for r in consts if r["scope"] in (
+        "table pricer", "memory model", "catalog", "refined roofline", "calibration", "protocol")],
+        ("constant", "scope", "value", "provenance", "detail")), ""]
+    cv = p.get("cv_scores", [])
+    if cv:
+        out += ["Cross-validation inside the calibration cells (validation/crossval.py; no validation cell read):",
+                "", *render_table(cv, ("tunable", "candidate", "folds", "points", "cv_score_pct", "chosen")), ""]
+    per_gpu: dict[str, dict[str, list[str]]] = {}
+    for r in consts:
+        if r["provenance"] == "datasheet" or r["scope"] in ("table pricer", "memory model", "catalog",
+                                                            "refined roofline", "calibration", "protocol"):
+            continue
+        d = per_gpu.setdefault(r["scope"], {})
+        reason = "" if r["provenance"] in ("fitted", "borrowed") or r["detail"].startswith("[defaults") \
+            else f" ({r['detail']})"
+        key = "defaults" if r["detail"].startswith("[defaults") else r["provenance"]
+        d.setdefault(key, []).append(f"{r['constant']} = {r['value']}{reason}")
+    rows = [{"gpu": g, "fitted (its calibration cells)": "; ".join(d.get("fitted", [])),
+             "borrowed (nearest profiled GPU)": "; ".join(d.get("borrowed", [])),
+             "hand-set (reason)": "; ".join(d.get("hand-set", [])),
+             "[defaults.efficiency]": "; ".join(d.get("defaults", []))} for g, d in sorted(per_gpu.items())]
+    out += ["Per GPU (plain roofline: gpus.toml; refined: roofline.toml, prefixed `refined.`; the cells each fit "
+            "used are listed in constants.parquet):", ""]
+    out += [*render_table(rows, ("gpu", "fitted (its calibration cells)", "borrowed (nearest profiled GPU)",
+                                 "hand-set (reason)", "[defaults.efficiency]")), ""]
+    out += ["## Out-of-cell errors: leave-one-GPU-out / leave-one-model-out", "",
+            f"Leave-one-GPU-out: each profiled GPU priced with the kernel-level parameters of the GPU the "
+            f"catalogue's rule picks among the other profiled GPUs ({p.get('nearest_rule', NEAREST_RULE)}), on "
+            "its own datasheet peaks, the rest at [defaults.efficiency]; judged on every cell of the GPU (all TP, "
+            "both roles). What to expect for a GPU without a profile. MAPE %:", ""]
+    logo = [{**r, "components LOGO": _pct(r.get("logo_components_mape_pct")),
+             "components own fit": _pct(r.get("own_components_mape_pct")),
+             "Splitwise LOGO / own": f"{_pct(r.get('logo_splitwise_mape_pct'))} / "
+                                     f"{_pct(r.get('own_splitwise_mape_pct'))}" if r.get("logo_splitwise_n") else "",
+             "all-reduce LOGO / own": f"{_pct(r.get('logo_all_reduce_mape_pct'))} / "
+                                      f"{_pct(r.get('own_all_reduce_mape_pct'))}" if r.get("logo_all_reduce_n")
+             else ""} for r in p.get("logo", [])]
+    out += [*render_table(logo, ("gpu", "pricer", "donor", "logo_components_n", "components LOGO",
+                                 "components own fit", "Splitwise LOGO / own", "all-reduce LOGO / own")), ""]
+    lomo = p.get("lomo", [])
+    if lomo:
+        out += ["Leave-one-model-out: each GPU refitted on its calibration cells of the other models only, judged "
+                "on every cell of the held-out model (all TP; Splitwise where the model has it). What to expect "
+                "for a model without a profile on a profiled GPU. 'leaked': parameters the refit could not fit "
+                "(they keep the shipped value). MAPE %:", ""]
+        rows = [{**r, "components LOMO": _pct(r.get("lomo_components_mape_pct")),
+                 "components own fit": _pct(r.get("own_components_mape_pct")),
+                 "Splitwise LOMO / own": f"{_pct(r.get('lomo_splitwise_mape_pct'))} / "
+                                         f"{_pct(r.get('own_splitwise_mape_pct'))}" if r.get("lomo_splitwise_n")
+                 else ""} for r in lomo]
+        out += [*render_table(rows, ("gpu", "model", "pricer", "cells", "lomo_components_n", "components LOMO",
+                                     "components own fit", "Splitwise LOMO / own", "leaked")), ""]
+        out += ["Per GPU (mean over held-out models):", "", *render_table(
+            p.get("lomo_per_gpu", []), ("gpu", "pricer", "lomo_components_mape_pct", "own_components_mape_pct"))]
+        out.append("")
+    else:
+        out += ["Leave-one-model-out: not computed in this run (validate --quick skips the refits).", ""]
+    out += ["## Table fidelity (in-cell interpolation; not validation)", "",
+            "The table pricer rebuilt from every other point of each cell (attention: every other row and column; "
+            "all-reduce: every other size) and judged on the points in between. This is how well the table "
+            "interpolates a cell it has measured, not a prediction; the table's validation is out of cell "
+            "(pricer 'table', role 'validation'). MAPE %:", ""]
+    out += render_table(p.get("table_fidelity", []), ("gpu", "points", "mape_pct", "all_reduce_points",
+                                                      "all_reduce_mape_pct"))
+    return out
