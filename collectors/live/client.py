@@ -65,6 +65,12 @@ class StreamResult:
     output_ids: list[int] | None = None  #: generated ids when the server returns them (vLLM return_token_ids)
     chunks: list[tuple[float, int]] = field(default_factory=list)  #: (time s, tokens) per token chunk, if kept
     finish_reason: str | None = None
+    #: vLLM ``--enable-per-request-metrics`` (``metrics`` on the final usage chunk, built by
+    #: ``vllm/entrypoints/generate/base/serving.py::build_per_request_timing_metrics`` from the engine's
+    #: ``RequestStateStats``): engine queue time (queued -> first scheduled; later schedulings after a preemption
+    #: do not move it) and first scheduled -> first token, in seconds; None when the server sent none.
+    engine_queue_s: float | None = None
+    engine_ttft_s: float | None = None
 
 
 class CompletionClient:
@@ -166,6 +172,7 @@ class CompletionClient:
         ids: list[int] = []
         chunks: list[tuple[float, int]] = []
         usage: dict[str, Any] | None = None
+        metrics: dict[str, Any] = {}
         finish, done = None, False
         async for line in resp.aiter_lines():
             line = line.strip()
@@ -184,6 +191,8 @@ class CompletionClient:
                 raise _Retryable(f"error in stream: {excerpt(json.dumps(msg['error']), 200)}")
             if msg.get("usage"):
                 usage = msg["usage"]
+            if isinstance(msg.get("metrics"), dict):
+                metrics = msg["metrics"]
             for ch in msg.get("choices") or []:
                 first_any = now if first_any is None else first_any
                 last_any = now
@@ -210,7 +219,13 @@ class CompletionClient:
             last_token_s=last if last is not None else last_any, retries=0,
             prompt_tokens=u.get("prompt_tokens"), completion_tokens=u.get("completion_tokens"),
             cached_tokens=details.get("cached_tokens") if isinstance(details, dict) else None,
-            stream_tokens=n_tok, output_ids=ids if got_ids else None, chunks=chunks, finish_reason=finish)
+            stream_tokens=n_tok, output_ids=ids if got_ids else None, chunks=chunks, finish_reason=finish,
+            engine_queue_s=_ms_to_s(metrics.get("queue_time_ms")),
+            engine_ttft_s=_ms_to_s(metrics.get("time_to_first_token_ms")))
+
+
+def _ms_to_s(v: object) -> float | None:
+    return float(v) / 1000.0 if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
 def monotonic_clock() -> Clock:

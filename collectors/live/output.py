@@ -60,6 +60,7 @@ _SIDECAR_COLUMNS: dict[str, str] = {
     "reused_tokens": "int64", "kept_tokens": "int64", "cached_tokens_reported": "Int64", "output_tokens": "int64",
     "output_tokens_reported": "Int64", "output_tokens_streamed": "int64", "retries": "int32",
     "finish_reason": "string", "output_ids_source": "string", "gap_before_s": "float64", "tool_gap_s": "float64",
+    "engine_queue_s": "Float64", "engine_ttft_s": "Float64",
 }
 
 
@@ -116,6 +117,7 @@ def turns_frame(records: list[TurnRecord], facts: RunFacts) -> pd.DataFrame:
             "output_tokens": r.output_tokens, "output_tokens_reported": s.completion_tokens,
             "output_tokens_streamed": s.stream_tokens, "retries": s.retries, "finish_reason": s.finish_reason,
             "output_ids_source": r.output_ids_source, "gap_before_s": r.gap_before_s, "tool_gap_s": r.tool_gap_s,
+            "engine_queue_s": s.engine_queue_s, "engine_ttft_s": s.engine_ttft_s,
         })
     df = pd.DataFrame(rows, columns=list(_SIDECAR_COLUMNS))
     for col, dtype in _SIDECAR_COLUMNS.items():
