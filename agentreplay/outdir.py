@@ -8,7 +8,8 @@ A command that writes a folder of results (``simulate``, ``compare``, ``validate
 - a failed or interrupted run leaves the previous folder as it was (and no empty folder where there was none);
 - a folder agentreplay did not write is never replaced: a non-empty folder is overwritten only when it holds
   the marker file :data:`MARKER` (written into every staged folder), or, for folders written before the marker
-  existed, when every entry in it is a name the command itself writes (:data:`KINDS`).
+  existed, when it holds the command's signature file and every entry in it is a name the command itself
+  writes (:data:`KINDS`).
 
 The swap is two renames (old folder aside, new folder in) and a delete of the old one; a crash between the two
 renames leaves the old folder as ``.NAME.old-*`` beside the new location, never a half-written folder under
@@ -29,15 +30,16 @@ from pathlib import Path
 #: File written into every output folder agentreplay writes (JSON: the command that wrote it).
 MARKER = ".agentreplay-output"
 
-#: Per command, the entry names (glob patterns) of what it writes; ``NAME/`` is a folder of kind NAME. Used only
-#: to recognise folders written before the marker existed.
-KINDS: dict[str, tuple[str, ...]] = {
-    "simulate": ("turns.parquet", "programs.parquet", "instances.parquet", "summary.json", "config.toml",
-                 "decisions.jsonl"),
-    "compare": ("compare.parquet", "jct_cdf.png", "*/simulate"),
-    "validate": ("*.parquet", "*.png", "*.md", "*.html", "*.json"),
-    "trace": ("programs.parquet", "turns.parquet", "tool_calls.parquet", "MANIFEST.json"),
-    "sweep": ("sweep.json", "base-config.toml", "results/", "report/"),
+#: Per command, the file every output of it holds, and the entry names (glob patterns) of what it writes;
+#: ``NAME/KIND`` is a folder of kind KIND, ``NAME/`` any folder. Used only to recognise folders written before
+#: the marker existed.
+KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "simulate": ("summary.json", ("turns.parquet", "programs.parquet", "instances.parquet", "summary.json",
+                                  "config.toml", "decisions.jsonl")),
+    "compare": ("compare.parquet", ("compare.parquet", "jct_cdf.png", "*/simulate")),
+    "validate": ("errors.parquet", ("*.parquet", "*.png", "*.md", "*.html", "*.json")),
+    "trace": ("programs.parquet", ("programs.parquet", "turns.parquet", "tool_calls.parquet", "MANIFEST.json")),
+    "sweep": ("sweep.json", ("sweep.json", "base-config.toml", "results/", "report/")),
 }
 
 
@@ -48,7 +50,7 @@ class OutputDirError(ValueError):
 def _is_ours(entry: Path, kind: str) -> bool:
     if entry.name == MARKER or (entry.name.startswith(".") and entry.name.endswith(".tmp")):
         return True
-    for pat in KINDS.get(kind, ()):
+    for pat in KINDS[kind][1] if kind in KINDS else ():
         if "/" in pat:
             name, sub = pat.split("/", 1)
             if entry.is_dir() and fnmatch.fnmatchcase(entry.name, name) and (not sub or owned(entry, sub)):
@@ -59,8 +61,8 @@ def _is_ours(entry: Path, kind: str) -> bool:
 
 
 def owned(path: str | os.PathLike[str], kind: str) -> bool:
-    """True when ``path`` may be replaced by a ``kind`` run: missing, empty, marked, or holding only the names
-    a ``kind`` run writes."""
+    """True when ``path`` may be replaced by a ``kind`` run: missing, empty, marked, or holding the signature
+    file of a ``kind`` run and only names such a run writes."""
     p = Path(path)
     if not p.exists():
         return True
@@ -68,7 +70,10 @@ def owned(path: str | os.PathLike[str], kind: str) -> bool:
         return False
     if (p / MARKER).is_file():
         return True
-    return all(_is_ours(e, kind) for e in p.iterdir())
+    entries = list(p.iterdir())
+    if not entries:
+        return True
+    return kind in KINDS and (p / KINDS[kind][0]).is_file() and all(_is_ours(e, kind) for e in entries)
 
 
 def check(path: str | os.PathLike[str], kind: str) -> Path:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
@@ -124,7 +125,7 @@ def drive(
     table.add_row("retries", f"{int(m.get('retries_total', 0)):,}")
     show(table)
     for note in res.info.notes:
-        console.print(f"[dim]note:[/] {note}")
+        console.print(f"[dim]note:[/] {escape(note)}")
     console.print(f"wrote {', '.join(str(p) for p in res.paths.values())}")
 
 
@@ -185,5 +186,5 @@ def drive_profile(
         table.add_row(r.op, str(r.batch_size), str(r.num_tokens), str(r.context_tokens), f"{r.seconds * 1e3:.2f}")
     show(table)
     for s in res.skipped:
-        console.print(f"[dim]skipped:[/] {s}")
+        console.print(f"[dim]skipped:[/] {escape(str(s))}")
     console.print(f"wrote {', '.join(str(p) for p in res.paths.values())}")

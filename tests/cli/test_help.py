@@ -112,3 +112,16 @@ def test_main_keeps_only_the_command_it_runs(monkeypatch) -> None:
         [app_module._name(c) for c in self.registered_commands]))
     app_module.main()
     assert calls == [["catalog"]]
+
+
+def test_the_config_literals_match_the_policy_registries() -> None:
+    """Help lists the Literals; the registries are what runs: the two name the same policies."""
+    from agentreplay.policy.victim import VICTIMS
+    from agentreplay.sim.router import ROUTERS
+
+    assert set(get_args(C.RouterName)) == set(ROUTERS)
+    assert set(get_args(C.VictimName)) == set(VICTIMS)
+    for preset in PRESETS.values():
+        assert preset["router"]["policy"] in get_args(C.RouterName)
+        assert preset["policy"]["queue"] in get_args(C.QueueName)
+        assert preset["policy"]["retention"] in get_args(C.RetentionName)

@@ -60,6 +60,13 @@ def test_foreign_folders_are_refused_and_legacy_outputs_recognised(tmp_path) -> 
     (legacy / "summary.json").write_text("{}")
     (legacy / "turns.parquet").write_bytes(b"")
     assert owned(legacy, "simulate") and not owned(legacy, "sweep")
+    dataset = tmp_path / "dataset"  # only names a validate run writes (*.md, *.json, *.parquet), but no errors.parquet
+    dataset.mkdir()
+    for name in ("MANIFEST.json", "PROVENANCE.md", "programs.parquet"):
+        (dataset / name).write_text("x")
+    assert not owned(dataset, "validate") and not owned(dataset, "trace")  # PROVENANCE.md: not a trace output
+    (dataset / "errors.parquet").write_text("x")
+    assert owned(dataset, "validate")
     (tmp_path / "afile").write_text("x")
     with pytest.raises(OutputDirError, match="not a folder"), staged(tmp_path / "afile", "simulate"):
         pass
@@ -90,6 +97,7 @@ def test_compare_rerun_keeps_only_this_runs_presets(tmp_path, trace) -> None:
     out = tmp_path / "cmp"
     res = runner.invoke(app, ["compare", "--trace", trace, "--out", str(out), "--presets", "vllm,sglang"])
     assert res.exit_code == 0, res.output
+    assert "…" not in res.output and "sglang" in res.output  # the piped table cuts nothing
     assert (out / "sglang" / "summary.json").exists()
     res = runner.invoke(app, ["compare", "--trace", trace, "--out", str(out), "--presets", "vllm", "--json"])
     assert res.exit_code == 0, res.output
