@@ -138,25 +138,30 @@ def choose(cv: pd.DataFrame, tunable: str) -> str | None:
 
 # ---------------------------------------------------------------------------------------------- judged rows
 def judged_rows(data: K.ComponentData, gpu: GpuSpec, cells: set[str], eff: Efficiency,
-                ref: Refinement | None = None, allreduce: bool = True) -> pd.DataFrame:
+                ref: Refinement | None = None, allreduce: bool = True,
+                pricers: dict[str, Any] | None = None) -> pd.DataFrame:
     """``cell_id, metric, measured, simulated`` of every component metric (layer time, attention, LM head,
-    Splitwise iterations, all-reduce) of ``cells`` on ``gpu`` priced by the (refined when ``ref``) roofline."""
+    Splitwise iterations, all-reduce) of ``cells`` on ``gpu`` priced by the (refined when ``ref``) roofline;
+    ``pricers`` (cell -> pricer): the operator cells priced by those instead (and only those cells)."""
     o = data.ops[(data.ops["gpu"] == gpu.name) & data.ops["cell_id"].isin(cells)].reset_index(drop=True)
+    if pricers is not None:
+        o = o[o["cell_id"].isin(list(pricers))].reset_index(drop=True)
     parts = []
     if len(o):
-        pred = C.predict_ops(o, gpu, data.specs, data.tps, eff, ref)  # type: ignore[arg-type]
+        pred = (C.predict_with(o, pricers) if pricers is not None
+                else C.predict_ops(o, gpu, data.specs, data.tps, eff, ref))  # type: ignore[arg-type]
         layer = C.layer_sums(o, pred, {c: C.source_of(c) for c in o["cell_id"].unique()})
         parts.append(layer.assign(metric="layer_time_s")[["cell_id", "metric", "measured_s", "predicted_s"]])
         att = (o["group"].isin(["attention_prefill", "attention_decode", "lm_head"]) & (o["probe"] != "tokens"))
         parts.append(o[att].assign(metric=o.loc[att, "group"] + "_s", predicted_s=pred[att.to_numpy()])[
             ["cell_id", "metric", "measured_s", "predicted_s"]])
     it = data.iterations[(data.iterations["gpu"] == gpu.name) & data.iterations["cell_id"].isin(cells)]
-    if len(it):
+    if len(it) and pricers is None:
         it = it.reset_index(drop=True)
         pred = C.predict_iterations(it, gpu, data.specs, data.tps, eff, ref)  # type: ignore[arg-type]
         parts.append(it.assign(metric=it["group"] + "_s", predicted_s=pred)[
             ["cell_id", "metric", "measured_s", "predicted_s"]])
-    ar = data.allreduce[data.allreduce["gpu"] == gpu.name] if allreduce else data.allreduce.iloc[:0]
+    ar = data.allreduce[data.allreduce["gpu"] == gpu.name] if allreduce and pricers is None else data.allreduce.iloc[:0]
     if len(ar):
         ar = ar.reset_index(drop=True)
         parts.append(ar.assign(metric="all_reduce_s", predicted_s=C.predict_allreduce(ar, gpu, eff, ref))[
@@ -231,7 +236,41 @@ def leave_one_gpu_out(data: K.ComponentData, catalog: Any = None) -> pd.DataFram
             row.update({f"logo_{k}": v for k, v in _families(logo).items()})
             row.update({f"own_{k}": v for k, v in _families(own).items() if k.endswith("pct")})
             rows.append(row)
+        gpu_l = dataclasses.replace(target, efficiency=reff)
+        tables = donor_tables(data, gpu_l, rref, donor, dspec, d_eff, d_ref, cells)
+        if tables:
+            logo = judged_rows(data, gpu_l, set(tables), reff, rref, pricers=tables)
+            row = {"gpu": g, "pricer": "table", "donor": donor, "borrowed": "the donor's TP=1 tables of the same "
+                   f"model, scaled by the refined roofline ({len(tables)} of {len(cells)} cells)"}
+            row.update({f"logo_{k}": v for k, v in _families(logo).items()})
+            rows.append(row)
     return pd.DataFrame(rows)
+
+
+def donor_tables(data: K.ComponentData, gpu: GpuSpec, ref: Refinement, donor: str, dspec: GpuSpec,
+                 d_eff: Efficiency, d_ref: Refinement, cells: set[str]) -> dict[str, Any]:
+    """Leave-one-GPU-out table pricers: each operator cell of ``gpu`` (its leave-one-GPU-out refined roofline as
+    the fallback) priced from the ``donor``'s calibration (TP=1) cell of the same model, the source preference
+    of the shipped tables (:data:`validation.calibrate.TABLE_SOURCES`) first, scaled by the target's / donor's
+    refined roofline; cells whose model the donor did not profile are left out."""
+    rank = {s: i for i, s in enumerate(K.TABLE_SOURCES)}
+    dcal = data.full[(data.full["gpu"] == donor) & (data.full["tp"] == 1)]
+    by_model: dict[str, str] = {}
+    for cid in sorted(dcal["cell_id"].unique(), key=lambda c: (rank.get(C.source_of(c), 99), c)):
+        if cid in data.specs and K.role(cid, 1) == P.CALIBRATION:
+            by_model.setdefault(_model_of(data, cid), cid)
+    out: dict[str, Any] = {}
+    for cid in sorted(c for c in cells if c in data.tps and C.source_of(c) != "splitwise"):
+        src = by_model.get(_model_of(data, cid))
+        if src is None:
+            continue
+        f = dcal[dcal["cell_id"] == src]
+        f = f[[(C.source_of(src), grp) not in K.FIT_EXCLUDE for grp in f["group"]]]
+        spec = data.specs[src]
+        table = C.table_from_points(f, src, donor, spec.name, 1)  # type: ignore[attr-defined]
+        out[cid] = TablePerfModel(table, C.roofline(gpu, data.specs[cid], data.tps[cid], gpu.efficiency, ref),
+                                  C.roofline(dspec, spec, 1, d_eff, d_ref))  # type: ignore[arg-type]
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- LOMO

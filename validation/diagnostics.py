@@ -30,6 +30,7 @@ from numpy.typing import ArrayLike
 from scipy.optimize import least_squares, nnls
 
 from agentreplay.perf.interp import Grid, isotonic
+from agentreplay.perf.table import ATTENTION_ROWS_IN_REFERENCE
 from validation.calibrate import mape
 from validation.components import in_table
 
@@ -201,7 +202,9 @@ def decode_beyond_dram(full: pd.DataFrame, dram_s: dict[str, float], peak_bps: d
 def grid_rule_cv(full: pd.DataFrame, references: dict[str, Callable[[float, float], float]]) -> pd.DataFrame:
     """How the prefill-attention grid's rules predict the table's *own* points (the calibration side of the table
     protocol; no held-out point enters), per GPU: each inner token row held out and predicted from the other
-    rows, between rows linear in log tokens (the rule in use) or in log reference; the largest row held out and
+    rows, between rows linear in log tokens or in log reference (``ATTENTION_ROWS_IN_REFERENCE`` of
+    agentreplay.perf.table says which is in use, chosen by :func:`validation.crossval.table_cv`); the largest row held
+    out and
     extrapolated from the rest, scaled by the reference (the rule in use) or as a power law in tokens through the
     two rows below it. ``full``: op_points without subsampling (with ``gpu``); ``references[cell_id]``: the
     cell's per-layer prefill-attention reference ``(tokens, context) -> seconds``."""
@@ -220,8 +223,9 @@ def grid_rule_cv(full: pd.DataFrame, references: dict[str, Callable[[float, floa
             n = float(rows[k])
             if k < len(rows) - 1:
                 kind = "interpolate an inner token row"
-                rules = {"log tokens (in use)": Grid(*args),
-                         "log reference": Grid(*args, reference_between_rows=True)}
+                use = " (in use)" if ATTENTION_ROWS_IN_REFERENCE else ""
+                rules = {"log tokens" + ("" if use else " (in use)"): Grid(*args),
+                         "log reference" + use: Grid(*args, reference_between_rows=True)}
                 preds = {r: np.array([g.at(n, c, ref) for c in ctx]) for r, g in rules.items()}
             else:
                 kind = "extrapolate the largest token row"

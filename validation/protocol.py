@@ -156,7 +156,7 @@ def catalog_rows(gpus_toml: str, calibration: Mapping[str, Any], refined: Mappin
         ref = refined.get(g, {})
         rsrc = ref.get("calibrated_from")
         for k, v in sorted(ref.get("fitted", {}).items()):
-            rows.append({"constant": f"refined.{k}", "scope": g, "value": v,
+            rows.append({"constant": f"refined.{k}", "scope": g, "value": float(f"{v:.4g}"),
                          "provenance": "borrowed" if rsrc else "fitted",
                          "detail": (f"fitted on {rsrc}'s calibration cells: {', '.join(cells.get(rsrc, []))}"
                                     if rsrc else f"calibration cells: {where}")})

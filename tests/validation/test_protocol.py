@@ -103,3 +103,79 @@ def test_render_has_the_four_sections() -> None:
               "## Table fidelity (in-cell interpolation; not validation)"):
         assert h in md
     assert "| a40 | roofline | a100-80gb | 3 | 9.7 | 7.4 |" in md
+
+
+def _two_gpus() -> K.ComponentData:
+    from validation.measured import Measured
+
+    a, b = synthetic(tps=(1,), gpu_name="h100-sxm"), synthetic(tps=(1,), gpu_name="a100-80gb")
+    m = Measured()
+    m.tables = {k: pd.concat([a.tables[k], b.tables[k]], ignore_index=True) for k in ("cells", "component")}
+    return K.component_data(m)
+
+
+def test_leave_one_gpu_out_never_reads_the_gpus_own_fit(tmp_path) -> None:
+    """Changing the H100's own fitted efficiency changes its own-fit error, never its leave-one-GPU-out error."""
+    import shutil
+
+    src = K.packaged_catalog().parent
+    for name in ("gpus.toml", "roofline.toml", "calibration.json", "tables.toml", "models.toml"):
+        shutil.copy(src / name, tmp_path / name)
+    data = _two_gpus()
+    before = X.leave_one_gpu_out(data, tmp_path / "gpus.toml").set_index(["gpu", "pricer"])
+    text = (tmp_path / "gpus.toml").read_text()
+    head = '[gpu."h100-sxm".efficiency]\n'
+    i = text.index(head)
+    block = text[i:].split("\n\n", 1)[0]
+    (tmp_path / "gpus.toml").write_text(text.replace(block, block.replace(
+        "compute_efficiency = ", "compute_efficiency = 0.3  # was ", 1)))
+    after = X.leave_one_gpu_out(data, tmp_path / "gpus.toml").set_index(["gpu", "pricer"])
+    assert before.loc[("h100-sxm", "roofline"), "donor"] == "a100-80gb"
+    assert after.loc[("h100-sxm", "roofline"), "logo_components_mape_pct"] == pytest.approx(
+        before.loc[("h100-sxm", "roofline"), "logo_components_mape_pct"], rel=1e-12)
+    assert after.loc[("h100-sxm", "roofline"), "own_components_mape_pct"] != pytest.approx(
+        before.loc[("h100-sxm", "roofline"), "own_components_mape_pct"], rel=1e-3)
+    # the A100, whose donor is the H100, sees the change
+    assert after.loc[("a100-80gb", "roofline"), "logo_components_mape_pct"] != pytest.approx(
+        before.loc[("a100-80gb", "roofline"), "logo_components_mape_pct"], rel=1e-3)
+
+
+def _two_models(scale: float = 1.0) -> K.ComponentData:
+    """The synthetic H100 cell twice: as Llama-3.1-8B and relabelled Llama-2-7B (times x ``scale``)."""
+    from validation.measured import Measured
+
+    a = synthetic(tps=(1,))
+    cells = a.tables["cells"].copy()
+    comp = a.tables["component"].copy()
+    cells["cell_id"] = cells["cell_id"].str.replace("llama-3.1-8b", "llama-2-7b")
+    cells["model"] = "llama-2-7b"
+    comp["cell_id"] = comp["cell_id"].str.replace("llama-3.1-8b", "llama-2-7b")
+    comp["seconds"] = comp["seconds"] * scale
+    m = Measured()
+    m.tables = {"cells": pd.concat([a.tables["cells"], cells], ignore_index=True),
+                "component": pd.concat([a.tables["component"], comp], ignore_index=True)}
+    return K.component_data(m)
+
+
+def test_leave_one_model_out_fits_without_the_held_out_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scaling the held-out model's measurements changes nothing the refit predicts for it (the refit never saw
+    them); the other fold, fitted on that model alone, changes."""
+    seen: list[pd.DataFrame] = []
+    real = X.judged_rows
+
+    def spy(*args: object, **kw: object) -> pd.DataFrame:
+        out = real(*args, **kw)  # type: ignore[arg-type]
+        seen.append(out)
+        return out
+    monkeypatch.setattr(X, "judged_rows", spy)
+    runs = []
+    for scale in (1.0, 3.0):
+        seen.clear()
+        lomo = X.leave_one_model_out(_two_models(scale))
+        # per (model, pricer): the LOMO call, then the shipped-fit call
+        runs.append({(r.model, r.pricer): seen[2 * i]["simulated"].to_numpy()
+                     for i, r in enumerate(lomo.itertuples())})
+    assert set(runs[0]) == {(m, p) for m in ("llama-2-7b", "llama-3.1-8b") for p in ("roofline", "refined")}
+    for p in ("roofline", "refined"):
+        assert np.allclose(runs[0][("llama-2-7b", p)], runs[1][("llama-2-7b", p)], rtol=1e-9)
+        assert not np.allclose(runs[0][("llama-3.1-8b", p)], runs[1][("llama-3.1-8b", p)], rtol=1e-3)
