@@ -559,14 +559,16 @@ TABLE_SOURCES: Final = ("llmservingsim-perf", "vidur", "llmservingsim-v0")
 
 
 def shipped_tables(data: ComponentData) -> dict[str, MeasuredTable]:
-    """The measured tables ``TablePerfModel.from_names`` reads: every profile cell of a catalog GPU and model,
-    all its points (dense curves at :data:`validation.components.TABLE_POINTS` log-spaced token counts, attention
-    grids whole), one source per (GPU, model, TP) by :data:`TABLE_SOURCES`; HF-eager modules of LLMServingSim v0
-    (:data:`FIT_EXCLUDE`) are left to the roofline, as in the fit."""
+    """The measured tables ``TablePerfModel.from_names`` reads: every calibration profile cell (TP=1,
+    :mod:`validation.protocol`) of a catalog GPU and model, all its points (dense curves at
+    :data:`validation.components.TABLE_POINTS` log-spaced token counts, attention grids whole), one source per
+    (GPU, model, TP) by :data:`TABLE_SOURCES`; HF-eager modules of LLMServingSim v0 (:data:`FIT_EXCLUDE`) are
+    left to the roofline, as in the fit. Validation cells ship no table: ``from_names`` scales the TP=1 table."""
     models = set(list_models())
     out: dict[str, MeasuredTable] = {}
     rank = {s: i for i, s in enumerate(TABLE_SOURCES)}
-    cids = sorted(data.full["cell_id"].unique(), key=lambda c: (rank.get(C.source_of(c), 99), c))
+    cids = sorted((c for c in data.full["cell_id"].unique() if role(c, data.tps[c]) == P.CALIBRATION),
+                  key=lambda c: (rank.get(C.source_of(c), 99), c))
     for cid in cids:
         spec, src = data.specs[cid], C.source_of(cid)
         name = spec.name  # type: ignore[attr-defined]
@@ -582,9 +584,10 @@ def shipped_tables(data: ComponentData) -> dict[str, MeasuredTable]:
 
 
 def shipped_allreduce(data: ComponentData) -> dict[str, AllReduceTable]:
-    """The all-reduce tables ``TablePerfModel.from_names`` reads: every single-node all-reduce curve of a catalog
-    GPU (:func:`validation.components.allreduce_points`, :data:`validation.components.TABLE_POINTS` log-spaced
-    sizes), keyed ``gpu/tpN``; one curve per key (the first cell in name order)."""
+    """The all-reduce tables ``TablePerfModel.from_names`` reads: every calibration single-node all-reduce curve
+    of a catalog GPU (:func:`validation.components.allreduce_points`, :data:`validation.components.TABLE_POINTS`
+    log-spaced sizes; the 2- and 8-GPU curves, :mod:`validation.protocol`), keyed ``gpu/tpN``; one curve per key
+    (the first cell in name order)."""
     known = set(list_gpus())
     out: dict[str, AllReduceTable] = {}
     a = data.allreduce_full
@@ -592,7 +595,8 @@ def shipped_allreduce(data: ComponentData) -> dict[str, AllReduceTable]:
         return out
     for _, d in sorted(a.groupby("cell_id"), key=lambda kv: str(kv[0])):
         g = d["gpu"].iloc[0]
-        if not isinstance(g, str) or g not in known:
+        if not isinstance(g, str) or g not in known or role(str(d["cell_id"].iloc[0]), int(d["tp"].iloc[0])) \
+                != P.CALIBRATION:
             continue
         key = allreduce_key(g, int(d["tp"].iloc[0]))
         if key not in out:
