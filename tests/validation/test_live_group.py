@@ -11,7 +11,7 @@ from validation.live import METRICS, rows
 
 
 def test_rows_from_the_committed_live_run() -> None:
-    path = ROOT / "reports" / "live" / "vllm-cpu-full.json"
+    path = ROOT / "reports" / "live" / "vllm-cpu-ci.json"
     data = json.loads(path.read_text())
     df = rows([path])
     assert set(df["metric"]) == {m for m in METRICS if data["comparison"]["rows"][m]["real"]}
