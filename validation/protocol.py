@@ -23,8 +23,12 @@ The table pricer's validation is out-of-cell only: the TP=1 table of a cell scal
 source, GPU and model by the refined roofline's ratio, and the Splitwise iterations priced from the Vidur TP=1
 table of the same GPU and model (scaled the same way) with the all-reduce curves of calibration GPU counts.
 
-Constants (:func:`constants`): every tunable of the pricers and of the memory model with its provenance,
-one of :data:`PROVENANCE`.
+The tables ``agentreplay calibrate`` ships (catalog/tables.toml) come from calibration cells only: the TP=1
+profile tables and the 2- and 8-GPU all-reduce curves; a TP>1 run's table pricer scales the TP=1 table.
+
+Constants (:func:`catalog_rows`, :func:`global_rows`): every tunable of the pricers and of the memory model with
+its provenance, one of :data:`PROVENANCE`; cross-validation, leave-one-GPU-out and leave-one-model-out live in
+:mod:`validation.crossval`; :func:`render_protocol_markdown` renders all of it.
 """
 
 from __future__ import annotations
