@@ -66,8 +66,11 @@ ORDER_TIE_S = 0.1
 #: 0.985 over three sessions (1, 0 and 2 inverted pairs of 159, 244 and 134), the simulator 1.000; program-arrival
 #: order reads 0.11-0.22, PLAS 0.67-0.72.
 ORDER_TOL = 0.05
+#: ... or this many pairs' worth of the engine's, whichever is more: with few pairs (a quiet machine queues less:
+#: the fastest repeat seen had 11) one or two inverted pairs are not a different rule
+ORDER_SLACK_PAIRS = 2.0
 #: ... judged only with at least this many such pairs (all repeats) on each side (else the cell does not queue)
-ORDER_MIN_PAIRS = 30
+ORDER_MIN_PAIRS = 20
 
 
 # ---- admission order ---------------------------------------------------------------------------------------------
@@ -150,12 +153,13 @@ def judge(repeats: list[dict[str, Any]], tol: dict[str, float] | None = None,
     sim_n, sim_f = _pooled([r["sim"] for r in repeats])
     few = min(real_n, sim_n) < ORDER_MIN_PAIRS
     value = math.inf if few or not math.isfinite(sim_f - real_f) else abs(sim_f - real_f)
+    order_tol = max(tol["admission_fcfs"], ORDER_SLACK_PAIRS / real_n) if real_n else tol["admission_fcfs"]
     checks.append({"figure": "admission_fcfs", "kind": "logic",
                    "statistic": f"|sim - real| over all repeats' pairs (>= {ORDER_MIN_PAIRS} pairs each side; "
                                 f"engine {real_f:.3f} of {real_n:.0f}, sim {sim_f:.3f} of {sim_n:.0f})",
                    "value": value, "per_repeat": [r["sim"]["admission_fcfs"] - r["real"]["admission_fcfs"]
                                                   for r in repeats],
-                   "tolerance": tol["admission_fcfs"], "ok": value <= tol["admission_fcfs"]})
+                   "tolerance": order_tol, "ok": value <= order_tol})
     return {"tolerances": tol, "checks": checks, "verdict": "pass" if all(c["ok"] for c in checks) else "fail"}
 
 

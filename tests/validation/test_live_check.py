@@ -75,6 +75,11 @@ def test_judge_passes_a_matching_simulator_and_fails_each_broken_figure() -> Non
     for r in few:  # the cell hardly queued: the order cannot be judged
         r["real"]["admission_pairs"] = 5.0
     assert judge(few)["verdict"] == "fail"
+    slack = copy.deepcopy(good)  # 30 engine pairs, 2 of them inverted: within two pairs' worth
+    for r in slack:
+        r["real"]["admission_pairs"], r["real"]["admission_fcfs"] = 10.0, 0.8 if r is slack[0] else 1.0
+    check = {c["figure"]: c for c in judge(slack)["checks"]}["admission_fcfs"]
+    assert check["ok"] and check["tolerance"] == pytest.approx(2 / 30)
 
 
 def test_judge_needs_three_repeats() -> None:
