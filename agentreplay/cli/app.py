@@ -32,15 +32,19 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 
 @app.command()
 def collect(
-    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help="mini-swe-agent|claude-code|swe-agent|lmcache|auto")],
+    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help="mini-swe-agent|claude-code|swe-agent|lmcache|splitwise|"
+                                                                "azure-llm|mooncake|llmservingsim|auto")],
     path: Annotated[Path, typer.Argument(help="A native trace file or folder.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for programs/turns[/tool_calls].parquet")],
     strict: Annotated[bool, typer.Option(help="Fail (exit 1, nothing written) if any file is skipped.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the ingest summary as JSON.")] = False,
 ) -> None:
-    """Convert native agent trajectories into the canonical trace.
+    """Convert native agent trajectories, or request-level serving traces, into the canonical trace.
 
     Example: agentreplay collect mini-swe-agent ../shared/datasets/swebench-verified-mini-swe-agent/trajs --out OUT
+
+    Example: agentreplay collect mooncake ../shared/datasets/request-traces/mooncake-fast25/conversation_trace.jsonl
+    --out OUT
     """
     from collectors.base import CollectError
     from collectors.base import collect as run_collect

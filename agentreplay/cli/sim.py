@@ -64,22 +64,35 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary") -> None:
     table.add_row("cluster", f"{c['instances']} x {c['model']} {c['dtype']} on {c['tp']}x {c['gpu']}, "
                              f"{c['num_gpu_blocks']:,} KV blocks/instance ({c['kv_blocks_from']}), "
                              f"max_num_seqs {c['max_num_seqs']}, max_num_batched_tokens {c['max_num_batched_tokens']}")
-    table.add_row("programs / turns", f"{s['programs']:,} / {s['turns']:,}")
+    requests = s.get("unit") == "request"
+    if requests:
+        table.add_row("requests", f"{s['requests']:,} (a request-level trace: one request per program)")
+    else:
+        table.add_row("programs / turns", f"{s['programs']:,} / {s['turns']:,}")
     table.add_row("makespan", f"{s['makespan_s']:,.1f} s")
-    for key, label in (("jct_s", "JCT"), ("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("queued_s", "queueing")):
+    rows = (("e2e_s", "E2E latency"), ("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("queued_s", "queueing")) \
+        if requests else (("jct_s", "JCT"), ("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("queued_s", "queueing"))
+    for key, label in rows:
         q = s[key]
         table.add_row(f"{label} mean / p50 / p90 / p99 (s)",
                       f"{q['mean']:.3f} / {q['p50']:.3f} / {q['p90']:.3f} / {q['p99']:.3f}")
-    table.add_row("throughput", f"{s['throughput_programs_per_s']:.4f} programs/s, "
-                                f"{s['throughput_output_tokens_per_s']:,.0f} output tokens/s")
-    table.add_row("prefix hit rate", f"{s['prefix_hit_rate']:.3f} (shared prefix "
-                                     f"{s['prefix_hit_rate_shared_prefix']:.3f}, own history "
-                                     f"{s['prefix_hit_rate_own_history']:.3f})")
+    if requests:
+        table.add_row("throughput", f"{s['throughput_requests_per_s']:.4f} requests/s, "
+                                    f"{s['throughput_output_tokens_per_s']:,.0f} output tokens/s")
+        table.add_row("prefix hit rate", f"{s['prefix_hit_rate']:.3f} (shared with earlier requests "
+                                         f"{s['prefix_hit_rate_shared_prefix']:.3f})")
+    else:
+        table.add_row("throughput", f"{s['throughput_programs_per_s']:.4f} programs/s, "
+                                    f"{s['throughput_output_tokens_per_s']:,.0f} output tokens/s")
+        table.add_row("prefix hit rate", f"{s['prefix_hit_rate']:.3f} (shared prefix "
+                                         f"{s['prefix_hit_rate_shared_prefix']:.3f}, own history "
+                                         f"{s['prefix_hit_rate_own_history']:.3f})")
     table.add_row("preemptions / recomputed tokens", f"{s['preemptions']:,} / {s['recomputed_tokens']:,}")
     if "policy" in s:
         p = s["policy"]
         table.add_row("policies", f"router {p['router']}, queue {p['queue']}, victim {p['victim']}, "
                                   f"retention {p['retention']}")
+    if "policy" in s and not requests:
         table.add_row("affinity breaks / KV bytes moved", f"{s['affinity_breaks']:,} / "
                                                           f"{s['bytes_moved_total'] / 1e9:,.1f} GB")
     console.print(table)
@@ -107,7 +120,8 @@ def simulate(
                                                     "| autellix")] = None,
     arrival: Annotated[str | None, typer.Option(help="closed | poisson | trace")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Programs in flight (closed loop).")] = None,
-    rate: Annotated[float | None, typer.Option(help="Programs per second (poisson).")] = None,
+    rate: Annotated[float | None, typer.Option(help="Programs per second (poisson); requests per second for a "
+                                                    "request-level trace (one request per program).")] = None,
     max_programs: Annotated[int | None, typer.Option(help="Replay only the first N programs.")] = None,
     tools: Annotated[str | None, typer.Option(help="replay | fixed | scale | generative")] = None,
     tool_scale: Annotated[float | None, typer.Option(help="Multiplier for --tools scale / generative.")] = None,
@@ -140,10 +154,11 @@ def simulate(
     from agentreplay.sim import simulate as run_simulate
     from agentreplay.trace.io import TraceError, read_trace
 
-    cfg = build_config(config, common_overrides(
+    overrides = common_overrides(
         gpu, model, dtype, tp, instances, router, arrival, concurrency, rate, max_programs, tools, tool_scale,
         tool_fixed, tool_model, num_gpu_blocks, max_num_seqs, max_num_batched_tokens, queue, victim, retention, ttl,
-        dram_gib, cxl_gib, inter_instance_gbps, decision_log, seed, group, perf, mixed_attention), preset)
+        dram_gib, cxl_gib, inter_instance_gbps, decision_log, seed, group, perf, mixed_attention)
+    cfg = build_config(config, overrides, preset)
     try:
         tr = read_trace(trace)
     except TraceError as exc:
