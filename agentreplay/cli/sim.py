@@ -69,6 +69,13 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary") -> None:
         table.add_row("requests", f"{s['requests']:,} (a request-level trace: one request per program)")
     else:
         table.add_row("programs / turns", f"{s['programs']:,} / {s['turns']:,}")
+    rej = s.get("rejected") or {}
+    if rej.get("max_model_len") is not None:
+        table.add_row("max_model_len", f"{rej['max_model_len']:,}: {rej['rejected_requests']:,} request(s) rejected "
+                                       f"(prompt >= max_model_len, {rej['rejected_prompt_tokens']:,} prompt tokens), "
+                                       f"{rej['programs_removed']:,} program(s) removed, {rej['programs_cut']:,} cut "
+                                       f"short ({rej['calls_not_run']:,} later calls not sent), "
+                                       f"{rej['length_capped_requests']:,} output(s) capped")
     table.add_row("makespan", f"{s['makespan_s']:,.1f} s")
     rows = (("e2e_s", "E2E latency"), ("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("queued_s", "queueing")) \
         if requests else (("jct_s", "JCT"), ("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("queued_s", "queueing"))
@@ -123,6 +130,10 @@ def simulate(
     rate: Annotated[float | None, typer.Option(help="Programs per second (poisson); requests per second for a "
                                                     "request-level trace (one request per program).")] = None,
     max_programs: Annotated[int | None, typer.Option(help="Replay only the first N programs.")] = None,
+    max_model_len: Annotated[int | None, typer.Option(help="vLLM --max-model-len (tokens): a request whose prompt "
+                                                           "has >= this many tokens is rejected and counted, the rest "
+                                                           "run; outputs stop at this length. Default: no limit.")]
+    = None,
     tools: Annotated[str | None, typer.Option(help="replay | fixed | scale | generative")] = None,
     tool_scale: Annotated[float | None, typer.Option(help="Multiplier for --tools scale / generative.")] = None,
     tool_fixed: Annotated[float | None, typer.Option(help="Seconds per gap for --tools fixed.")] = None,
@@ -158,6 +169,7 @@ def simulate(
         gpu, model, dtype, tp, instances, router, arrival, concurrency, rate, max_programs, tools, tool_scale,
         tool_fixed, tool_model, num_gpu_blocks, max_num_seqs, max_num_batched_tokens, queue, victim, retention, ttl,
         dram_gib, cxl_gib, inter_instance_gbps, decision_log, seed, group, perf, mixed_attention)
+    overrides["scheduler"]["max_model_len"] = max_model_len
     cfg = build_config(config, overrides, preset)
     try:
         tr = read_trace(trace)
