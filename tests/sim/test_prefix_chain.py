@@ -4,16 +4,21 @@ and the schema-1 read path."""
 from __future__ import annotations
 
 import json
+from collections.abc import Hashable
+from dataclasses import dataclass
 
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from agentreplay.kv import BlockPool
 from agentreplay.sim import simulate
 from agentreplay.sim.config import SimConfig
 from agentreplay.sim.prefix_chain import build_chains
 from agentreplay.trace.io import read_trace, write_trace
 from agentreplay.trace.schema import SCHEMA_VERSION_KEY
-from collectors.base import collect
+from collectors.base import collect, frames
 from collectors.mooncake import reuse_bound
 from tests.conftest import shared_path
 from tests.factories import make_trace
@@ -105,3 +110,68 @@ def test_schema_1_traces_still_read(tmp_path) -> None:
     pq.write_table(table.replace_schema_metadata(meta), p)
     with pytest.raises(ValueError, match="schema version '0'"):
         read_trace(tmp_path / "t")
+
+
+# ------------------------------------------------------------------ differential: the simulator vs BlockPool
+HBT = 64  #: hash block tokens in the generated traces (4 simulator blocks of 16)
+
+
+@dataclass(frozen=True, slots=True)
+class PathKeyer:
+    """vLLM-style chained key of 16-token block ``i`` of a prompt named by hash ids: the id path up to the hash
+    block containing it (plus ``i``); blocks past the whole named hash blocks are the request's own."""
+
+    ids: tuple[int, ...]
+    full: int
+    owner: int
+
+    def key(self, block_idx: int) -> Hashable:
+        j = block_idx * 16 // HBT
+        return (self.ids[: j + 1], block_idx) if j < self.full else ("own", self.owner, block_idx)
+
+
+@st.composite
+def hash_traces(draw):
+    """Requests that extend a random earlier request's named prefix (or start afresh) by new hash blocks; the
+    prompt ends inside a partial hash block, so no hit is capped by vLLM's ``prompt - 1`` rule."""
+    n = draw(st.integers(2, 10))
+    fresh = iter(range(10_000))
+    reqs: list[tuple[list[int], int, int]] = []
+    for _ in range(n):
+        path: list[int] = []
+        if reqs and draw(st.booleans()):
+            parent = reqs[draw(st.integers(0, len(reqs) - 1))][0]
+            full_parent = len(parent) - 1
+            path = parent[: draw(st.integers(0, full_parent))]
+        path = path + [next(fresh) for _ in range(draw(st.integers(0 if path else 1, 3)))]
+        inp = len(path) * HBT + draw(st.integers(1, HBT - 1))
+        reqs.append(([*path, next(fresh)], inp, draw(st.integers(1, 40))))
+    return reqs
+
+
+@settings(max_examples=60, deadline=None)
+@given(reqs=hash_traces(), spare=st.integers(0, 40))
+def test_sequential_hits_and_evictions_match_a_block_level_pool(reqs, spare) -> None:
+    """One request at a time through ``simulate`` (chains, LRU eviction by segment runs) against vLLM's
+    block-by-block pool with chained keys: the same prefix hit for every request."""
+    need = max(-(-(inp + out) // 16) for _, inp, out in reqs)
+    blocks = need + spare
+    rows = [{"program_id": f"r{i}", "source": "t", "task_id": str(i), "agent": "none", "model": "t", "n_turns": 1,
+             "resolved": None, "arrival_s": None, "shared_prefix_id": None, "shared_prefix_tokens": 0}
+            for i in range(len(reqs))]
+    turns = [{"program_id": f"r{i}", "turn_idx": 0, "input_tokens": inp, "output_tokens": out, "reused_tokens": 0,
+              "provider_cached_tokens": None, "reasoning_tokens": None, "tokens_kind": "exact", "tool_class": "other",
+              "tool_name": None, "tool_duration_s": None, "tool_duration_kind": None, "llm_latency_s": None,
+              "t_request_s": None, "t_response_s": None, "prefix_hash_ids": ids, "hash_block_tokens": HBT}
+             for i, (ids, inp, out) in enumerate(reqs)]
+    cfg = SimConfig().replace(workload={"arrival": "closed", "concurrency": 1}, cache={"num_gpu_blocks": blocks})
+    sim = simulate(frames(rows, turns), cfg).turns.sort_values("program_id", key=lambda s: s.str[1:].astype(int))
+    bp = BlockPool(blocks, 16)
+    expected = []
+    for i, (ids, inp, out) in enumerate(reqs):
+        keyer = PathKeyer(tuple(ids), min(len(ids), inp // HBT), i)
+        expected.append(bp.match_prefix(keyer, inp) * 16)
+        assert bp.allocate(i, keyer, inp)
+        assert bp.append_tokens(i, out - 1)
+        bp.free(i)
+    assert sim["cached_tokens"].tolist() == expected
