@@ -18,6 +18,15 @@ a contiguous run from its start, :mod:`agentreplay.kv.segment_pool`), so the tri
 Only whole ``B``-token blocks are named: a prompt's last, partial block (its id is never reused as a full block
 in the Mooncake traces) and everything after it are the request's own. The cut at every prompt end means no
 prompt stops inside a segment, so a request never marks the cached tail of a longer shared segment as stale.
+
+Approximations, as for the single shared prefix (:mod:`agentreplay.kv.segment_pool`): a request's chain
+segments count as cached from its admission (a second request admitted in the same scheduler step hits them;
+vLLM registers them when the step's blocks are full); a prompt that is a whole number of named blocks has its
+last 16-token block recomputed (vLLM's ``prompt - 1`` cap) and that cached block becomes anonymous instead of
+staying as a duplicate. One request at a time, the hits equal vLLM's block-by-block pool
+(tests/sim/test_prefix_chain.py). A turn with a chain keeps its own tokens (the partial last block and the output)
+in a segment of its own: in a block-hash trace a later call's reuse is named by its own ids, so pins and host-tier
+offload see the chain only through the segments the call held.
 """
 
 from __future__ import annotations
