@@ -130,7 +130,7 @@ def synthesize(trace: Trace, n_programs: int, *, seed: int = 0, tool_sampler: To
         "tool_duration_s": duration, "tool_duration_kind": kind,
         "llm_latency_s": none_f, "t_request_s": none_f, "t_response_s": none_f,
     })
-    return Trace(programs[[f.name for f in PROGRAMS]], turns[[f.name for f in TURNS]])
+    return Trace(programs[[f.name for f in PROGRAMS]], turns.reindex(columns=[f.name for f in TURNS]))
 
 
 def _durations(src: pd.DataFrame, row: np.ndarray, tool_class: np.ndarray, last: np.ndarray,

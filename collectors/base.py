@@ -104,6 +104,10 @@ def frames(programs: list[dict], turns: list[dict], tool_calls: list[dict] | Non
 
     def df(rows: list[dict], schema) -> pd.DataFrame:
         out = pd.DataFrame(rows, columns=[f.name for f in schema])
+        if schema is TURNS:  # optional block-hash columns (schema 2): None where a source has none
+            for col in ("prefix_hash_ids", "hash_block_tokens"):
+                if not out[col].notna().any():
+                    out[col] = pd.Series([None] * len(out), index=out.index, dtype=object)
         return out
 
     return Trace(
@@ -114,12 +118,17 @@ def frames(programs: list[dict], turns: list[dict], tool_calls: list[dict] | Non
 
 
 def _registry() -> dict[str, Collector]:
+    from collectors.azure_llm import AzureLLMCollector
     from collectors.claude_code import ClaudeCodeCollector
+    from collectors.llmservingsim import LLMServingSimCollector
     from collectors.lmcache import LMCacheCollector
     from collectors.mini_swe_agent import MiniSweAgentCollector
+    from collectors.mooncake import MooncakeCollector
+    from collectors.splitwise import SplitwiseCollector
     from collectors.swe_agent import SweAgentCollector
 
-    cs: list[Collector] = [MiniSweAgentCollector(), ClaudeCodeCollector(), SweAgentCollector(), LMCacheCollector()]
+    cs: list[Collector] = [MiniSweAgentCollector(), ClaudeCodeCollector(), SweAgentCollector(), LMCacheCollector(),
+                           SplitwiseCollector(), AzureLLMCollector(), MooncakeCollector(), LLMServingSimCollector()]
     return {c.name: c for c in cs}
 
 

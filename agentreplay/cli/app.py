@@ -16,6 +16,8 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
+from collectors import FORMATS
+
 app = typer.Typer(
     name="agentreplay",
     help="Replay real LLM-agent traces through a hardware-aware serving simulator and validate it.",
@@ -76,16 +78,21 @@ def print_json(data: object) -> None:
 
 @app.command()
 def collect(
-    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help="mini-swe-agent|claude-code|swe-agent|lmcache|auto")],
+    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help=f"Native format: {' | '.join(FORMATS)} (agent "
+                                       "trajectories, then request-level serving traces), or auto "
+                                       "(the one collector that recognises PATH).")],
     path: Annotated[Path, typer.Argument(help="A native trace file or folder.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder, replaced as a whole: programs.parquet, "
                                       "turns.parquet and, where the format times tool calls, tool_calls.parquet.")],
     strict: Annotated[bool, typer.Option(help="Fail (exit 1, nothing written) if any file is skipped.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the ingest summary as JSON.")] = False,
 ) -> None:
-    """Convert native agent trajectories into the canonical trace.
+    """Convert native agent trajectories, or request-level serving traces, into the canonical trace.
 
     Example: agentreplay collect mini-swe-agent ../shared/datasets/swebench-verified-mini-swe-agent/trajs --out OUT
+
+    Example: agentreplay collect mooncake ../shared/datasets/request-traces/mooncake-fast25/conversation_trace.jsonl
+    --out OUT
     """
     from agentreplay.outdir import OutputDirError, staged
     from collectors.base import CollectError

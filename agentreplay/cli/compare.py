@@ -33,6 +33,7 @@ def compare(
     concurrency: o.Concurrency = None,
     rate: o.Rate = None,
     max_programs: o.MaxPrograms = None,
+    max_model_len: o.MaxModelLen = None,
     tools: o.Tools = None,
     tool_scale: o.ToolScale = None,
     tool_fixed: o.ToolFixed = None,
@@ -72,7 +73,8 @@ def compare(
     cfg = build_config(config, common_overrides(
         gpu, model, dtype, tp, instances, None, arrival, concurrency, rate, max_programs, tools, tool_scale,
         tool_fixed, tool_model, num_gpu_blocks, max_num_seqs, max_num_batched_tokens, None, None, None, None,
-        dram_gib, cxl_gib, inter_instance_gbps, None, seed, group, perf, mixed_attention))
+        dram_gib, cxl_gib, inter_instance_gbps, None, seed, group, perf, mixed_attention,
+        max_model_len=max_model_len))
     try:
         with staged(out, "compare") as tmp:
             workload = compile_trace(read_trace(trace))

@@ -55,9 +55,13 @@ Arrival = Annotated[str | None, _opt(f"Program arrivals: {choices(C.Arrival)} (c
                                      f"poisson: --rate; trace: the trace's arrival_s). "
                                      f"{default('workload', 'arrival')}")]
 Concurrency = Annotated[int | None, _opt(f"Programs in flight, closed loop. {default('workload', 'concurrency')}")]
-Rate = Annotated[float | None, _opt(f"Program arrival rate, programs per second (poisson). "
+Rate = Annotated[float | None, _opt(f"Program arrival rate, programs per second (poisson); requests per second "
+                                    f"for a request-level trace (one request per program). "
                                     f"{default('workload', 'rate_per_s')}")]
 MaxPrograms = Annotated[int | None, _opt("Replay only the first N programs of the trace. Default: all.")]
+MaxModelLen = Annotated[int | None, _opt(
+    "vLLM --max-model-len, tokens (prompt + output): a request whose prompt has this many tokens or more is "
+    "rejected and counted, the rest run; outputs stop at this length. Default: none (no limit).")]
 Tools = Annotated[str | None, _opt(f"Tool gaps: {choices(C.ToolMode)} (generative: drawn from --tool-model). "
                                    f"{default('tools', 'mode')}")]
 ToolScale = Annotated[float | None, _opt(f"Multiplier of every tool gap for --tools scale or generative. "

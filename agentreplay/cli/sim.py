@@ -40,7 +40,7 @@ def common_overrides(gpu: str | None, model: str | None, dtype: str | None, tp: 
                      victim: str | None, retention: str | None, ttl: float | None, dram_gib: float | None,
                      cxl_gib: float | None, inter_instance_gbps: float | None, decision_log: bool | None,
                      seed: int | None, groups: list[str] | None = None, perf: str | None = None,
-                     mixed_attention: str | None = None) -> dict[str, Any]:
+                     mixed_attention: str | None = None, *, max_model_len: int | None = None) -> dict[str, Any]:
     if tool_model is not None and tools is None:
         tools = "generative"
     return {
@@ -51,7 +51,8 @@ def common_overrides(gpu: str | None, model: str | None, dtype: str | None, tp: 
         "tools": {"mode": tools, "scale": tool_scale, "fixed_s": tool_fixed,
                   "model_path": str(tool_model) if tool_model else None},
         "cache": {"num_gpu_blocks": num_gpu_blocks},
-        "scheduler": {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens},
+        "scheduler": {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+                      "max_model_len": max_model_len},
         "policy": {"queue": queue, "victim": victim, "retention": retention, "ttl_s": ttl,
                    "decision_log": decision_log},
         "tiers": {"dram_gib": dram_gib, "cxl_gib": cxl_gib},
@@ -83,22 +84,42 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary", plans: l
     table.add_column("figure", overflow="fold")
     table.add_column("value", overflow="fold")
     table.add_row("cluster", "\n".join(cluster_lines(s, plans)))
-    table.add_row("programs / turns", f"{s['programs']:,} / {s['turns']:,}")
+    requests = s.get("unit") == "request"
+    if requests:
+        table.add_row("requests", f"{s['requests']:,} (a request-level trace: one request per program)")
+    else:
+        table.add_row("programs / turns", f"{s['programs']:,} / {s['turns']:,}")
+    rej = s.get("rejected") or {}
+    if rej.get("max_model_len") is not None:
+        table.add_row("max_model_len", f"{rej['max_model_len']:,}: {rej['rejected_requests']:,} request(s) rejected "
+                                       f"(prompt >= max_model_len, {rej['rejected_prompt_tokens']:,} prompt tokens), "
+                                       f"{rej['programs_removed']:,} program(s) removed, {rej['programs_cut']:,} cut "
+                                       f"short ({rej['calls_not_run']:,} later calls not sent), "
+                                       f"{rej['length_capped_requests']:,} output(s) capped")
     table.add_row("makespan", f"{s['makespan_s']:,.1f} s")
-    for key, label in (("jct_s", "JCT"), ("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("queued_s", "queueing")):
+    rows = (("e2e_s", "E2E latency"), ("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("queued_s", "queueing")) \
+        if requests else (("jct_s", "JCT"), ("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("queued_s", "queueing"))
+    for key, label in rows:
         q = s[key]
         table.add_row(f"{label} mean / p50 / p90 / p99 (s)",
                       f"{q['mean']:.3f} / {q['p50']:.3f} / {q['p90']:.3f} / {q['p99']:.3f}")
-    table.add_row("throughput", f"{s['throughput_programs_per_s']:.4f} programs/s, "
-                                f"{s['throughput_output_tokens_per_s']:,.0f} output tokens/s")
-    table.add_row("prefix hit rate", f"{s['prefix_hit_rate']:.3f} (shared prefix "
-                                     f"{s['prefix_hit_rate_shared_prefix']:.3f}, own history "
-                                     f"{s['prefix_hit_rate_own_history']:.3f})")
+    if requests:
+        table.add_row("throughput", f"{s['throughput_requests_per_s']:.4f} requests/s, "
+                                    f"{s['throughput_output_tokens_per_s']:,.0f} output tokens/s")
+        table.add_row("prefix hit rate", f"{s['prefix_hit_rate']:.3f} (shared with earlier requests "
+                                         f"{s['prefix_hit_rate_shared_prefix']:.3f})")
+    else:
+        table.add_row("throughput", f"{s['throughput_programs_per_s']:.4f} programs/s, "
+                                    f"{s['throughput_output_tokens_per_s']:,.0f} output tokens/s")
+        table.add_row("prefix hit rate", f"{s['prefix_hit_rate']:.3f} (shared prefix "
+                                         f"{s['prefix_hit_rate_shared_prefix']:.3f}, own history "
+                                         f"{s['prefix_hit_rate_own_history']:.3f})")
     table.add_row("preemptions / recomputed tokens", f"{s['preemptions']:,} / {s['recomputed_tokens']:,}")
     if "policy" in s:
         p = s["policy"]
         table.add_row("policies", f"router {p['router']}, queue {p['queue']}, victim {p['victim']}, "
                                   f"retention {p['retention']}")
+    if "policy" in s and not requests:
         table.add_row("affinity breaks / KV bytes moved", f"{s['affinity_breaks']:,} / "
                                                           f"{s['bytes_moved_total'] / 1e9:,.1f} GB")
     for f in s.get("findings", []):
@@ -133,6 +154,7 @@ def simulate(
     concurrency: o.Concurrency = None,
     rate: o.Rate = None,
     max_programs: o.MaxPrograms = None,
+    max_model_len: o.MaxModelLen = None,
     tools: o.Tools = None,
     tool_scale: o.ToolScale = None,
     tool_fixed: o.ToolFixed = None,
@@ -170,7 +192,8 @@ def simulate(
     cfg = build_config(config, common_overrides(
         gpu, model, dtype, tp, instances, router, arrival, concurrency, rate, max_programs, tools, tool_scale,
         tool_fixed, tool_model, num_gpu_blocks, max_num_seqs, max_num_batched_tokens, queue, victim, retention, ttl,
-        dram_gib, cxl_gib, inter_instance_gbps, decision_log, seed, group, perf, mixed_attention), preset)
+        dram_gib, cxl_gib, inter_instance_gbps, decision_log, seed, group, perf, mixed_attention,
+        max_model_len=max_model_len), preset)
     try:
         tr = read_trace(trace)
     except TraceError as exc:

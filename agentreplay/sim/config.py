@@ -119,8 +119,14 @@ class SchedulerConfig:
     #: in current vLLM (0.32). Like vLLM, the blocks other in-flight prefills still need are kept free only for an
     #: admission that starts an async KV load. Off = older vLLM v1.
     reserve_full_isl: bool = True
+    #: longest sequence (prompt + output tokens) the engine serves, vLLM ``--max-model-len``: a request whose
+    #: prompt has ``>= max_model_len`` tokens is rejected and counted, the rest run; an admitted request's output
+    #: stops at ``max_model_len`` (agentreplay.sim.admission). Unset: no limit (every request runs)
+    max_model_len: int | None = None
 
     def __post_init__(self) -> None:
+        _check(self.max_model_len is None or self.max_model_len >= 2, "scheduler", "max_model_len",
+               self.max_model_len, ">= 2 tokens or unset")
         _check(self.max_num_seqs is None or self.max_num_seqs >= 1, "scheduler", "max_num_seqs",
                self.max_num_seqs, ">= 1 or unset")
         _check(self.max_num_batched_tokens is None or self.max_num_batched_tokens >= 1, "scheduler",

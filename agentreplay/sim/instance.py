@@ -295,6 +295,8 @@ class Instance:
             segs[id(r.prog)] = r.prog
             if r.pfx is not None:
                 segs[id(r.pfx)] = r.pfx
+            for seg in r.chain:
+                segs[id(seg)] = seg
         expected = sum(seg.present - seg.base + seg.held_stale for seg in segs.values())
         self.pool.check(held_by_requests=expected)
 

@@ -101,6 +101,23 @@ class Orchestrator:
         prog = inst.pool.segment(("prog", p), base)
         return pfx, prog, base
 
+    def _chain(self, inst: Instance, turn: int, ids: tuple[int, ...]) -> tuple[list[Segment], Segment, int]:
+        """Segments of a block-hash prefix chain on ``inst`` (``Workload.chains``): segment ``s`` covers tokens
+        ``seg_bounds[s]``, i.e. blocks ``[start // bs, end // bs)`` (a block straddling a boundary belongs to the
+        later segment, whose identity implies the whole path before it); empty ones are skipped."""
+        bounds = self.w.seg_bounds
+        assert bounds is not None
+        segs: list[Segment] = []
+        base = 0
+        if inst.sched.prefix_caching:
+            bs = self.bs
+            for s in ids:
+                lo, hi = int(bounds[s, 0]) // bs, int(bounds[s, 1]) // bs
+                if hi > lo:
+                    segs.append(inst.pool.segment(("chain", s), lo))
+                    base = hi
+        return segs, inst.pool.segment(("turn", turn), base), base
+
     def _release(self, turn: int, p: int) -> None:
         w = self.w
         now = self.engine.now
@@ -114,6 +131,13 @@ class Orchestrator:
                     last=last)
         if not last:
             r.next_gap_s = self.tools.gap_s(turn, self.rng_tools)
+        chains = w.chains
+        ids = chains[turn] if chains is not None else None
+        if ids is not None:
+            bounds = w.seg_bounds
+            assert bounds is not None
+            r.chain_ids = ids
+            r.chain_ends = tuple([int(bounds[s, 1]) for s in ids])
         i = self.router.pick(r, self.instances, now)
         if info.home >= 0 and i != info.home:
             info.affinity_breaks += 1
@@ -123,7 +147,10 @@ class Orchestrator:
                       "router": self.router.name, "home": info.home, "prompt": r.prompt})
         info.home = i
         inst = self.instances[i]
-        r.pfx, r.prog, r.base = self._segments(inst, p)
+        if ids is not None:
+            r.chain, r.prog, r.base = self._chain(inst, turn, ids)
+        else:
+            r.pfx, r.prog, r.base = self._segments(inst, p)
         inst.submit(r)
 
     def on_turn_done(self, r: Request) -> None:

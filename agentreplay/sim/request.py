@@ -45,6 +45,11 @@ class Request:
     base: int  #: full blocks of the shared prefix (the program segment starts at this block)
     release_s: float
     info: ProgramInfo = field(default_factory=lambda: ProgramInfo(0.0))
+    #: block-hash traces (Mooncake ``hash_ids``): the prompt's leading prefix segments in order, each covering
+    #: blocks ``[seg.base, next segment's base)``, the last ending at ``base``; used instead of ``pfx`` (never both)
+    chain: list[Segment] = field(default_factory=list)
+    chain_ids: tuple[int, ...] = ()  #: the chain's segment ids (``Workload.chains``), known before routing
+    chain_ends: tuple[int, ...] = ()  #: the token each of those segments ends at
     tool_class: str = "other"  #: class of the tool call that follows this call
     last: bool = False  #: the program's last call
     next_gap_s: float = 0.0  #: the tool duration that will follow (known to the simulator; only oracles read it)

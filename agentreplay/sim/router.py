@@ -97,7 +97,8 @@ class CacheAware:
     """SGLang router ``cache_aware`` policy (sgl-model-gateway ``policies/cache_aware.rs``).
 
     Per instance an approximate prefix tree of the prompts routed there (here: per program, the longest
-    prompt sent, plus the shared prefixes seen; tokens instead of characters). If the load is imbalanced
+    prompt sent, plus the shared prefixes seen, plus for block-hash traces the prefix-chain segments routed there;
+    tokens instead of characters). If the load is imbalanced
     (``max - min > balance_abs_threshold`` and ``max > min * balance_rel_threshold``, load = outstanding
     requests) the call goes to the least-loaded instance; otherwise to the instance with the longest prefix
     match if ``match / prompt > cache_threshold``, else to the instance with the smallest tree (most free
@@ -111,6 +112,7 @@ class CacheAware:
         self.stats = RouterStats()
         self.trees: list[OrderedDict[int, int]] = []
         self.prefixes: list[set[Any]] = []
+        self.chains: list[set[int]] = []  #: block-hash prefix segments routed to each instance (never pruned)
         self.sizes: list[int] = []
         self._next_prune = cfg.eviction_interval_s
 
@@ -118,6 +120,7 @@ class CacheAware:
         while len(self.trees) < n:
             self.trees.append(OrderedDict())
             self.prefixes.append(set())
+            self.chains.append(set())
             self.sizes.append(0)
 
     def _prune(self, now: float) -> None:
@@ -137,6 +140,12 @@ class CacheAware:
         seen = self.trees[i].get(r.program, 0)
         if seen:
             m = max(m, min(seen, r.reuse))
+        if r.chain_ids:  # block-hash prefixes: the leading chain segments routed here before
+            segs = self.chains[i]
+            for k in range(len(r.chain_ids)):
+                if r.chain_ids[k] not in segs:
+                    break
+                m = max(m, r.chain_ends[k])
         return min(m, r.prompt)
 
     def pick(self, r: Request, instances: Sequence[Instance], now: float) -> int:
@@ -160,6 +169,8 @@ class CacheAware:
         self.sizes[target] += tree[r.program] - old
         if r.info.prefix_key is not None:
             self.prefixes[target].add(r.info.prefix_key)
+        if r.chain_ids:
+            self.chains[target].update(r.chain_ids)
         return target
 
 

@@ -26,6 +26,7 @@ from agentreplay.perf.table import pricer_from_names
 from agentreplay.policy.queue import make_queue_order
 from agentreplay.policy.retention import ToolStats, make_retention
 from agentreplay.policy.victim import make_victim
+from agentreplay.sim.admission import apply_max_model_len
 from agentreplay.sim.config import SimConfig, to_toml
 from agentreplay.sim.engine import Engine
 from agentreplay.sim.instance import Instance
@@ -111,6 +112,14 @@ def plan_instance(cfg: SimConfig, gpu_name: str, tp: int, dtype: str, workload: 
         except ValueError as exc:
             raise CapacityError(str(exc)) from None
         blocks, source = cap.blocks, "memory model"
+    mml = cfg.scheduler.max_model_len
+    if mml is not None and math.ceil(mml / cfg.cache.block_size) > blocks:
+        # vLLM refuses to start (vllm/v1/core/kv_cache_utils.py::_check_enough_kv_cache_memory)
+        raise CapacityError(
+            f"{model.name} on {hw.tp}x {gpu.name}: max_model_len {mml:,} needs {math.ceil(mml / cfg.cache.block_size)} "
+            f"KV blocks of {cfg.cache.block_size} tokens, only {blocks} available (from the {source}); vLLM "
+            f"refuses to start (\"To serve at least one request with the model's max seq len\"): lower "
+            f"--max-model-len to at most {blocks * cfg.cache.block_size:,}")
     if workload is not None and workload.n_turns:
         longest = int((workload.input_tokens + workload.output_tokens).max())
         need = math.ceil(longest / cfg.cache.block_size)
@@ -118,8 +127,19 @@ def plan_instance(cfg: SimConfig, gpu_name: str, tp: int, dtype: str, workload: 
             raise CapacityError(
                 f"{model.name} on {hw.tp}x {gpu.name}: {blocks} KV blocks of {cfg.cache.block_size} tokens "
                 f"({blocks * cfg.cache.block_size:,} tokens, from the {source}) leave no room for the longest "
-                f"request of the trace ({longest:,} tokens = {need} blocks)")
+                f"request of the trace ({longest:,} tokens = {need} blocks); set --max-model-len (vLLM rejects "
+                f"longer requests and runs the rest) to at most {blocks * cfg.cache.block_size:,}")
     return ClusterPlan(blocks, seqs, tokens, source)
+
+
+def request_view(summary: dict[str, Any]) -> None:
+    """A request-level trace (every program one request): name the figures per request, as serving benchmarks do
+    (vLLM ``benchmark_serving``: E2E latency, TTFT, TPOT per request, request throughput). For one request E2E =
+    finish - arrival = the program's JCT; the program keys stay for tools that read them."""
+    summary["unit"] = "request"
+    summary["requests"] = summary["programs"]
+    summary["e2e_s"] = summary["jct_s"]
+    summary["throughput_requests_per_s"] = summary["throughput_programs_per_s"]
 
 
 def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
@@ -132,6 +152,7 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
     if cfg.workload.max_programs is not None:
         workload = workload.head(cfg.workload.max_programs)
     workload = workload.with_reuse_scale(cfg.workload.reuse_scale)
+    workload, rejections = apply_max_model_len(workload, cfg.scheduler.max_model_len)
     plans = plan_cluster(cfg, workload)
     hw = cfg.hardware
     specs = hw.instance_specs()
@@ -203,6 +224,9 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
     summary = summarize(turns, programs)
     summary["policy"] = {"router": cfg.router.policy, "queue": cfg.policy.queue, "victim": cfg.policy.victim,
                          "retention": cfg.policy.retention}
+    summary["rejected"] = rejections.summary()
+    if workload.single_turn:
+        request_view(summary)
     summary["affinity_breaks"] = orch.affinity_breaks
     summary["bytes_moved"] = {link.name: link.bytes_moved for link in links}
     summary["bytes_moved_total"] = sum(link.bytes_moved for link in links)

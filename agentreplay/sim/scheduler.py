@@ -81,6 +81,35 @@ def next_chunk(r: Request, budget: int, block_size: int) -> tuple[int, int, bool
     return n, held_blocks(c + n, r.base, block_size) - held_blocks(c, r.base, block_size), False
 
 
+def _seg_end(r: Request, k: int) -> int:
+    """End block (exclusive) of ``r.chain[k]``: the next segment's base, or ``r.base`` for the last."""
+    return r.chain[k + 1].base if k + 1 < len(r.chain) else r.base
+
+
+def _seg_hit(r: Request, k: int, hit: int) -> int:
+    """Blocks of ``r.chain[k]`` inside a chain hit of ``hit`` blocks from block 0."""
+    seg = r.chain[k]
+    return max(0, min(hit, _seg_end(r, k)) - seg.base)
+
+
+def chain_hit(r: Request, max_hit: int) -> int:
+    """Leading blocks of ``r``'s prefix chain cached on this instance (absolute, from block 0), at most ``max_hit``.
+
+    vLLM walks the chained block hashes from the first block and stops at the first miss
+    (``KVCacheManager.get_computed_blocks`` -> ``find_longest_cache_hit``): a segment counts only if every
+    segment before it is cached whole; within a segment the cached blocks are its leading ``present - base``."""
+    hit = 0
+    chain = r.chain
+    for k in range(len(chain)):
+        seg = chain[k]
+        end = _seg_end(r, k)
+        reach = min(seg.present, end, max_hit)
+        if reach < end:
+            return max(hit, reach)
+        hit = end
+    return hit
+
+
 class Scheduler:
     """Queues and the per-step decision. Owns ``waiting`` (queue order) and ``running`` (admission order)."""
 
@@ -129,6 +158,8 @@ class Scheduler:
         self.pool.release(r.prog)
         if r.pfx is not None:
             self.pool.release(r.pfx)
+        for k in range(len(r.chain) - 1, -1, -1):  # reverse order, like the blocks
+            self.pool.release(r.chain[k])
 
     def release(self, r: Request) -> None:
         """Free everything ``r`` holds, in vLLM's reverse order (partial block, history, shared prefix)."""
@@ -293,6 +324,8 @@ class Scheduler:
             if self.prefix_caching:
                 if r.pfx is not None:
                     pfx_hit = max(0, min(r.pfx.present, r.base, max_hit))
+                elif r.chain:
+                    pfx_hit = chain_hit(r, max_hit)
                 bound = min(max_hit, total // bs if r.admitted else r.reuse // bs)
                 if pfx_hit == r.base:  # chained hashes: history blocks hit only after the whole prefix
                     prog_hit = pool.hit_blocks(r.prog, bound)
@@ -302,6 +335,9 @@ class Scheduler:
                 ext_source, ext_blocks, link = self.residency.external_hit(r, r.base + prog_hit, bound)
             evictable = (pool.evictable(r.pfx, pfx_hit) if r.pfx is not None else 0) + \
                 pool.evictable(r.prog, prog_hit)
+            chain = r.chain
+            for k in range(len(chain)):
+                evictable += pool.evictable(chain[k], _seg_hit(r, k, pfx_hit))
             if ext_blocks > 0:
                 n = 0  # load first; compute in a later step (vLLM allocates the external tokens' slots now)
                 new_blocks = (r.base - pfx_hit) + ext_blocks
@@ -317,10 +353,14 @@ class Scheduler:
             inflight += full - new_blocks
             if r.pfx is not None:
                 pool.touch(r.pfx, pfx_hit)
+            for k in range(len(chain)):
+                pool.touch(chain[k], _seg_hit(r, k, pfx_hit))
             pool.touch(r.prog, prog_hit)
             pool.allocate(new_blocks)
             if r.pfx is not None:
                 pool.grow(r.pfx, r.base)
+            for k in range(len(chain)):
+                pool.grow(chain[k], _seg_end(r, k))
             if self.residency is not None:
                 self.residency.consume_pin(r)
             r.computed = hit_tokens

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from agentreplay.trace.schema import (
+    READABLE_VERSIONS,
     REQUIRED_TABLES,
     SCHEMA_VERSION,
     SCHEMA_VERSION_KEY,
@@ -46,6 +47,9 @@ class Trace:
 def to_table(name: str, df: pd.DataFrame) -> pa.Table:
     """Convert a DataFrame to the canonical Arrow table ``name``, with schema metadata; columns in order."""
     schema = SCHEMAS[name]
+    if name == "turns":  # optional columns: absent or all-null (NaN from a frame built without them) -> None
+        df = df.assign(**{c: pd.Series([None] * len(df), index=df.index, dtype=object)
+                          for c in READABLE_VERSIONS["1"] if c not in df.columns or not df[c].notna().any()})
     missing = [f.name for f in schema if f.name not in df.columns]
     if missing:
         raise TraceError(f"table {name!r}: missing columns {missing}")
@@ -100,17 +104,27 @@ def read_table(path: str | os.PathLike[str], name: str) -> pd.DataFrame:
     version = meta.get(SCHEMA_VERSION_KEY)
     if version is None:
         raise TraceError(f"{p}: no {SCHEMA_VERSION_KEY.decode()} in the Parquet metadata (not a canonical trace)")
-    if version.decode() != SCHEMA_VERSION:
-        raise TraceError(f"{p}: schema version {version.decode()!r}, this agentreplay reads {SCHEMA_VERSION!r}")
+    v = version.decode()
+    if v != SCHEMA_VERSION and v not in READABLE_VERSIONS:
+        raise TraceError(f"{p}: schema version {v!r}, this agentreplay reads "
+                         f"{sorted([SCHEMA_VERSION, *READABLE_VERSIONS])}")
+    added = READABLE_VERSIONS.get(v, ()) if v != SCHEMA_VERSION else ()
     schema = SCHEMAS[name]
     got = pf.schema_arrow
     for field in schema:
+        if field.name in added and field.name not in got.names:
+            continue
         if field.name not in got.names:
             raise TraceError(f"{p}: required column {field.name!r} missing")
         actual = got.field(field.name).type
         if actual != field.type:
             raise TraceError(f"{p}: column {field.name!r} has type {actual}, expected {field.type}")
-    return pf.read(columns=[f.name for f in schema]).to_pandas()
+    df = pf.read(columns=[f.name for f in schema if f.name in got.names]).to_pandas()
+    if name == "turns":  # optional columns: absent (version 1) or all null read as None, like frames() builds them
+        for col in READABLE_VERSIONS["1"]:
+            if col not in df.columns or not df[col].notna().any():
+                df[col] = pd.Series([None] * len(df), index=df.index, dtype=object)
+    return df[[f.name for f in schema]]
 
 
 def read_trace(trace_dir: str | os.PathLike[str], *, with_tool_calls: bool = False) -> Trace:
@@ -150,6 +164,8 @@ def validate(trace: Trace, *, where: str = "<memory>") -> None:
     progs, turns = trace.programs, trace.turns
     for name, df in (("programs", progs), ("turns", turns)):
         for field in SCHEMAS[name]:
+            if field.name not in df.columns and name == "turns" and field.name in READABLE_VERSIONS["1"]:
+                continue  # optional (null when absent)
             if field.name not in df.columns:
                 raise TraceError(f"{where}: {name}: required column {field.name!r} missing")
             if not field.nullable and df[field.name].isna().any():
@@ -195,9 +211,32 @@ def validate(trace: Trace, *, where: str = "<memory>") -> None:
         pid = mismatch[mismatch].index[0]
         raise TraceError(f"{where}: programs.n_turns = {int(n[pid])} for program {pid!r} but it has "
                          f"{int(counts.get(pid, 0))} turns")
+    _validate_hash_ids(turns, where)
     tc = trace.tool_calls
     if tc is not None and len(tc):
         bad = tc["duration_s"] < 0
         if bad.any():
             raise TraceError(f"{where}: tool_calls.duration_s negative for program "
                              f"{tc.loc[bad, 'program_id'].iloc[0]!r}, call {int(tc.loc[bad, 'call_idx'].iloc[0])}")
+
+
+def _validate_hash_ids(turns: pd.DataFrame, where: str) -> None:
+    """``prefix_hash_ids`` (when given) need ``hash_block_tokens >= 1`` and may not name more blocks than the
+    prompt has (the last may be partial: ``len(ids) <= ceil(input_tokens / hash_block_tokens)``)."""
+    if "prefix_hash_ids" not in turns.columns or not turns["prefix_hash_ids"].notna().any():
+        return
+    has = turns["prefix_hash_ids"].notna()
+    hbt = turns["hash_block_tokens"] if "hash_block_tokens" in turns.columns else pd.Series(None, index=turns.index)
+    bad = has & (hbt.isna() | (hbt.fillna(0) < 1))
+    if bad.any():
+        raise TraceError(f"{where}: turns.hash_block_tokens must be >= 1 where prefix_hash_ids is set, got "
+                         f"{hbt[bad].iloc[0]!r} at {_first_bad(turns, bad)}")
+    n_ids = turns.loc[has, "prefix_hash_ids"].map(len)
+    limit = -(-turns.loc[has, "input_tokens"] // hbt[has].astype("int64"))
+    over = n_ids > limit
+    if over.any():
+        sub = turns.loc[has][over.to_numpy()]
+        row = sub.iloc[0]
+        raise TraceError(f"{where}: turns.prefix_hash_ids names {len(row['prefix_hash_ids'])} blocks of "
+                         f"{int(row['hash_block_tokens'])} tokens, more than the {int(row['input_tokens'])}-token "
+                         f"prompt has, at {_first_bad(sub, pd.Series(True, index=sub.index))}")

@@ -17,6 +17,11 @@ Three tables (DESIGN §3), one Parquet file each in a trace directory:
     Claude Code task whose ``trace.jsonl`` is missing): such calls have ``turn_idx`` null. This table
     feeds tool-latency fitting; the simulator reads only ``programs`` and ``turns``.
 
+Schema version 2 adds two nullable ``turns`` columns for traces that name their prompt blocks (Mooncake
+``hash_ids``): ``prefix_hash_ids`` (the chained id of each ``hash_block_tokens``-token block of the prompt, in
+order; two prompts whose lists start with the same k ids share their first ``k * hash_block_tokens`` tokens) and
+``hash_block_tokens``. Null for every other source; version-1 files are read with both columns null.
+
 Units are in the names: ``_s`` seconds, ``_tokens`` tokens. Timestamps (``t_*_s``, ``arrival_s``) are
 seconds relative to the first event of the program's source run, never wall-clock epochs.
 """
@@ -28,7 +33,9 @@ from typing import Final, Literal
 import pyarrow as pa
 
 #: Bumped whenever a column is added, removed or changes meaning. Stored in the Parquet metadata.
-SCHEMA_VERSION: Final[str] = "1"
+SCHEMA_VERSION: Final[str] = "2"
+#: Older versions this agentreplay still reads, with the columns added since (filled with nulls on read).
+READABLE_VERSIONS: Final[dict[str, tuple[str, ...]]] = {"1": ("prefix_hash_ids", "hash_block_tokens")}
 SCHEMA_VERSION_KEY: Final[bytes] = b"agentreplay.schema_version"
 TABLE_KEY: Final[bytes] = b"agentreplay.table"
 
@@ -69,6 +76,8 @@ TURNS: Final = pa.schema(
         pa.field("llm_latency_s", pa.float64(), nullable=True),
         pa.field("t_request_s", pa.float64(), nullable=True),
         pa.field("t_response_s", pa.float64(), nullable=True),
+        pa.field("prefix_hash_ids", pa.list_(pa.int64()), nullable=True),
+        pa.field("hash_block_tokens", pa.int32(), nullable=True),
     ]
 )
 

@@ -125,3 +125,19 @@ def test_the_config_literals_match_the_policy_registries() -> None:
         assert preset["router"]["policy"] in get_args(C.RouterName)
         assert preset["policy"]["queue"] in get_args(C.QueueName)
         assert preset["policy"]["retention"] in get_args(C.RetentionName)
+
+
+def test_collect_formats_in_help_are_the_collector_registry() -> None:
+    """collect lists its formats without importing the collectors; the list is the registry's, in order."""
+    from collectors import FORMATS
+    from collectors.base import formats
+
+    assert tuple(formats()) == FORMATS
+    res = runner.invoke(app, ["collect", "--help"], terminal_width=200)
+    assert all(f in res.output for f in (*FORMATS, "auto"))
+
+
+def test_max_model_len_is_shared_by_simulate_and_compare() -> None:
+    sim, cmp = dict(_options_of("simulate")), dict(_options_of("compare"))
+    assert cmp["--max-model-len"].help == sim["--max-model-len"].help
+    assert "tokens" in sim["--max-model-len"].help and "Default: none" in sim["--max-model-len"].help
