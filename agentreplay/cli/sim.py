@@ -39,12 +39,14 @@ def common_overrides(gpu: str | None, model: str | None, dtype: str | None, tp: 
                      victim: str | None, retention: str | None, ttl: float | None, dram_gib: float | None,
                      cxl_gib: float | None, inter_instance_gbps: float | None, decision_log: bool | None,
                      seed: int | None, groups: list[str] | None = None, perf: str | None = None,
-                     mixed_attention: str | None = None) -> dict[str, Any]:
+                     mixed_attention: str | None = None, kv_cache_dtype: str | None = None,
+                     enforce_eager: bool | None = None) -> dict[str, Any]:
     if tool_model is not None and tools is None:
         tools = "generative"
     return {
         "hardware": {"gpu": gpu, "model": model, "dtype": dtype, "tp": tp, "instances": instances,
-                     "groups": tuple(groups) if groups else None, "perf": perf, "mixed_attention": mixed_attention},
+                     "groups": tuple(groups) if groups else None, "perf": perf, "mixed_attention": mixed_attention,
+                     "kv_cache_dtype": kv_cache_dtype, "enforce_eager": enforce_eager},
         "router": {"policy": router, "inter_instance_gbps": inter_instance_gbps},
         "workload": {"arrival": arrival, "concurrency": concurrency, "rate_per_s": rate, "max_programs": max_programs},
         "tools": {"mode": tools, "scale": tool_scale, "fixed_s": tool_fixed,
@@ -94,6 +96,11 @@ def simulate(
     gpu: Annotated[str | None, typer.Option(help="GPU catalog name (see `agentreplay catalog`).")] = None,
     model: Annotated[str | None, typer.Option(help="Model catalog name.")] = None,
     dtype: Annotated[str | None, typer.Option(help="bf16 | fp8")] = None,
+    kv_cache_dtype: Annotated[str | None, typer.Option(help="KV cache dtype, as vLLM's --kv-cache-dtype: auto "
+                                                            "(bf16) | fp8 | fp8_e4m3 | fp8_e5m2.")] = None,
+    enforce_eager: Annotated[bool | None, typer.Option("--enforce-eager/--cuda-graphs",
+                                                       help="As vLLM's --enforce-eager: no CUDA graphs, no "
+                                                            "padding of batches to capture sizes.")] = None,
     perf: Annotated[str | None, typer.Option(help="Iteration pricer: roofline | refined | table.")] = None,
     mixed_attention: Annotated[str | None, typer.Option(help="one_kernel (default: a prefill + decode iteration's "
                                                              "attention as vLLM's one FlashAttention-2 kernel) | "
@@ -143,7 +150,8 @@ def simulate(
     cfg = build_config(config, common_overrides(
         gpu, model, dtype, tp, instances, router, arrival, concurrency, rate, max_programs, tools, tool_scale,
         tool_fixed, tool_model, num_gpu_blocks, max_num_seqs, max_num_batched_tokens, queue, victim, retention, ttl,
-        dram_gib, cxl_gib, inter_instance_gbps, decision_log, seed, group, perf, mixed_attention), preset)
+        dram_gib, cxl_gib, inter_instance_gbps, decision_log, seed, group, perf, mixed_attention, kv_cache_dtype,
+        enforce_eager), preset)
     try:
         tr = read_trace(trace)
     except TraceError as exc:

@@ -55,6 +55,14 @@ from agentreplay.perf.catalog import (
     load_gpu,
     load_model,
 )
+from agentreplay.perf.deploy import (
+    custom_ar_link_bytes,
+    custom_ar_max_bytes,
+    fused_moe_block_m,
+    linear_kernel,
+    padded_tokens,
+    padding_table,
+)
 from agentreplay.perf.pricer import IterationPricer, PrefillItem
 from agentreplay.perf.tiles import block_tiles, ctas_per_sm, makespan_blocks, makespan_tiles, tile_flops
 
@@ -104,6 +112,7 @@ class PerfModel:
         efficiency: Efficiency | None = None,
         kv_dtype: Dtype = "bf16",
         mixed_attention: str = "one_kernel",
+        cudagraph_sizes: Sequence[int] = (),
     ) -> None:
         check_dtype(dtype)
         check_dtype(kv_dtype, "kv_dtype")
@@ -114,6 +123,9 @@ class PerfModel:
         eff = efficiency if efficiency is not None else gpu.efficiency
         self.gpu, self.model, self.dtype, self.tp, self.kv_dtype, self.efficiency = gpu, model, dtype, tp, kv_dtype, eff
         self._coeffs: dict[int, tuple[float, float]] = {}  # decode_coeffs memo, filled on first use
+        self.cudagraph_sizes: tuple[int, ...] = tuple(sorted(set(int(x) for x in cudagraph_sizes)))
+        self._pad: list[int] = padding_table(self.cudagraph_sizes)  # tokens -> CUDA-graph size run (deploy)
+        self.linear_kernel: str = linear_kernel(gpu, dtype)
 
         bw = gpu.mem_bandwidth_gbps * 1e9 * eff.bandwidth_efficiency  # bytes/s, weights and activations
         kv_bw = gpu.mem_bandwidth_gbps * 1e9 * eff.attn_decode_efficiency  # bytes/s, paged KV-cache traffic
@@ -134,6 +146,7 @@ class PerfModel:
         self._n_experts = model.num_experts
         self._experts_per_token = model.experts_per_token
         self._router = _linear(h, model.num_experts, bf16, ACT_BYTES, bw) if model.is_moe else (0.0, 0.0, 0.0)
+        self._moe_fp8_block = False  # the catalog does not say whether an fp8 checkpoint is block-scaled
         # gate_up / down: per-token terms include the top-k fan-out; the weight term is per expert for MoE.
         gu_flop, gu_w, gu_act = _linear(h, 2 * i, gemm, wb, bw)
         dn_flop, dn_w, dn_act = _linear(i, h, gemm, wb, bw)
@@ -176,11 +189,13 @@ class PerfModel:
         # one kernel for mixed iterations: only where the tile form prices the kernel
         self._one_kernel = mixed_attention == "one_kernel" and self._tile_s > 0.0
 
-        # Tensor-parallel collectives.
+        # Tensor-parallel collectives: NCCL's ring, or vLLM's custom all-reduce below _car_max bytes (deploy).
         self._tp_on = tp > 1
         link = gpu.interconnect_bw_gbps * 1e9 * eff.allreduce_efficiency
+        self._car_max = float(custom_ar_max_bytes(gpu, tp)) if tp > 1 else 0.0
+        self._car_lat = eff.custom_allreduce_latency_us * 1e-6
+        self._link = link
         self._ar_lat = eff.allreduce_latency_us * 1e-6
-        self._ar_tok = 2 * (tp - 1) / tp * h * ACT_BYTES / link  # ring all-reduce seconds per token
         self._ar_byte = 2 * (tp - 1) / tp / link  # ... per byte of the reduced tensor
         self._ar_tok_bytes = h * ACT_BYTES  # bytes of one token's hidden state
         self._n_ar = 2 * self._layers + 1  # after attention and MLP in every layer, and after the embedding
@@ -198,14 +213,28 @@ class PerfModel:
         return cls(load_gpu(gpu), load_model(model), dtype, tp, **kwargs)  # type: ignore[arg-type]
 
     # ---- core ---------------------------------------------------------------------------------------------
+    def _moe_rows(self, tokens: int) -> tuple[float, float]:
+        """``(touched, rows)`` of vLLM's fused MoE for ``tokens`` tokens, in expectation under uniform top-k
+        routing: distinct experts touched, E (1 - (1 - k/E) ** tokens), and the rows their grouped GEMM computes.
+        ``moe_align_block_size`` (vllm/model_executor/layers/fused_moe/moe_align_block_size.py) pads each
+        expert's tokens to whole blocks of BLOCK_SIZE_M (``get_default_config`` in fused_moe.py, by the token
+        count); an expert touched by n tokens computes ceil(n / B) * B rows, taken here as
+        max(B, n + (B - 1) / 2) at the mean n = tokens * k / touched."""
+        e, k = self._n_experts, self._experts_per_token
+        touched = e * (1.0 - (1.0 - k / e) ** tokens)
+        b = fused_moe_block_m(tokens, self._moe_fp8_block)
+        rows = max(touched * b, tokens * k + touched * (b - 1) / 2.0)
+        return touched, rows
+
     def _experts(self, tokens: int) -> tuple[float, float]:
-        """(gate_up, down) seconds per layer for MoE experts: weights of the distinct experts touched."""
-        e = self._n_experts
-        touched = e * (1.0 - (1.0 - self._experts_per_token / e) ** tokens)
+        """(gate_up, down) seconds per layer for MoE experts: the padded rows of the grouped GEMM
+        (:meth:`_moe_rows`) and the weights of the distinct experts touched (only those are streamed)."""
+        touched, rows = self._moe_rows(tokens)
+        per_row = rows / self._experts_per_token  # in token units: gate_up / down FLOP terms carry the top-k fan-out
         gu, dn = self._gate_up, self._down
         return (
-            max(tokens * gu[0], touched * gu[1] + tokens * gu[2]),
-            max(tokens * dn[0], touched * dn[1] + tokens * dn[2]),
+            max(per_row * gu[0], touched * gu[1] + tokens * gu[2]),
+            max(per_row * dn[0], touched * dn[1] + tokens * dn[2]),
         )
 
     def _terms(
@@ -215,6 +244,7 @@ class PerfModel:
         """Seconds per operator, in :data:`OPERATORS` order. ``pf_work`` = sum(chunk * (prefix + chunk/2))."""
         if tokens == 0:
             return (0.0,) * len(OPERATORS)
+        tokens = padded_tokens(self._pad, tokens)  # non-attention kernels run the CUDA graph's padded batch
         n_layers = self._layers
         if self._moe:
             gate_up, down = self._experts(tokens)
@@ -231,7 +261,7 @@ class PerfModel:
         lm_head = _cost(self._lm_head, emit) if emit else 0.0
         comm = 0.0
         if self._tp_on:
-            comm = self._n_ar * (self._ar_lat + tokens * self._ar_tok)
+            comm = self._n_ar * self.tp_allreduce_time_s(tokens * self._ar_tok_bytes)
             if emit:
                 comm += self._ar_lat + emit * self._gather_tok
         kernels = self._kernels_body + (2 if emit else 0)  # + LM head, sampler
@@ -380,9 +410,31 @@ class PerfModel:
         return self._ar_tok_bytes
 
     def allreduce_time_s(self, nbytes: float) -> float:
-        """Seconds of one TP all-reduce of an ``nbytes`` tensor: the fixed latency plus the ring's 2 (tp - 1) /
-        tp x bytes over the link's effective bandwidth (nccl-tests doc/PERFORMANCE.md, "bus bandwidth"); 0 at TP=1."""
+        """Seconds of one NCCL ring all-reduce of an ``nbytes`` tensor (what the profiled all-reduce tables
+        measured): the fixed latency plus the ring's 2 (tp - 1) / tp x bytes over the link's effective bandwidth
+        (nccl-tests doc/PERFORMANCE.md, "bus bandwidth"); 0 at TP=1."""
         return self._ar_lat + nbytes * self._ar_byte if self._tp_on else 0.0
+
+    def uses_custom_allreduce(self, nbytes: float) -> bool:
+        """True when vLLM all-reduces an ``nbytes`` tensor with its custom P2P kernel here
+        (:func:`agentreplay.perf.deploy.allreduce_kind`), False for NCCL (and at TP=1)."""
+        return self._tp_on and nbytes < self._car_max
+
+    def tp_allreduce_time_s(self, nbytes: float) -> float:
+        """Seconds of one TP all-reduce of an ``nbytes`` tensor as vLLM runs it on this GPU and link: the custom
+        all-reduce (``custom_allreduce_latency_us`` plus the bytes its one- or two-stage kernel moves over the
+        link, :func:`agentreplay.perf.deploy.custom_ar_link_bytes`) where it applies, else NCCL's ring
+        (:meth:`allreduce_time_s`); 0 at TP=1."""
+        if not self._tp_on:
+            return 0.0
+        if nbytes < self._car_max:
+            return self._car_lat + custom_ar_link_bytes(self.tp, nbytes) / self._link
+        return self._ar_lat + nbytes * self._ar_byte
+
+    def padded_tokens(self, tokens: int) -> int:
+        """Tokens the non-attention kernels run for a batch of ``tokens``: the next CUDA-graph capture size at or
+        above it (``cudagraph_sizes``), or ``tokens`` itself above the largest size or without graphs."""
+        return padded_tokens(self._pad, tokens)
 
     def prefill_tiles(self) -> tuple[float, int, int]:
         """``(seconds per KV tile of one CTA slot, CTA slots, query heads per GPU)`` of the tile form of prefill

@@ -22,6 +22,7 @@ import pyarrow as pa
 from agentreplay.kv.segment_pool import SegmentPool
 from agentreplay.kv.tiers import HostTier, Link
 from agentreplay.perf import IterationPricer, kv_capacity, load_gpu, load_model
+from agentreplay.perf.deploy import default_cudagraph_sizes, kv_cache_dtype
 from agentreplay.perf.table import pricer_from_names
 from agentreplay.policy.queue import make_queue_order
 from agentreplay.policy.retention import ToolStats, make_retention
@@ -107,7 +108,7 @@ def plan_instance(cfg: SimConfig, gpu_name: str, tp: int, dtype: str, workload: 
     else:
         try:
             cap = kv_capacity(gpu, model, hw.dtype, hw.tp, cfg.cache.gpu_memory_utilization, cfg.cache.block_size,
-                              kv_dtype="bf16")
+                              kv_dtype=kv_cache_dtype(hw.kv_cache_dtype))
         except ValueError as exc:
             raise CapacityError(str(exc)) from None
         blocks, source = cap.blocks, "memory model"
@@ -120,6 +121,17 @@ def plan_instance(cfg: SimConfig, gpu_name: str, tp: int, dtype: str, workload: 
                 f"({blocks * cfg.cache.block_size:,} tokens, from the {source}) leave no room for the longest "
                 f"request of the trace ({longest:,} tokens = {need} blocks)")
     return ClusterPlan(blocks, seqs, tokens, source)
+
+
+def graph_sizes(cfg: SimConfig, gpu_name: str, plan: ClusterPlan) -> tuple[int, ...]:
+    """CUDA-graph capture sizes of an instance: none under ``enforce_eager``, the configured ones, or vLLM's
+    defaults for the instance's scheduler limits (:func:`agentreplay.perf.deploy.cudagraph_capture_sizes`)."""
+    hw = cfg.hardware
+    if hw.enforce_eager:
+        return ()
+    if hw.cudagraph_capture_sizes:
+        return tuple(s for s in hw.cudagraph_capture_sizes if s <= plan.max_num_batched_tokens)
+    return default_cudagraph_sizes(load_gpu(gpu_name), plan.max_num_seqs, plan.max_num_batched_tokens)
 
 
 def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
@@ -136,10 +148,12 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
     hw = cfg.hardware
     specs = hw.instance_specs()
     pricers: dict[tuple[str, int, str], IterationPricer] = {}
-    for spec in specs:
+    kv_dtype = kv_cache_dtype(hw.kv_cache_dtype)
+    for spec, plan in zip(specs, plans, strict=True):
         if spec not in pricers:
-            pricers[spec] = perf or pricer_from_names(hw.perf, spec[0], hw.model, spec[2], spec[1],  # type: ignore[arg-type]
-                                                      mixed_attention=hw.mixed_attention)
+            pricers[spec] = perf or pricer_from_names(
+                hw.perf, spec[0], hw.model, spec[2], spec[1], mixed_attention=hw.mixed_attention,  # type: ignore[arg-type]
+                kv_dtype=kv_dtype, cudagraph_sizes=graph_sizes(cfg, spec[0], plan))
     seeds = np.random.SeedSequence(cfg.seed).spawn(2)
     rng_arrivals, rng_tools = (np.random.default_rng(s) for s in seeds)
     engine = Engine()
@@ -153,7 +167,7 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
             progress(orch_ref[0].done_programs, workload.n_programs)
 
     model_spec = load_model(hw.model)
-    block_bytes = cfg.cache.block_size * model_spec.kv_bytes_per_token("bf16", 1)  # whole block, all TP ranks
+    block_bytes = cfg.cache.block_size * model_spec.kv_bytes_per_token(kv_dtype, 1)  # whole block, all TP ranks
     decisions: list[dict[str, Any]] | None = [] if cfg.policy.decision_log else None
     log = decisions.append if decisions is not None else None
     tool_stats = ToolStats()
