@@ -6,18 +6,30 @@ after ``cached_prefix_tokens`` already in the KV cache) and decode tokens (one p
 the iteration is the sum over operators and layers plus fixed overheads:
 
 - linear layers (qkv, o, gate_up, down; MoE: router + experts) read their weights once per iteration, whatever
-  the token count; MoE experts compute only for the ``k`` active experts per token but read the weights of every
-  expert the batch touches, E * (1 - (1 - k/E) ** tokens) in expectation under uniform routing;
+  the token count; MoE experts run as vLLM's fused MoE (``fused_experts``, vllm/model_executor/layers/fused_moe/
+  fused_moe.py): only the experts the batch touches stream their weights, E * (1 - (1 - k/E) ** tokens) in
+  expectation under uniform top-k routing, and the grouped GEMM computes each touched expert's tokens padded to
+  whole BLOCK_SIZE_M blocks (``moe_align_block_size``; :meth:`PerfModel._moe_rows`);
 - attention: prefill FLOPs 4 * chunk * (prefix + chunk/2) * q_width per layer plus the KV bytes it reads/writes
   or, when the GPU's ``attn_prefill_tile_efficiency`` is set, the critical path of FlashAttention-2's CTAs
   (:mod:`agentreplay.perf.tiles`: a short chunk over a long cache runs few long CTAs on an idle GPU, which a
   FLOP count cannot see), never below the same KV bytes; decode is a per-context-token cost max(FLOP time,
   KV-byte time), linear in the context;
 - norms, rotary embedding, activation, embedding and sampler: memory-bound on activations;
-- TP > 1: two all-reduces per layer plus one after the embedding (ring: 2 (tp-1)/tp * bytes / link + latency),
-  and a gather of the logits;
+- TP > 1: two all-reduces per layer plus one after the embedding, each as vLLM runs it on the GPU's link
+  (:func:`agentreplay.perf.deploy.allreduce_kind`): the custom all-reduce where the GPUs have P2P (not GeForce),
+  there are 2 of them or NVLink connects them all, and the message is under the custom kernel's limit
+  (``custom_allreduce_latency_us`` + its one- or two-stage bytes over the link), else NCCL's ring
+  (``allreduce_latency_us`` + 2 (tp-1)/tp * bytes / link); and an NCCL gather of the logits;
 - LM head and sampler only for sequences that emit a token this iteration;
 - a fixed cost per kernel launched, per sequence, and per iteration (framework).
+
+CUDA graphs (``cudagraph_sizes``; :mod:`agentreplay.perf.deploy`): vLLM pads every batch of at most the largest
+capture size up to the next capture size (FULL graphs for decode-only batches, PIECEWISE for mixed and prefill
+batches under the default FULL_AND_PIECEWISE mode), so every operator but attention, the LM head and the sampler
+(which see the real sequences) is priced at the padded token count. ``()`` (the constructor's default, as in the
+component profiles, which ran kernels eagerly) prices the real count; a deployment's pricer
+(:func:`agentreplay.perf.table.pricer_from_names`) takes vLLM's default sizes.
 
 Mixed iterations (prefill chunks and decodes together): ``mixed_attention="one_kernel"`` (the default), where
 the tile form is on, prices their attention as what vLLM runs on those GPUs: one FlashAttention-2 varlen kernel
@@ -32,9 +44,17 @@ Decode-only iterations cost ``A(n) + c * sum_ctx`` exactly (``A`` depends only o
 ``decode_coeffs(n)`` gives ``(A, c)``, which the simulator uses to price runs of decode steps in one event, and
 ``decode_steps_time_s`` sums k steps in closed form.
 
-Precision: linear layers use ``dtype`` weights at the fp8 tensor peak when ``dtype == "fp8"`` and the GPU has fp8
-tensor cores; otherwise (bf16, or fp8 on Ampere = weight-only fp8) at the bf16 peak. Embedding, LM head, norms,
-router and activations stay bf16; attention runs at the bf16 peak; the KV cache uses ``kv_dtype``.
+Precision (:func:`agentreplay.perf.deploy.linear_kernel`): an fp8 checkpoint's linear layers (attention
+projections, MLP, experts) hold fp8 weights (1 byte; also in the memory model). From compute capability 8.9
+(Ada, Hopper, Blackwell) vLLM runs them W8A8 at the fp8 tensor peak; the activations' fp8 quantisation is fused
+into the preceding RMSNorm / SiLU-and-mul (vllm/config/vllm.py ``enable_norm_fusion`` / ``enable_act_fusion``, or
+Inductor's own fusion) and is not priced apart. Below 8.9 (Ampere) vLLM runs FP8 Marlin
+(``MarlinFP8ScaledMMLinearKernel``, W8A16): fp8 weight bytes, bf16 tensor-core math at the bf16 peak; Marlin
+dequantises each weight fragment in registers once per 64-row tile while the tensor cores run, a few integer ops
+per weight (under 3% of the tile's MMA time on an RTX 3090), so no separate dequantisation term is priced and the
+GEMM efficiency is the GPU's calibrated ``compute_efficiency`` (no Marlin profile exists to fit one). Embedding,
+LM head, norms, router and activations stay bf16; attention runs at the bf16 peak; the KV cache uses
+``kv_dtype`` (vLLM ``--kv-cache-dtype``: bytes per token in decode attention and prefill KV traffic).
 """
 
 from __future__ import annotations
