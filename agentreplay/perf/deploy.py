@@ -52,6 +52,8 @@ CUSTOM_AR_MAX_BYTES_BY_CC: Final[dict[str, dict[int, int]]] = {
 #: run one stage. csrc/custom_all_reduce.cuh, ``CustomAllreduce::allreduce``.
 ONE_STAGE_MAX_BYTES: Final = {4: 512 * 1024, 8: 256 * 1024}
 AllReduceKind = Literal["none", "custom", "nccl"]
+#: vLLM ``CompilationConfig.cudagraph_mode`` values (``CUDAGraphMode``, vllm/config/compilation.py)
+CUDAGRAPH_MODES: Final = ("FULL_AND_PIECEWISE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "NONE")
 LinearKernel = Literal["bf16", "fp8_marlin_w8a16", "fp8_w8a8"]
 
 
@@ -100,6 +102,15 @@ def padding_table(sizes: tuple[int, ...] | list[int]) -> list[int]:
     return table
 
 
+def graph_padding(mode: str) -> tuple[bool, bool]:
+    """``(decode-only batches padded, mixed / prefill batches padded)`` under vLLM's ``cudagraph_mode``: FULL and
+    PIECEWISE graphs both run padded batches (``CudagraphDispatcher.dispatch``); FULL_DECODE_ONLY runs mixed
+    batches eagerly at their own size; NONE (``--enforce-eager``) pads nothing."""
+    if mode not in CUDAGRAPH_MODES:
+        raise ValueError(f"cudagraph_mode={mode!r} is not supported; allowed: {list(CUDAGRAPH_MODES)}")
+    return mode != "NONE", mode not in ("NONE", "FULL_DECODE_ONLY")
+
+
 def padded_tokens(table: list[int], tokens: int) -> int:
     """Tokens the graph runs for a batch of ``tokens`` (unchanged above the largest capture size)."""
     return table[tokens] if 0 < tokens < len(table) else tokens
@@ -117,10 +128,13 @@ def is_data_center_blackwell(gpu: GpuSpec) -> bool:
     return gpu.compute_capability.startswith("10.")
 
 
-def allreduce_kind(gpu: GpuSpec, tp: int, nbytes: float) -> AllReduceKind:
-    """Which all-reduce vLLM runs for a ``nbytes`` tensor over ``tp`` GPUs of ``gpu`` (module docstring)."""
+def allreduce_kind(gpu: GpuSpec, tp: int, nbytes: float, disable_custom_all_reduce: bool = False) -> AllReduceKind:
+    """Which all-reduce vLLM runs for a ``nbytes`` tensor over ``tp`` GPUs of ``gpu`` (module docstring);
+    ``disable_custom_all_reduce``: vLLM ``--disable-custom-all-reduce`` (``ParallelConfig``), NCCL always."""
     if tp < 2:
         return "none"
+    if disable_custom_all_reduce:
+        return "nccl"
     return "custom" if nbytes < custom_ar_max_bytes(gpu, tp) else "nccl"
 
 
@@ -188,6 +202,7 @@ __all__ = [
     "custom_ar_max_bytes",
     "default_cudagraph_sizes",
     "fused_moe_block_m",
+    "graph_padding",
     "is_data_center_blackwell",
     "kv_cache_dtype",
     "linear_kernel",

@@ -133,6 +133,8 @@ class PerfModel:
         kv_dtype: Dtype = "bf16",
         mixed_attention: str = "one_kernel",
         cudagraph_sizes: Sequence[int] = (),
+        graph_mixed: bool = True,
+        custom_allreduce: bool = True,
     ) -> None:
         check_dtype(dtype)
         check_dtype(kv_dtype, "kv_dtype")
@@ -145,6 +147,7 @@ class PerfModel:
         self._coeffs: dict[int, tuple[float, float]] = {}  # decode_coeffs memo, filled on first use
         self.cudagraph_sizes: tuple[int, ...] = tuple(sorted(set(int(x) for x in cudagraph_sizes)))
         self._pad: list[int] = padding_table(self.cudagraph_sizes)  # tokens -> CUDA-graph size run (deploy)
+        self._graph_mixed = graph_mixed  # mixed / prefill batches padded too (False: FULL_DECODE_ONLY)
         self.linear_kernel: str = linear_kernel(gpu, dtype)
 
         bw = gpu.mem_bandwidth_gbps * 1e9 * eff.bandwidth_efficiency  # bytes/s, weights and activations
@@ -212,7 +215,7 @@ class PerfModel:
         # Tensor-parallel collectives: NCCL's ring, or vLLM's custom all-reduce below _car_max bytes (deploy).
         self._tp_on = tp > 1
         link = gpu.interconnect_bw_gbps * 1e9 * eff.allreduce_efficiency
-        self._car_max = float(custom_ar_max_bytes(gpu, tp)) if tp > 1 else 0.0
+        self._car_max = float(custom_ar_max_bytes(gpu, tp)) if tp > 1 and custom_allreduce else 0.0
         self._car_lat = eff.custom_allreduce_latency_us * 1e-6
         self._link = link
         self._ar_lat = eff.allreduce_latency_us * 1e-6
@@ -264,7 +267,8 @@ class PerfModel:
         """Seconds per operator, in :data:`OPERATORS` order. ``pf_work`` = sum(chunk * (prefix + chunk/2))."""
         if tokens == 0:
             return (0.0,) * len(OPERATORS)
-        tokens = padded_tokens(self._pad, tokens)  # non-attention kernels run the CUDA graph's padded batch
+        if pf_chunk == 0 or self._graph_mixed:
+            tokens = padded_tokens(self._pad, tokens)  # non-attention kernels run the CUDA graph's padded batch
         n_layers = self._layers
         if self._moe:
             gate_up, down = self._experts(tokens)
@@ -451,9 +455,12 @@ class PerfModel:
             return self._car_lat + custom_ar_link_bytes(self.tp, nbytes) / self._link
         return self._ar_lat + nbytes * self._ar_byte
 
-    def padded_tokens(self, tokens: int) -> int:
+    def padded_tokens(self, tokens: int, decode_only: bool = True) -> int:
         """Tokens the non-attention kernels run for a batch of ``tokens``: the next CUDA-graph capture size at or
-        above it (``cudagraph_sizes``), or ``tokens`` itself above the largest size or without graphs."""
+        above it (``cudagraph_sizes``), or ``tokens`` itself above the largest size, without graphs, or for a
+        batch with prefill when only decode batches run graphs (``graph_mixed=False``, FULL_DECODE_ONLY)."""
+        if not decode_only and not self._graph_mixed:
+            return tokens
         return padded_tokens(self._pad, tokens)
 
     def prefill_tiles(self) -> tuple[float, int, int]:

@@ -22,7 +22,7 @@ import pyarrow as pa
 from agentreplay.kv.segment_pool import SegmentPool
 from agentreplay.kv.tiers import HostTier, Link
 from agentreplay.perf import IterationPricer, kv_capacity, load_gpu, load_model
-from agentreplay.perf.deploy import default_cudagraph_sizes, kv_cache_dtype
+from agentreplay.perf.deploy import default_cudagraph_sizes, graph_padding, kv_cache_dtype
 from agentreplay.perf.table import pricer_from_names
 from agentreplay.policy.queue import make_queue_order
 from agentreplay.policy.retention import ToolStats, make_retention
@@ -127,7 +127,7 @@ def graph_sizes(cfg: SimConfig, gpu_name: str, plan: ClusterPlan) -> tuple[int, 
     """CUDA-graph capture sizes of an instance: none under ``enforce_eager``, the configured ones, or vLLM's
     defaults for the instance's scheduler limits (:func:`agentreplay.perf.deploy.cudagraph_capture_sizes`)."""
     hw = cfg.hardware
-    if hw.enforce_eager:
+    if hw.enforce_eager or not graph_padding(hw.cudagraph_mode)[0]:
         return ()
     if hw.cudagraph_capture_sizes:
         return tuple(s for s in hw.cudagraph_capture_sizes if s <= plan.max_num_batched_tokens)
@@ -153,7 +153,8 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
         if spec not in pricers:
             pricers[spec] = perf or pricer_from_names(
                 hw.perf, spec[0], hw.model, spec[2], spec[1], mixed_attention=hw.mixed_attention,  # type: ignore[arg-type]
-                kv_dtype=kv_dtype, cudagraph_sizes=graph_sizes(cfg, spec[0], plan))
+                kv_dtype=kv_dtype, cudagraph_sizes=graph_sizes(cfg, spec[0], plan),
+                graph_mixed=graph_padding(hw.cudagraph_mode)[1], custom_allreduce=not hw.disable_custom_all_reduce)
     seeds = np.random.SeedSequence(cfg.seed).spawn(2)
     rng_arrivals, rng_tools = (np.random.default_rng(s) for s in seeds)
     engine = Engine()
@@ -226,7 +227,7 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
     summary["cluster"] = {"instances": len(specs), "gpu": specs[0][0], "model": hw.model, "dtype": specs[0][2],
                           "tp": specs[0][1], "num_gpu_blocks": plan.num_gpu_blocks, "kv_blocks_from": plan.kv_source,
                           "max_num_seqs": plan.max_num_seqs, "max_num_batched_tokens": plan.max_num_batched_tokens,
-                          "groups": list(hw.groups),
+                          "groups": list(hw.groups), "kv_cache_dtype": kv_dtype,
                           "per_instance": [{"gpu": g, "tp": t, "dtype": d, "num_gpu_blocks": p.num_gpu_blocks}
                                            for (g, t, d), p in zip(specs, plans, strict=True)]}
     summary["engine"] = {"events": engine.events_processed,

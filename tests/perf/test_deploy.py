@@ -140,3 +140,26 @@ def test_fp8_linear_kernel_per_architecture() -> None:
     bf, f8 = PerfModel(gpu, model), PerfModel(gpu, model, dtype="fp8")
     assert f8.breakdown([], [10])["gate_up_proj"] < 0.6 * bf.breakdown([], [10])["gate_up_proj"]  # weight-bound
     assert f8.prefill_time_s(2048) == pytest.approx(bf.prefill_time_s(2048), rel=0.05)  # compute-bound: no gain
+
+
+def test_cudagraph_mode_and_disabled_custom_all_reduce() -> None:
+    from agentreplay.perf.deploy import graph_padding
+
+    assert graph_padding("FULL_AND_PIECEWISE") == (True, True) and graph_padding("PIECEWISE") == (True, True)
+    assert graph_padding("FULL_DECODE_ONLY") == (True, False) and graph_padding("NONE") == (False, False)
+    with pytest.raises(ValueError, match="cudagraph_mode='FULL_ONLY'"):
+        graph_padding("FULL_ONLY")
+    gpu, model = load_gpu("h100-sxm"), load_model("llama-3.1-8b")
+    sizes = cudagraph_capture_sizes(256, 2048)
+    eager = PerfModel(gpu, model)
+    decode_only = PerfModel(gpu, model, cudagraph_sizes=sizes, graph_mixed=False)
+    assert decode_only.iteration_time_s([(300, 0)], [50]) == eager.iteration_time_s([(300, 0)], [50])  # eager
+    assert decode_only.decode_only_time_s(3, 30) > eager.decode_only_time_s(3, 30)  # padded to 4
+    assert decode_only.padded_tokens(3) == 4 and decode_only.padded_tokens(3, decode_only=False) == 3
+    nccl = PerfModel(gpu, load_model("llama-3.1-70b"), tp=4, custom_allreduce=False)
+    assert not nccl.uses_custom_allreduce(1024) and nccl.tp_allreduce_time_s(1024) == nccl.allreduce_time_s(1024)
+    assert allreduce_kind(gpu, 4, 1024, disable_custom_all_reduce=True) == "nccl"
+    cfg = SimConfig()
+    with pytest.raises(ConfigError, match="cudagraph_mode"):
+        cfg.replace(hardware={"cudagraph_mode": "SOME"})
+    assert cfg.replace(hardware={"disable_custom_all_reduce": True}).hardware.disable_custom_all_reduce
