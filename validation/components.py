@@ -305,11 +305,13 @@ def _probe(pm: PerfModel, probe: str, n: int, b: int, ctx: int) -> dict[str, flo
 
 
 def roofline(gpu: GpuSpec, spec: ModelSpec, tp: int, eff: Efficiency, refinement: Refinement | None = None,
-             dtype: str = "bf16") -> PerfModel:
-    """The plain roofline, or the refined one when ``refinement`` is given."""
+             dtype: str = "bf16", custom_allreduce: bool = True) -> PerfModel:
+    """The plain roofline, or the refined one when ``refinement`` is given (kernels run eagerly, as profiled);
+    ``custom_allreduce=False``: every TP all-reduce priced as NCCL's ring."""
     if refinement is None:
-        return PerfModel(gpu, spec, dtype, tp, efficiency=eff)  # type: ignore[arg-type]
-    return RefinedPerfModel(gpu, spec, dtype, tp, efficiency=eff, refinement=refinement)  # type: ignore[arg-type]
+        return PerfModel(gpu, spec, dtype, tp, efficiency=eff, custom_allreduce=custom_allreduce)  # type: ignore
+    return RefinedPerfModel(gpu, spec, dtype, tp, efficiency=eff, refinement=refinement,  # type: ignore[arg-type]
+                            custom_allreduce=custom_allreduce)
 
 
 def predict_with(points: pd.DataFrame, pricers: dict[str, PerfModel | TablePerfModel]) -> np.ndarray:
@@ -362,10 +364,11 @@ def predict_allreduce(points: pd.DataFrame, gpu: GpuSpec, eff: Efficiency,
                       tables: dict[int, AllReduceTable] | None = None) -> np.ndarray:
     """Model seconds of one all-reduce of ``bytes`` over ``tp`` GPUs: the model's ``tp_comm`` of a one-layer
     model (3 all-reduces) for ``bytes / (2 * hidden)`` tokens, divided by 3; ``tables`` (by GPU count): price
-    through :class:`TablePerfModel` with that measured all-reduce table (the roofline as its fallback)."""
+    through :class:`TablePerfModel` with that measured all-reduce table (the roofline as its fallback). The
+    curves are NCCL benchmarks, so the model prices NCCL's ring at every size, never vLLM's custom all-reduce."""
     out = np.empty(len(points))
     for tp, idx in points.groupby("tp", sort=False).indices.items():
-        pm: PerfModel | TablePerfModel = roofline(gpu, _AR_MODEL, int(tp), eff, refinement)
+        pm: PerfModel | TablePerfModel = roofline(gpu, _AR_MODEL, int(tp), eff, refinement, custom_allreduce=False)
         t = (tables or {}).get(int(tp))
         if t is not None:
             pm = TablePerfModel(MeasuredTable(name=t.name, gpu=gpu.name, model=_AR_MODEL.name, tp=int(tp)),

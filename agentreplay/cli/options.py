@@ -38,7 +38,14 @@ Trace = Annotated[Path, _opt("Canonical trace folder (programs.parquet, turns.pa
 Gpu = Annotated[str | None, _opt(f"GPU catalog name (see `agentreplay catalog`). {default('hardware', 'gpu')}")]
 Model = Annotated[str | None, _opt(f"Model catalog name (see `agentreplay catalog`). "
                                    f"{default('hardware', 'model')}")]
-Dtype = Annotated[str | None, _opt(f"Weight and KV dtype: {choices(C.Dtype)}. {default('hardware', 'dtype')}")]
+Dtype = Annotated[str | None, _opt(f"Checkpoint (linear-layer weight) dtype: {choices(C.Dtype)}; the KV cache "
+                                    f"follows --kv-cache-dtype. {default('hardware', 'dtype')}")]
+KvCacheDtype = Annotated[str | None, _opt(
+    f"KV-cache element dtype, vLLM --kv-cache-dtype: {choices(C.KvCacheDtype)} (auto: the activation dtype, bf16; "
+    f"fp8 variants: one byte per element, twice the KV blocks). {default('hardware', 'kv_cache_dtype')}")]
+EnforceEager = Annotated[bool | None, _opt(
+    f"vLLM --enforce-eager: no CUDA graphs, so batches are not padded to capture sizes (--cuda-graphs: padded as "
+    f"the config's cudagraph_mode says). {default('hardware', 'enforce_eager')}", "--enforce-eager/--cuda-graphs")]
 Perf = Annotated[str | None, _opt(f"Iteration pricer: {choices(C.PerfName)}. {default('hardware', 'perf')}")]
 MixedAttention = Annotated[str | None, _opt(
     f"Attention of an iteration mixing prefill and decode: {choices(C.MixedAttention)} (one_kernel: vLLM's one "

@@ -40,12 +40,14 @@ def common_overrides(gpu: str | None, model: str | None, dtype: str | None, tp: 
                      victim: str | None, retention: str | None, ttl: float | None, dram_gib: float | None,
                      cxl_gib: float | None, inter_instance_gbps: float | None, decision_log: bool | None,
                      seed: int | None, groups: list[str] | None = None, perf: str | None = None,
-                     mixed_attention: str | None = None, *, max_model_len: int | None = None) -> dict[str, Any]:
+                     mixed_attention: str | None = None, *, max_model_len: int | None = None,
+                     kv_cache_dtype: str | None = None, enforce_eager: bool | None = None) -> dict[str, Any]:
     if tool_model is not None and tools is None:
         tools = "generative"
     return {
         "hardware": {"gpu": gpu, "model": model, "dtype": dtype, "tp": tp, "instances": instances,
-                     "groups": tuple(groups) if groups else None, "perf": perf, "mixed_attention": mixed_attention},
+                     "groups": tuple(groups) if groups else None, "perf": perf, "mixed_attention": mixed_attention,
+                     "kv_cache_dtype": kv_cache_dtype, "enforce_eager": enforce_eager},
         "router": {"policy": router, "inter_instance_gbps": inter_instance_gbps},
         "workload": {"arrival": arrival, "concurrency": concurrency, "rate_per_s": rate, "max_programs": max_programs},
         "tools": {"mode": tools, "scale": tool_scale, "fixed_s": tool_fixed,
@@ -144,6 +146,8 @@ def simulate(
     gpu: o.Gpu = None,
     model: o.Model = None,
     dtype: o.Dtype = None,
+    kv_cache_dtype: o.KvCacheDtype = None,
+    enforce_eager: o.EnforceEager = None,
     perf: o.Perf = None,
     mixed_attention: o.MixedAttention = None,
     tp: o.Tp = None,
@@ -193,7 +197,7 @@ def simulate(
         gpu, model, dtype, tp, instances, router, arrival, concurrency, rate, max_programs, tools, tool_scale,
         tool_fixed, tool_model, num_gpu_blocks, max_num_seqs, max_num_batched_tokens, queue, victim, retention, ttl,
         dram_gib, cxl_gib, inter_instance_gbps, decision_log, seed, group, perf, mixed_attention,
-        max_model_len=max_model_len), preset)
+        max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager), preset)
     try:
         tr = read_trace(trace)
     except TraceError as exc:

@@ -60,6 +60,9 @@ class Efficiency:
     #: prefill attention by FlashAttention-2's CTA critical path (agentreplay.perf.tiles): fraction of an SM's
     #: share of the bf16 peak one full KV tile reaches; 0 = the FLOP form (attn_prefill_efficiency)
     attn_prefill_tile_efficiency: float = 0.0
+    #: fixed cost of one of vLLM's custom (P2P) all-reduces, microseconds (agentreplay.perf.deploy); NCCL's ring
+    #: pays allreduce_latency_us instead
+    custom_allreduce_latency_us: float = 5.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -90,6 +93,11 @@ class GpuSpec:
     efficiency: Efficiency
     sm_count: int = 0  #: streaming multiprocessors; 0 = not given (no tile-level attention pricing)
     smem_per_sm_kib: float = 0.0  #: shared memory one SM can give its resident CTAs, KiB; 0 = not given
+    #: CUDA compute capability, e.g. "8.6"; "" = not given (vLLM's per-capability rules then take their defaults)
+    compute_capability: str = ""
+    #: GPUs of this model in one host can read each other's memory (CUDA peer access), which vLLM's custom
+    #: all-reduce needs; GeForce boards cannot
+    p2p: bool = True
 
     @property
     def has_fp8(self) -> bool:
@@ -257,7 +265,8 @@ def _efficiency(path: Path, entry: dict[str, Any], where: str) -> Efficiency:
     merged = {**packaged, **user, **entry}  # entry over the file's defaults over the packaged defaults
     names = {f.name for f in fields(Efficiency)}
     required = {f.name for f in fields(Efficiency) if f.name not in ("per_seq_overhead_us",
-                                                                     "attn_prefill_tile_efficiency")}
+                                                                     "attn_prefill_tile_efficiency",
+                                                                     "custom_allreduce_latency_us")}
     _check_keys(f"{where}.efficiency", merged, names, required)
     return Efficiency(**{k: float(v) for k, v in merged.items()})
 
@@ -282,7 +291,8 @@ def load_gpu(name: str, path: str | Path | None = None) -> GpuSpec:
     where = f"{src}: gpu.{name}"
     eff = _efficiency(src, entry.pop("efficiency", {}), where)
     allowed = {f.name for f in fields(GpuSpec)} - {"name", "efficiency"}
-    _check_keys(where, entry, allowed, allowed - {"usable_memory_gib", "fp8_tflops", "sm_count", "smem_per_sm_kib"})
+    _check_keys(where, entry, allowed, allowed - {"usable_memory_gib", "fp8_tflops", "sm_count", "smem_per_sm_kib",
+                                                  "compute_capability", "p2p"})
     for key, options in (("architecture", Architecture), ("interconnect", Interconnect)):
         if entry[key] not in get_args(options):
             raise ValueError(f"{where}: {key}={entry[key]!r}; allowed: {list(get_args(options))}")
@@ -298,6 +308,12 @@ def load_gpu(name: str, path: str | Path | None = None) -> GpuSpec:
         raise ValueError(f"{where}: sm_count={sms!r} must be an integer >= 0")
     if float(entry.get("smem_per_sm_kib", 0.0)) < 0:
         raise ValueError(f"{where}: smem_per_sm_kib={entry['smem_per_sm_kib']!r} must be >= 0")
+    cc = entry.pop("compute_capability", "")
+    if not isinstance(cc, str) or (cc and not (cc.count(".") == 1 and cc.replace(".", "").isdigit())):
+        raise ValueError(f"{where}: compute_capability={cc!r} must be a string like \"8.6\"")
+    p2p = entry.pop("p2p", True)
+    if not isinstance(p2p, bool):
+        raise ValueError(f"{where}: p2p={p2p!r} must be true or false")
     numeric = {k: float(v) for k, v in entry.items() if k not in ("display_name", "architecture", "interconnect")}
     return GpuSpec(
         name=name,
@@ -306,6 +322,8 @@ def load_gpu(name: str, path: str | Path | None = None) -> GpuSpec:
         interconnect=entry["interconnect"],
         efficiency=eff,
         sm_count=sms,
+        compute_capability=cc,
+        p2p=p2p,
         **numeric,
     )
 

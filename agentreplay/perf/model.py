@@ -6,18 +6,30 @@ after ``cached_prefix_tokens`` already in the KV cache) and decode tokens (one p
 the iteration is the sum over operators and layers plus fixed overheads:
 
 - linear layers (qkv, o, gate_up, down; MoE: router + experts) read their weights once per iteration, whatever
-  the token count; MoE experts compute only for the ``k`` active experts per token but read the weights of every
-  expert the batch touches, E * (1 - (1 - k/E) ** tokens) in expectation under uniform routing;
+  the token count; MoE experts run as vLLM's fused MoE (``fused_experts``, vllm/model_executor/layers/fused_moe/
+  fused_moe.py): only the experts the batch touches stream their weights, E * (1 - (1 - k/E) ** tokens) in
+  expectation under uniform top-k routing, and the grouped GEMM computes each touched expert's tokens padded to
+  whole BLOCK_SIZE_M blocks (``moe_align_block_size``; :meth:`PerfModel._moe_rows`);
 - attention: prefill FLOPs 4 * chunk * (prefix + chunk/2) * q_width per layer plus the KV bytes it reads/writes
   or, when the GPU's ``attn_prefill_tile_efficiency`` is set, the critical path of FlashAttention-2's CTAs
   (:mod:`agentreplay.perf.tiles`: a short chunk over a long cache runs few long CTAs on an idle GPU, which a
   FLOP count cannot see), never below the same KV bytes; decode is a per-context-token cost max(FLOP time,
   KV-byte time), linear in the context;
 - norms, rotary embedding, activation, embedding and sampler: memory-bound on activations;
-- TP > 1: two all-reduces per layer plus one after the embedding (ring: 2 (tp-1)/tp * bytes / link + latency),
-  and a gather of the logits;
+- TP > 1: two all-reduces per layer plus one after the embedding, each as vLLM runs it on the GPU's link
+  (:func:`agentreplay.perf.deploy.allreduce_kind`): the custom all-reduce where the GPUs have P2P (not GeForce),
+  there are 2 of them or NVLink connects them all, and the message is under the custom kernel's limit
+  (``custom_allreduce_latency_us`` + its one- or two-stage bytes over the link), else NCCL's ring
+  (``allreduce_latency_us`` + 2 (tp-1)/tp * bytes / link); and an NCCL gather of the logits;
 - LM head and sampler only for sequences that emit a token this iteration;
 - a fixed cost per kernel launched, per sequence, and per iteration (framework).
+
+CUDA graphs (``cudagraph_sizes``; :mod:`agentreplay.perf.deploy`): vLLM pads every batch of at most the largest
+capture size up to the next capture size (FULL graphs for decode-only batches, PIECEWISE for mixed and prefill
+batches under the default FULL_AND_PIECEWISE mode), so every operator but attention, the LM head and the sampler
+(which see the real sequences) is priced at the padded token count. ``()`` (the constructor's default, as in the
+component profiles, which ran kernels eagerly) prices the real count; a deployment's pricer
+(:func:`agentreplay.perf.table.pricer_from_names`) takes vLLM's default sizes.
 
 Mixed iterations (prefill chunks and decodes together): ``mixed_attention="one_kernel"`` (the default), where
 the tile form is on, prices their attention as what vLLM runs on those GPUs: one FlashAttention-2 varlen kernel
@@ -32,9 +44,17 @@ Decode-only iterations cost ``A(n) + c * sum_ctx`` exactly (``A`` depends only o
 ``decode_coeffs(n)`` gives ``(A, c)``, which the simulator uses to price runs of decode steps in one event, and
 ``decode_steps_time_s`` sums k steps in closed form.
 
-Precision: linear layers use ``dtype`` weights at the fp8 tensor peak when ``dtype == "fp8"`` and the GPU has fp8
-tensor cores; otherwise (bf16, or fp8 on Ampere = weight-only fp8) at the bf16 peak. Embedding, LM head, norms,
-router and activations stay bf16; attention runs at the bf16 peak; the KV cache uses ``kv_dtype``.
+Precision (:func:`agentreplay.perf.deploy.linear_kernel`): an fp8 checkpoint's linear layers (attention
+projections, MLP, experts) hold fp8 weights (1 byte; also in the memory model). From compute capability 8.9
+(Ada, Hopper, Blackwell) vLLM runs them W8A8 at the fp8 tensor peak; the activations' fp8 quantisation is fused
+into the preceding RMSNorm / SiLU-and-mul (vllm/config/vllm.py ``enable_norm_fusion`` / ``enable_act_fusion``, or
+Inductor's own fusion) and is not priced apart. Below 8.9 (Ampere) vLLM runs FP8 Marlin
+(``MarlinFP8ScaledMMLinearKernel``, W8A16): fp8 weight bytes, bf16 tensor-core math at the bf16 peak; Marlin
+dequantises each weight fragment in registers once per 64-row tile while the tensor cores run, a few integer ops
+per weight (under 3% of the tile's MMA time on an RTX 3090), so no separate dequantisation term is priced and the
+GEMM efficiency is the GPU's calibrated ``compute_efficiency`` (no Marlin profile exists to fit one). Embedding,
+LM head, norms, router and activations stay bf16; attention runs at the bf16 peak; the KV cache uses
+``kv_dtype`` (vLLM ``--kv-cache-dtype``: bytes per token in decode attention and prefill KV traffic).
 """
 
 from __future__ import annotations
@@ -54,6 +74,14 @@ from agentreplay.perf.catalog import (
     check_dtype,
     load_gpu,
     load_model,
+)
+from agentreplay.perf.deploy import (
+    custom_ar_link_bytes,
+    custom_ar_max_bytes,
+    fused_moe_block_m,
+    linear_kernel,
+    padded_tokens,
+    padding_table,
 )
 from agentreplay.perf.pricer import IterationPricer, PrefillItem
 from agentreplay.perf.tiles import block_tiles, ctas_per_sm, makespan_blocks, makespan_tiles, tile_flops
@@ -104,6 +132,9 @@ class PerfModel:
         efficiency: Efficiency | None = None,
         kv_dtype: Dtype = "bf16",
         mixed_attention: str = "one_kernel",
+        cudagraph_sizes: Sequence[int] = (),
+        graph_mixed: bool = True,
+        custom_allreduce: bool = True,
     ) -> None:
         check_dtype(dtype)
         check_dtype(kv_dtype, "kv_dtype")
@@ -114,6 +145,10 @@ class PerfModel:
         eff = efficiency if efficiency is not None else gpu.efficiency
         self.gpu, self.model, self.dtype, self.tp, self.kv_dtype, self.efficiency = gpu, model, dtype, tp, kv_dtype, eff
         self._coeffs: dict[int, tuple[float, float]] = {}  # decode_coeffs memo, filled on first use
+        self.cudagraph_sizes: tuple[int, ...] = tuple(sorted(set(int(x) for x in cudagraph_sizes)))
+        self._pad: list[int] = padding_table(self.cudagraph_sizes)  # tokens -> CUDA-graph size run (deploy)
+        self._graph_mixed = graph_mixed  # mixed / prefill batches padded too (False: FULL_DECODE_ONLY)
+        self.linear_kernel: str = linear_kernel(gpu, dtype)
 
         bw = gpu.mem_bandwidth_gbps * 1e9 * eff.bandwidth_efficiency  # bytes/s, weights and activations
         kv_bw = gpu.mem_bandwidth_gbps * 1e9 * eff.attn_decode_efficiency  # bytes/s, paged KV-cache traffic
@@ -134,6 +169,7 @@ class PerfModel:
         self._n_experts = model.num_experts
         self._experts_per_token = model.experts_per_token
         self._router = _linear(h, model.num_experts, bf16, ACT_BYTES, bw) if model.is_moe else (0.0, 0.0, 0.0)
+        self._moe_fp8_block = False  # the catalog does not say whether an fp8 checkpoint is block-scaled
         # gate_up / down: per-token terms include the top-k fan-out; the weight term is per expert for MoE.
         gu_flop, gu_w, gu_act = _linear(h, 2 * i, gemm, wb, bw)
         dn_flop, dn_w, dn_act = _linear(i, h, gemm, wb, bw)
@@ -176,11 +212,13 @@ class PerfModel:
         # one kernel for mixed iterations: only where the tile form prices the kernel
         self._one_kernel = mixed_attention == "one_kernel" and self._tile_s > 0.0
 
-        # Tensor-parallel collectives.
+        # Tensor-parallel collectives: NCCL's ring, or vLLM's custom all-reduce below _car_max bytes (deploy).
         self._tp_on = tp > 1
         link = gpu.interconnect_bw_gbps * 1e9 * eff.allreduce_efficiency
+        self._car_max = float(custom_ar_max_bytes(gpu, tp)) if tp > 1 and custom_allreduce else 0.0
+        self._car_lat = eff.custom_allreduce_latency_us * 1e-6
+        self._link = link
         self._ar_lat = eff.allreduce_latency_us * 1e-6
-        self._ar_tok = 2 * (tp - 1) / tp * h * ACT_BYTES / link  # ring all-reduce seconds per token
         self._ar_byte = 2 * (tp - 1) / tp / link  # ... per byte of the reduced tensor
         self._ar_tok_bytes = h * ACT_BYTES  # bytes of one token's hidden state
         self._n_ar = 2 * self._layers + 1  # after attention and MLP in every layer, and after the embedding
@@ -198,14 +236,28 @@ class PerfModel:
         return cls(load_gpu(gpu), load_model(model), dtype, tp, **kwargs)  # type: ignore[arg-type]
 
     # ---- core ---------------------------------------------------------------------------------------------
+    def _moe_rows(self, tokens: int) -> tuple[float, float]:
+        """``(touched, rows)`` of vLLM's fused MoE for ``tokens`` tokens, in expectation under uniform top-k
+        routing: distinct experts touched, E (1 - (1 - k/E) ** tokens), and the rows their grouped GEMM computes.
+        ``moe_align_block_size`` (vllm/model_executor/layers/fused_moe/moe_align_block_size.py) pads each
+        expert's tokens to whole blocks of BLOCK_SIZE_M (``get_default_config`` in fused_moe.py, by the token
+        count); an expert touched by n tokens computes ceil(n / B) * B rows, taken here as
+        max(B, n + (B - 1) / 2) at the mean n = tokens * k / touched."""
+        e, k = self._n_experts, self._experts_per_token
+        touched = e * (1.0 - (1.0 - k / e) ** tokens)
+        b = fused_moe_block_m(tokens, self._moe_fp8_block)
+        rows = max(touched * b, tokens * k + touched * (b - 1) / 2.0)
+        return touched, rows
+
     def _experts(self, tokens: int) -> tuple[float, float]:
-        """(gate_up, down) seconds per layer for MoE experts: weights of the distinct experts touched."""
-        e = self._n_experts
-        touched = e * (1.0 - (1.0 - self._experts_per_token / e) ** tokens)
+        """(gate_up, down) seconds per layer for MoE experts: the padded rows of the grouped GEMM
+        (:meth:`_moe_rows`) and the weights of the distinct experts touched (only those are streamed)."""
+        touched, rows = self._moe_rows(tokens)
+        per_row = rows / self._experts_per_token  # in token units: gate_up / down FLOP terms carry the top-k fan-out
         gu, dn = self._gate_up, self._down
         return (
-            max(tokens * gu[0], touched * gu[1] + tokens * gu[2]),
-            max(tokens * dn[0], touched * dn[1] + tokens * dn[2]),
+            max(per_row * gu[0], touched * gu[1] + tokens * gu[2]),
+            max(per_row * dn[0], touched * dn[1] + tokens * dn[2]),
         )
 
     def _terms(
@@ -215,6 +267,8 @@ class PerfModel:
         """Seconds per operator, in :data:`OPERATORS` order. ``pf_work`` = sum(chunk * (prefix + chunk/2))."""
         if tokens == 0:
             return (0.0,) * len(OPERATORS)
+        if pf_chunk == 0 or self._graph_mixed:
+            tokens = padded_tokens(self._pad, tokens)  # non-attention kernels run the CUDA graph's padded batch
         n_layers = self._layers
         if self._moe:
             gate_up, down = self._experts(tokens)
@@ -231,7 +285,7 @@ class PerfModel:
         lm_head = _cost(self._lm_head, emit) if emit else 0.0
         comm = 0.0
         if self._tp_on:
-            comm = self._n_ar * (self._ar_lat + tokens * self._ar_tok)
+            comm = self._n_ar * self.tp_allreduce_time_s(tokens * self._ar_tok_bytes)
             if emit:
                 comm += self._ar_lat + emit * self._gather_tok
         kernels = self._kernels_body + (2 if emit else 0)  # + LM head, sampler
@@ -380,9 +434,34 @@ class PerfModel:
         return self._ar_tok_bytes
 
     def allreduce_time_s(self, nbytes: float) -> float:
-        """Seconds of one TP all-reduce of an ``nbytes`` tensor: the fixed latency plus the ring's 2 (tp - 1) /
-        tp x bytes over the link's effective bandwidth (nccl-tests doc/PERFORMANCE.md, "bus bandwidth"); 0 at TP=1."""
+        """Seconds of one NCCL ring all-reduce of an ``nbytes`` tensor (what the profiled all-reduce tables
+        measured): the fixed latency plus the ring's 2 (tp - 1) / tp x bytes over the link's effective bandwidth
+        (nccl-tests doc/PERFORMANCE.md, "bus bandwidth"); 0 at TP=1."""
         return self._ar_lat + nbytes * self._ar_byte if self._tp_on else 0.0
+
+    def uses_custom_allreduce(self, nbytes: float) -> bool:
+        """True when vLLM all-reduces an ``nbytes`` tensor with its custom P2P kernel here
+        (:func:`agentreplay.perf.deploy.allreduce_kind`), False for NCCL (and at TP=1)."""
+        return self._tp_on and nbytes < self._car_max
+
+    def tp_allreduce_time_s(self, nbytes: float) -> float:
+        """Seconds of one TP all-reduce of an ``nbytes`` tensor as vLLM runs it on this GPU and link: the custom
+        all-reduce (``custom_allreduce_latency_us`` plus the bytes its one- or two-stage kernel moves over the
+        link, :func:`agentreplay.perf.deploy.custom_ar_link_bytes`) where it applies, else NCCL's ring
+        (:meth:`allreduce_time_s`); 0 at TP=1."""
+        if not self._tp_on:
+            return 0.0
+        if nbytes < self._car_max:
+            return self._car_lat + custom_ar_link_bytes(self.tp, nbytes) / self._link
+        return self._ar_lat + nbytes * self._ar_byte
+
+    def padded_tokens(self, tokens: int, decode_only: bool = True) -> int:
+        """Tokens the non-attention kernels run for a batch of ``tokens``: the next CUDA-graph capture size at or
+        above it (``cudagraph_sizes``), or ``tokens`` itself above the largest size, without graphs, or for a
+        batch with prefill when only decode batches run graphs (``graph_mixed=False``, FULL_DECODE_ONLY)."""
+        if not decode_only and not self._graph_mixed:
+            return tokens
+        return padded_tokens(self._pad, tokens)
 
     def prefill_tiles(self) -> tuple[float, int, int]:
         """``(seconds per KV tile of one CTA slot, CTA slots, query heads per GPU)`` of the tile form of prefill

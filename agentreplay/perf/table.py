@@ -76,6 +76,7 @@ from typing import Final
 import numpy as np
 
 from agentreplay.perf.catalog import Dtype, Efficiency, GpuSpec, ModelSpec, load_gpu, load_model
+from agentreplay.perf.deploy import default_cudagraph_sizes
 from agentreplay.perf.interp import Curve, Grid, fit_decode
 from agentreplay.perf.model import DTYPE_BYTES, OPERATORS, PerfModel, PrefillItem
 
@@ -169,8 +170,12 @@ class RefinedPerfModel(PerfModel):
         kv_dtype: Dtype = "bf16",
         refinement: Refinement | None = None,
         mixed_attention: str = "one_kernel",
+        cudagraph_sizes: Sequence[int] = (),
+        graph_mixed: bool = True,
+        custom_allreduce: bool = True,
     ) -> None:
-        super().__init__(gpu, model, dtype, tp, efficiency, kv_dtype, mixed_attention)
+        super().__init__(gpu, model, dtype, tp, efficiency, kv_dtype, mixed_attention, cudagraph_sizes, graph_mixed,
+                         custom_allreduce)
         r = refinement if refinement is not None else Refinement()
         eff = self.efficiency
         self.refinement = r
@@ -217,6 +222,7 @@ class RefinedPerfModel(PerfModel):
         t = list(super()._terms(tokens, emit, seqs, pf_work, pf_prefix, pf_chunk, n_dec, sum_ctx))
         if tokens == 0:
             return tuple(t)
+        tokens = self.padded_tokens(tokens, pf_chunk == 0)  # as PerfModel._terms: CUDA-graph padding
         n_layers = self._layers
         if n_dec and self._dec_fixed_s:
             t[_IDX["attention_decode"]] += self._dec_fixed_s
@@ -228,11 +234,11 @@ class RefinedPerfModel(PerfModel):
             t[_IDX["qkv_proj"]] = n_layers * self._gemm(self._qkv, tokens)
             t[_IDX["o_proj"]] = n_layers * self._gemm(self._o, tokens)
             if self._moe:
-                e = self._n_experts
-                touched = e * (1.0 - (1.0 - self._experts_per_token / e) ** tokens)
-                pad = touched * self._m_half / self._experts_per_token  # per-expert M_half, in token copies
+                touched, rows = self._moe_rows(tokens)  # fused MoE's padded rows (PerfModel._moe_rows)
+                k = self._experts_per_token
+                work = (rows + touched * self._m_half) / k  # + per-expert M_half, in token units
                 for name, (flop_s, weight_s, act_s) in (("gate_up_proj", self._gate_up), ("down_proj", self._down)):
-                    t[_IDX[name]] = n_layers * max((tokens + pad) * flop_s, touched * weight_s + tokens * act_s)
+                    t[_IDX[name]] = n_layers * max(work * flop_s, touched * weight_s + tokens * act_s)
                 t[_IDX["moe_router"]] = n_layers * self._gemm(self._router, tokens)
             else:
                 t[_IDX["gate_up_proj"]] = n_layers * self._gemm(self._gate_up, tokens)
@@ -514,14 +520,18 @@ class TablePerfModel:
     @classmethod
     def from_names(cls, gpu: str, model: str, dtype: Dtype = "bf16", tp: int = 1, *,
                    catalog: str | Path | None = None, tables: str | Path | None = None,
-                   refinements: str | Path | None = None, mixed_attention: str = "one_kernel") -> TablePerfModel:
+                   refinements: str | Path | None = None, mixed_attention: str = "one_kernel",
+                   kv_dtype: Dtype = "bf16", cudagraph_sizes: Sequence[int] = (), graph_mixed: bool = True,
+                   custom_allreduce: bool = True) -> TablePerfModel:
         """The packaged (or ``tables``) table of (gpu, model, tp); when only other TPs of (gpu, model) were
         measured, the nearest one scaled by the roofline ratio; at TP > 1 the all-reduce table of (gpu, tp) when
         one was measured. Fallback: :meth:`RefinedPerfModel.from_names` (with ``mixed_attention``). Raises
         ValueError when no table of (gpu, model) exists."""
         fallback = RefinedPerfModel.from_names(gpu, model, dtype, tp, catalog=catalog,
                                                refinements=refinements or refinement_path(catalog),
-                                               mixed_attention=mixed_attention)
+                                               mixed_attention=mixed_attention, kv_dtype=kv_dtype,
+                                               cudagraph_sizes=cudagraph_sizes, graph_mixed=graph_mixed,
+                                               custom_allreduce=custom_allreduce)
         all_tables = load_tables(tables or tables_path(catalog))
         same = {t.tp: t for t in all_tables.values() if t.gpu == gpu and t.model == model}
         if not same:
@@ -554,6 +564,7 @@ class TablePerfModel:
             return out
         emit = sum(1 for item in prefill if len(item) < 3 or item[2]) + len(decode_ctx)
         n_layers, fbm = self._layers, self.fallback
+        tokens = fbm.padded_tokens(tokens, not prefill)  # CUDA-graph padding (PerfModel.padded_tokens)
         removed = 0.0
         for op, curve in self._curves.items():
             x = emit if op in EMITTING else tokens
@@ -582,7 +593,8 @@ class TablePerfModel:
         if attn_kernel:
             removed += n_layers * self._kernel_s["attention_prefill"]
         ar = self._ar
-        if ar is not None:
+        if ar is not None and not fbm.uses_custom_allreduce(tokens * fbm.allreduce_bytes_per_token):
+            # the table measured NCCL; vLLM's custom all-reduce stays the fallback's
             nbytes = tokens * fbm.allreduce_bytes_per_token
             ref = fbm.allreduce_time_s(nbytes)
             measured = ar(nbytes, ref) if ar.lo <= nbytes <= ar.hi else ar.at(nbytes, fbm.allreduce_time_s)
@@ -639,17 +651,31 @@ PRICER_KINDS: Final = ("roofline", "refined", "table")
 
 def pricer_from_names(kind: str, gpu: str, model: str, dtype: Dtype = "bf16", tp: int = 1,
                       catalog: str | Path | None = None,
-                      mixed_attention: str = "one_kernel") -> PerfModel | TablePerfModel:
-    """``roofline``: :meth:`PerfModel.from_names` (the default); ``refined``: :class:`RefinedPerfModel`;
-    ``table``: :class:`TablePerfModel` (ValueError when no table of the GPU and model exists). ``mixed_attention``:
-    :data:`agentreplay.perf.model.MIXED_ATTENTION` (the table's mixed iterations take its fallback's one kernel
-    when that is longer than its measured parts)."""
+                      mixed_attention: str = "one_kernel", *, kv_dtype: Dtype = "bf16",
+                      cudagraph_sizes: Sequence[int] | None = None, graph_mixed: bool = True,
+                      custom_allreduce: bool = True) -> PerfModel | TablePerfModel:
+    """The pricer of a vLLM deployment. ``roofline``: :meth:`PerfModel.from_names` (the default); ``refined``:
+    :class:`RefinedPerfModel`; ``table``: :class:`TablePerfModel` (ValueError when no table of the GPU and model
+    exists). ``mixed_attention``: :data:`agentreplay.perf.model.MIXED_ATTENTION` (the table's mixed iterations
+    take its fallback's one kernel when that is longer than its measured parts). ``kv_dtype``: the KV cache's
+    element dtype (:func:`agentreplay.perf.deploy.kv_cache_dtype`). ``cudagraph_sizes``: the CUDA-graph capture
+    sizes batches are padded to; ``None`` = vLLM's defaults for the GPU's default scheduler limits
+    (:func:`agentreplay.perf.deploy.default_cudagraph_sizes`), ``()`` = eager (no graphs, no padding);
+    ``graph_mixed``: mixed / prefill batches are padded too (False under ``cudagraph_mode = FULL_DECODE_ONLY``).
+    ``custom_allreduce``: False = vLLM ``--disable-custom-all-reduce`` (NCCL for every TP all-reduce)."""
+    extra = {"kv_dtype": kv_dtype, "graph_mixed": graph_mixed, "custom_allreduce": custom_allreduce}
+    spec = load_gpu(gpu, catalog)
+    sizes = default_cudagraph_sizes(spec) if cudagraph_sizes is None else tuple(cudagraph_sizes)
     if kind == "roofline":
-        return PerfModel(load_gpu(gpu, catalog), load_model(model), dtype, tp, mixed_attention=mixed_attention)
+        return PerfModel(spec, load_model(model), dtype, tp, mixed_attention=mixed_attention, cudagraph_sizes=sizes,
+                         **extra)  # type: ignore[arg-type]
     if kind == "refined":
         return RefinedPerfModel.from_names(gpu, model, dtype, tp, catalog=catalog,
-                                           refinements=refinement_path(catalog), mixed_attention=mixed_attention)
+                                           refinements=refinement_path(catalog), mixed_attention=mixed_attention,
+                                           cudagraph_sizes=sizes, **extra)
     if kind == "table":
         return TablePerfModel.from_names(gpu, model, dtype, tp, catalog=catalog,
-                                         refinements=refinement_path(catalog), mixed_attention=mixed_attention)
+                                         refinements=refinement_path(catalog), mixed_attention=mixed_attention,
+                                         cudagraph_sizes=sizes, **extra)  # type: ignore[arg-type]
     raise ValueError(f"perf={kind!r}; allowed: {list(PRICER_KINDS)}")
+

@@ -23,6 +23,9 @@ RetentionName = Literal["lru", "evict", "ttl", "continuum", "offload", "infercep
 LoadMetric = Literal["requests", "tokens"]
 Dtype = Literal["bf16", "fp8"]
 PerfName = Literal["roofline", "refined", "table"]
+#: vLLM ``--kv-cache-dtype`` (``CacheConfig.cache_dtype``, vllm/config/cache.py): "auto" = the activation dtype
+KvCacheDtype = Literal["auto", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2"]
+CudagraphMode = Literal["FULL_AND_PIECEWISE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "NONE"]
 MixedAttention = Literal["apart", "one_kernel"]
 
 
@@ -47,7 +50,20 @@ class HardwareConfig:
 
     gpu: str = "h100-sxm"  #: GPU catalog name (``agentreplay catalog``)
     model: str = "llama-3.1-8b"  #: model catalog name
-    dtype: Dtype = "bf16"  #: weight and KV dtype
+    dtype: Dtype = "bf16"  #: checkpoint (linear-layer weight) dtype
+    #: KV-cache element dtype, vLLM ``--kv-cache-dtype``: "auto" stores K/V in bf16 (also for fp8 checkpoints);
+    #: fp8 variants take one byte per element (capacity, decode attention bytes; agentreplay.perf.deploy)
+    kv_cache_dtype: KvCacheDtype = "auto"
+    #: vLLM ``--enforce-eager``: no CUDA graphs, so batches are not padded to capture sizes
+    enforce_eager: bool = False
+    #: vLLM ``compilation_config.cudagraph_mode``: FULL_AND_PIECEWISE (default), PIECEWISE and FULL pad every batch
+    #: up to the largest capture size; FULL_DECODE_ONLY pads decode-only batches; NONE none (as enforce_eager)
+    cudagraph_mode: CudagraphMode = "FULL_AND_PIECEWISE"
+    #: vLLM ``--disable-custom-all-reduce``: every TP all-reduce through NCCL (agentreplay.perf.deploy)
+    disable_custom_all_reduce: bool = False
+    #: vLLM ``compilation_config.cudagraph_capture_sizes``; empty = vLLM's defaults for the scheduler limits
+    #: (VllmConfig._set_cudagraph_sizes; agentreplay.perf.deploy.cudagraph_capture_sizes)
+    cudagraph_capture_sizes: tuple[int, ...] = ()
     perf: PerfName = "roofline"  #: iteration pricer: calibrated roofline, refined roofline, or measured table
     #: a mixed prefill + decode iteration's attention: as the one FlashAttention-2 kernel vLLM runs (on GPUs with
     #: the tile form of prefill attention; agentreplay.perf.model docstring), or its two parts priced apart
@@ -58,6 +74,14 @@ class HardwareConfig:
 
     def __post_init__(self) -> None:
         _literal("hardware", "dtype", self.dtype, Dtype)
+        _literal("hardware", "kv_cache_dtype", self.kv_cache_dtype, KvCacheDtype)
+        _check(isinstance(self.enforce_eager, bool), "hardware", "enforce_eager", self.enforce_eager, "true or false")
+        _literal("hardware", "cudagraph_mode", self.cudagraph_mode, CudagraphMode)
+        _check(isinstance(self.disable_custom_all_reduce, bool), "hardware", "disable_custom_all_reduce",
+               self.disable_custom_all_reduce, "true or false")
+        object.__setattr__(self, "cudagraph_capture_sizes", tuple(self.cudagraph_capture_sizes))
+        _check(all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in self.cudagraph_capture_sizes),
+               "hardware", "cudagraph_capture_sizes", list(self.cudagraph_capture_sizes), "integers >= 1")
         _literal("hardware", "perf", self.perf, PerfName)
         _literal("hardware", "mixed_attention", self.mixed_attention, MixedAttention)
         _check(self.tp in (1, 2, 4, 8, 16), "hardware", "tp", self.tp, "1, 2, 4, 8 or 16")

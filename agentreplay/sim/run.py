@@ -22,6 +22,7 @@ import pyarrow as pa
 from agentreplay.kv.segment_pool import SegmentPool
 from agentreplay.kv.tiers import HostTier, Link
 from agentreplay.perf import IterationPricer, kv_capacity, load_gpu, load_model
+from agentreplay.perf.deploy import default_cudagraph_sizes, graph_padding, kv_cache_dtype
 from agentreplay.perf.table import pricer_from_names
 from agentreplay.policy.queue import make_queue_order
 from agentreplay.policy.retention import ToolStats, make_retention
@@ -108,7 +109,7 @@ def plan_instance(cfg: SimConfig, gpu_name: str, tp: int, dtype: str, workload: 
     else:
         try:
             cap = kv_capacity(gpu, model, hw.dtype, hw.tp, cfg.cache.gpu_memory_utilization, cfg.cache.block_size,
-                              kv_dtype="bf16")
+                              kv_dtype=kv_cache_dtype(hw.kv_cache_dtype))
         except ValueError as exc:
             raise CapacityError(str(exc)) from None
         blocks, source = cap.blocks, "memory model"
@@ -142,6 +143,17 @@ def request_view(summary: dict[str, Any]) -> None:
     summary["throughput_requests_per_s"] = summary["throughput_programs_per_s"]
 
 
+def graph_sizes(cfg: SimConfig, gpu_name: str, plan: ClusterPlan) -> tuple[int, ...]:
+    """CUDA-graph capture sizes of an instance: none under ``enforce_eager``, the configured ones, or vLLM's
+    defaults for the instance's scheduler limits (:func:`agentreplay.perf.deploy.cudagraph_capture_sizes`)."""
+    hw = cfg.hardware
+    if hw.enforce_eager or not graph_padding(hw.cudagraph_mode)[0]:
+        return ()
+    if hw.cudagraph_capture_sizes:
+        return tuple(s for s in hw.cudagraph_capture_sizes if s <= plan.max_num_batched_tokens)
+    return default_cudagraph_sizes(load_gpu(gpu_name), plan.max_num_seqs, plan.max_num_batched_tokens)
+
+
 def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
              perf: IterationPricer | None = None, progress: Any = None) -> SimResult:
     """Replay ``trace`` on the cluster of ``cfg``; ``perf`` overrides the catalog performance model (tests,
@@ -157,10 +169,13 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
     hw = cfg.hardware
     specs = hw.instance_specs()
     pricers: dict[tuple[str, int, str], IterationPricer] = {}
-    for spec in specs:
+    kv_dtype = kv_cache_dtype(hw.kv_cache_dtype)
+    for spec, plan in zip(specs, plans, strict=True):
         if spec not in pricers:
-            pricers[spec] = perf or pricer_from_names(hw.perf, spec[0], hw.model, spec[2], spec[1],  # type: ignore[arg-type]
-                                                      mixed_attention=hw.mixed_attention)
+            pricers[spec] = perf or pricer_from_names(
+                hw.perf, spec[0], hw.model, spec[2], spec[1], mixed_attention=hw.mixed_attention,  # type: ignore[arg-type]
+                kv_dtype=kv_dtype, cudagraph_sizes=graph_sizes(cfg, spec[0], plan),
+                graph_mixed=graph_padding(hw.cudagraph_mode)[1], custom_allreduce=not hw.disable_custom_all_reduce)
     seeds = np.random.SeedSequence(cfg.seed).spawn(2)
     rng_arrivals, rng_tools = (np.random.default_rng(s) for s in seeds)
     engine = Engine()
@@ -174,7 +189,7 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
             progress(orch_ref[0].done_programs, workload.n_programs)
 
     model_spec = load_model(hw.model)
-    block_bytes = cfg.cache.block_size * model_spec.kv_bytes_per_token("bf16", 1)  # whole block, all TP ranks
+    block_bytes = cfg.cache.block_size * model_spec.kv_bytes_per_token(kv_dtype, 1)  # whole block, all TP ranks
     decisions: list[dict[str, Any]] | None = [] if cfg.policy.decision_log else None
     log = decisions.append if decisions is not None else None
     tool_stats = ToolStats()
@@ -236,7 +251,7 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
     summary["cluster"] = {"instances": len(specs), "gpu": specs[0][0], "model": hw.model, "dtype": specs[0][2],
                           "tp": specs[0][1], "num_gpu_blocks": plan.num_gpu_blocks, "kv_blocks_from": plan.kv_source,
                           "max_num_seqs": plan.max_num_seqs, "max_num_batched_tokens": plan.max_num_batched_tokens,
-                          "groups": list(hw.groups),
+                          "groups": list(hw.groups), "kv_cache_dtype": kv_dtype,
                           "per_instance": [{"gpu": g, "tp": t, "dtype": d, "num_gpu_blocks": p.num_gpu_blocks}
                                            for (g, t, d), p in zip(specs, plans, strict=True)]}
     summary["engine"] = {"events": engine.events_processed,

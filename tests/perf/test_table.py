@@ -23,6 +23,7 @@ from agentreplay.perf import (
     load_gpu,
     load_model,
 )
+from agentreplay.perf.deploy import default_cudagraph_sizes
 from agentreplay.perf.interp import Curve, fit_decode, isotonic
 from agentreplay.perf.table import dram_key_s, load_refinement, load_tables, pricer_from_names
 from agentreplay.perf.tiles import makespan_blocks
@@ -273,8 +274,14 @@ def test_pricer_from_names() -> None:
     kinds = {k: pricer_from_names(k, "rtx4090", "llama-3.1-8b") for k in PRICER_KINDS}
     assert type(kinds["roofline"]) is PerfModel
     assert isinstance(kinds["refined"], RefinedPerfModel) and isinstance(kinds["table"], TablePerfModel)
-    assert kinds["roofline"].iteration_time_s([(100, 0)], [5]) == PerfModel.from_names(
+    # a deployment's pricer pads batches to vLLM's default CUDA-graph sizes; () = eager, as PerfModel's default
+    sizes = default_cudagraph_sizes(load_gpu("rtx4090"))
+    graphs = PerfModel.from_names("rtx4090", "llama-3.1-8b", cudagraph_sizes=sizes)
+    assert kinds["roofline"].iteration_time_s([(100, 0)], [5]) == graphs.iteration_time_s([(100, 0)], [5])
+    eager = pricer_from_names("roofline", "rtx4090", "llama-3.1-8b", cudagraph_sizes=())
+    assert eager.iteration_time_s([(100, 0)], [5]) == PerfModel.from_names(
         "rtx4090", "llama-3.1-8b").iteration_time_s([(100, 0)], [5])
+    assert graphs.iteration_time_s([(100, 0)], [5]) > eager.iteration_time_s([(100, 0)], [5])  # 101 -> 104 tokens
     with pytest.raises(ValueError, match="allowed"):
         pricer_from_names("magic", "rtx4090", "llama-3.1-8b")
 

@@ -108,3 +108,24 @@ def test_one_kernel_mixed_attention_slows_mixed_iterations_only_on_tile_form_gpu
             assert jct["one_kernel"] > jct["apart"]
         else:  # H100 keeps the FLOP form (FA3 on Hopper): nothing to schedule
             assert jct["one_kernel"] == jct["apart"]
+
+
+def test_deployment_fields_reach_capacity_and_pricing(tmp_path) -> None:
+    """[hardware] kv_cache_dtype / enforce_eager / cudagraph_mode change what the run simulates (agentreplay.perf
+    .deploy): fp8 KV doubles the blocks; without CUDA graphs the 3-sequence decode steps are not padded to 4."""
+    trace = make_trace([[(3000, 60, None)]] * 3)
+    base = SimConfig().replace(workload={"concurrency": 3})
+    runs = {name: simulate(trace, base.replace(hardware=hw)) for name, hw in (
+        ("graphs", {}), ("eager", {"enforce_eager": True}), ("none", {"cudagraph_mode": "NONE"}),
+        ("fp8kv", {"kv_cache_dtype": "fp8"}))}
+    jct = {k: float(r.programs["jct_s"].sum()) for k, r in runs.items()}
+    assert jct["eager"] < jct["graphs"] and jct["none"] == jct["eager"]
+    blocks = {k: r.summary["cluster"]["num_gpu_blocks"] for k, r in runs.items()}
+    assert blocks["fp8kv"] >= 2 * blocks["graphs"] and blocks["eager"] == blocks["graphs"]
+    assert runs["fp8kv"].summary["cluster"]["kv_cache_dtype"] == "fp8"
+    out = tmp_path / "sim"
+    res = runner.invoke(app, ["simulate", "--trace", BUNDLED, "--max-programs", "2", "--kv-cache-dtype", "fp8",
+                              "--enforce-eager", "--out", str(out), "--quiet"])
+    assert res.exit_code == 0, res.output
+    hw = load(out / "config.toml").hardware
+    assert hw.kv_cache_dtype == "fp8" and hw.enforce_eager
