@@ -305,9 +305,10 @@ def _probe(pm: PerfModel, probe: str, n: int, b: int, ctx: int) -> dict[str, flo
 
 
 def roofline(gpu: GpuSpec, spec: ModelSpec, tp: int, eff: Efficiency, refinement: Refinement | None = None,
-             dtype: str = "bf16", custom_allreduce: bool = True) -> PerfModel:
+             dtype: str = "bf16", custom_allreduce: bool = False) -> PerfModel:
     """The plain roofline, or the refined one when ``refinement`` is given (kernels run eagerly, as profiled);
-    ``custom_allreduce=False``: every TP all-reduce priced as NCCL's ring."""
+    every TP all-reduce priced as NCCL's ring unless ``custom_allreduce`` (vLLM's custom all-reduce where vLLM
+    uses it)."""
     if refinement is None:
         return PerfModel(gpu, spec, dtype, tp, efficiency=eff, custom_allreduce=custom_allreduce)  # type: ignore
     return RefinedPerfModel(gpu, spec, dtype, tp, efficiency=eff, refinement=refinement,  # type: ignore[arg-type]

@@ -43,9 +43,15 @@ Dtype = Annotated[str | None, _opt(f"Checkpoint (linear-layer weight) dtype: {ch
 KvCacheDtype = Annotated[str | None, _opt(
     f"KV-cache element dtype, vLLM --kv-cache-dtype: {choices(C.KvCacheDtype)} (auto: the activation dtype, bf16; "
     f"fp8 variants: one byte per element, twice the KV blocks). {default('hardware', 'kv_cache_dtype')}")]
+DeploymentKernels = Annotated[bool | None, _opt(
+    f"Price the kernels as vLLM deploys them: batches padded to the CUDA-graph capture sizes (unless "
+    f"--enforce-eager) and TP all-reduces through vLLM's custom all-reduce where vLLM uses it (agentreplay.perf."
+    f"deploy); off: each batch at its own size and every all-reduce as NCCL's ring, as the catalog was "
+    f"calibrated. {default('hardware', 'deployment_kernels')}", "--deployment-kernels/--no-deployment-kernels")]
 EnforceEager = Annotated[bool | None, _opt(
-    f"vLLM --enforce-eager: no CUDA graphs, so batches are not padded to capture sizes (--cuda-graphs: padded as "
-    f"the config's cudagraph_mode says). {default('hardware', 'enforce_eager')}", "--enforce-eager/--cuda-graphs")]
+    f"vLLM --enforce-eager: no CUDA graphs, so no batch is padded to a capture size (with --deployment-kernels; "
+    f"--cuda-graphs: padded as the config's cudagraph_mode says). {default('hardware', 'enforce_eager')}",
+    "--enforce-eager/--cuda-graphs")]
 Perf = Annotated[str | None, _opt(f"Iteration pricer: {choices(C.PerfName)}. {default('hardware', 'perf')}")]
 MixedAttention = Annotated[str | None, _opt(
     f"Attention of an iteration mixing prefill and decode: {choices(C.MixedAttention)} (one_kernel: vLLM's one "

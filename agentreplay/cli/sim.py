@@ -41,13 +41,15 @@ def common_overrides(gpu: str | None, model: str | None, dtype: str | None, tp: 
                      cxl_gib: float | None, inter_instance_gbps: float | None, decision_log: bool | None,
                      seed: int | None, groups: list[str] | None = None, perf: str | None = None,
                      mixed_attention: str | None = None, *, max_model_len: int | None = None,
-                     kv_cache_dtype: str | None = None, enforce_eager: bool | None = None) -> dict[str, Any]:
+                     kv_cache_dtype: str | None = None, enforce_eager: bool | None = None,
+                     deployment_kernels: bool | None = None) -> dict[str, Any]:
     if tool_model is not None and tools is None:
         tools = "generative"
     return {
         "hardware": {"gpu": gpu, "model": model, "dtype": dtype, "tp": tp, "instances": instances,
                      "groups": tuple(groups) if groups else None, "perf": perf, "mixed_attention": mixed_attention,
-                     "kv_cache_dtype": kv_cache_dtype, "enforce_eager": enforce_eager},
+                     "kv_cache_dtype": kv_cache_dtype, "enforce_eager": enforce_eager,
+                     "deployment_kernels": deployment_kernels},
         "router": {"policy": router, "inter_instance_gbps": inter_instance_gbps},
         "workload": {"arrival": arrival, "concurrency": concurrency, "rate_per_s": rate, "max_programs": max_programs},
         "tools": {"mode": tools, "scale": tool_scale, "fixed_s": tool_fixed,
@@ -147,6 +149,7 @@ def simulate(
     model: o.Model = None,
     dtype: o.Dtype = None,
     kv_cache_dtype: o.KvCacheDtype = None,
+    deployment_kernels: o.DeploymentKernels = None,
     enforce_eager: o.EnforceEager = None,
     perf: o.Perf = None,
     mixed_attention: o.MixedAttention = None,
@@ -197,7 +200,8 @@ def simulate(
         gpu, model, dtype, tp, instances, router, arrival, concurrency, rate, max_programs, tools, tool_scale,
         tool_fixed, tool_model, num_gpu_blocks, max_num_seqs, max_num_batched_tokens, queue, victim, retention, ttl,
         dram_gib, cxl_gib, inter_instance_gbps, decision_log, seed, group, perf, mixed_attention,
-        max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager), preset)
+        max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager,
+        deployment_kernels=deployment_kernels), preset)
     try:
         tr = read_trace(trace)
     except TraceError as exc:

@@ -28,8 +28,10 @@ CUDA graphs (``cudagraph_sizes``; :mod:`agentreplay.perf.deploy`): vLLM pads eve
 capture size up to the next capture size (FULL graphs for decode-only batches, PIECEWISE for mixed and prefill
 batches under the default FULL_AND_PIECEWISE mode), so every operator but attention, the LM head and the sampler
 (which see the real sequences) is priced at the padded token count. ``()`` (the constructor's default, as in the
-component profiles, which ran kernels eagerly) prices the real count; a deployment's pricer
-(:func:`agentreplay.perf.table.pricer_from_names`) takes vLLM's default sizes.
+component profiles, which ran kernels eagerly) prices the real count, as does a simulation unless its
+``[hardware] deployment_kernels`` is on (then :func:`agentreplay.perf.table.pricer_from_names` gets vLLM's
+default sizes or the configured ones). Likewise ``custom_allreduce`` is off by default (NCCL's ring at every
+size, as the all-reduce curves the catalog was calibrated on measured).
 
 Mixed iterations (prefill chunks and decodes together): ``mixed_attention="one_kernel"`` (the default), where
 the tile form is on, prices their attention as what vLLM runs on those GPUs: one FlashAttention-2 varlen kernel
@@ -134,7 +136,7 @@ class PerfModel:
         mixed_attention: str = "one_kernel",
         cudagraph_sizes: Sequence[int] = (),
         graph_mixed: bool = True,
-        custom_allreduce: bool = True,
+        custom_allreduce: bool = False,
     ) -> None:
         check_dtype(dtype)
         check_dtype(kv_dtype, "kv_dtype")

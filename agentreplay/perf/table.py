@@ -172,7 +172,7 @@ class RefinedPerfModel(PerfModel):
         mixed_attention: str = "one_kernel",
         cudagraph_sizes: Sequence[int] = (),
         graph_mixed: bool = True,
-        custom_allreduce: bool = True,
+        custom_allreduce: bool = False,
     ) -> None:
         super().__init__(gpu, model, dtype, tp, efficiency, kv_dtype, mixed_attention, cudagraph_sizes, graph_mixed,
                          custom_allreduce)
@@ -522,7 +522,7 @@ class TablePerfModel:
                    catalog: str | Path | None = None, tables: str | Path | None = None,
                    refinements: str | Path | None = None, mixed_attention: str = "one_kernel",
                    kv_dtype: Dtype = "bf16", cudagraph_sizes: Sequence[int] = (), graph_mixed: bool = True,
-                   custom_allreduce: bool = True) -> TablePerfModel:
+                   custom_allreduce: bool = False) -> TablePerfModel:
         """The packaged (or ``tables``) table of (gpu, model, tp); when only other TPs of (gpu, model) were
         measured, the nearest one scaled by the roofline ratio; at TP > 1 the all-reduce table of (gpu, tp) when
         one was measured. Fallback: :meth:`RefinedPerfModel.from_names` (with ``mixed_attention``). Raises
@@ -652,17 +652,20 @@ PRICER_KINDS: Final = ("roofline", "refined", "table")
 def pricer_from_names(kind: str, gpu: str, model: str, dtype: Dtype = "bf16", tp: int = 1,
                       catalog: str | Path | None = None,
                       mixed_attention: str = "one_kernel", *, kv_dtype: Dtype = "bf16",
-                      cudagraph_sizes: Sequence[int] | None = None, graph_mixed: bool = True,
-                      custom_allreduce: bool = True) -> PerfModel | TablePerfModel:
+                      cudagraph_sizes: Sequence[int] | None = (), graph_mixed: bool = True,
+                      custom_allreduce: bool = False) -> PerfModel | TablePerfModel:
     """The pricer of a vLLM deployment. ``roofline``: :meth:`PerfModel.from_names` (the default); ``refined``:
     :class:`RefinedPerfModel`; ``table``: :class:`TablePerfModel` (ValueError when no table of the GPU and model
     exists). ``mixed_attention``: :data:`agentreplay.perf.model.MIXED_ATTENTION` (the table's mixed iterations
     take its fallback's one kernel when that is longer than its measured parts). ``kv_dtype``: the KV cache's
     element dtype (:func:`agentreplay.perf.deploy.kv_cache_dtype`). ``cudagraph_sizes``: the CUDA-graph capture
     sizes batches are padded to; ``None`` = vLLM's defaults for the GPU's default scheduler limits
-    (:func:`agentreplay.perf.deploy.default_cudagraph_sizes`), ``()`` = eager (no graphs, no padding);
-    ``graph_mixed``: mixed / prefill batches are padded too (False under ``cudagraph_mode = FULL_DECODE_ONLY``).
-    ``custom_allreduce``: False = vLLM ``--disable-custom-all-reduce`` (NCCL for every TP all-reduce)."""
+    (:func:`agentreplay.perf.deploy.default_cudagraph_sizes`), ``()`` (the default) = eager (no graphs, no
+    padding, as the calibration profiles ran); ``graph_mixed``: mixed / prefill batches are padded too (False
+    under ``cudagraph_mode = FULL_DECODE_ONLY``). ``custom_allreduce``: True = vLLM's custom all-reduce where vLLM
+    uses it; False (the default, as calibrated) = NCCL for every TP all-reduce (vLLM
+    ``--disable-custom-all-reduce``). A simulation passes both from ``[hardware] deployment_kernels``
+    (:func:`agentreplay.sim.run.graph_sizes`)."""
     extra = {"kv_dtype": kv_dtype, "graph_mixed": graph_mixed, "custom_allreduce": custom_allreduce}
     spec = load_gpu(gpu, catalog)
     sizes = default_cudagraph_sizes(spec) if cudagraph_sizes is None else tuple(cudagraph_sizes)

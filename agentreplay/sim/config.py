@@ -54,6 +54,13 @@ class HardwareConfig:
     #: KV-cache element dtype, vLLM ``--kv-cache-dtype``: "auto" stores K/V in bf16 (also for fp8 checkpoints);
     #: fp8 variants take one byte per element (capacity, decode attention bytes; agentreplay.perf.deploy)
     kv_cache_dtype: KvCacheDtype = "auto"
+    #: price the kernels as vLLM's deployment runs them (agentreplay.perf.deploy): batches padded to the CUDA-graph
+    #: capture sizes (enforce_eager, cudagraph_mode, cudagraph_capture_sizes below) and TP all-reduces through
+    #: vLLM's custom all-reduce where vLLM uses it (unless disable_custom_all_reduce). Off (the default): every batch
+    #: priced at its own size and every TP all-reduce as NCCL's ring, what the catalog's efficiencies were
+    #: calibrated under (eager component profiles, NCCL all-reduce curves); the three CUDA-graph / all-reduce
+    #: fields below then must keep their defaults
+    deployment_kernels: bool = False
     #: vLLM ``--enforce-eager``: no CUDA graphs, so batches are not padded to capture sizes
     enforce_eager: bool = False
     #: vLLM ``compilation_config.cudagraph_mode``: FULL_AND_PIECEWISE (default), PIECEWISE and FULL pad every batch
@@ -82,6 +89,15 @@ class HardwareConfig:
         object.__setattr__(self, "cudagraph_capture_sizes", tuple(self.cudagraph_capture_sizes))
         _check(all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in self.cudagraph_capture_sizes),
                "hardware", "cudagraph_capture_sizes", list(self.cudagraph_capture_sizes), "integers >= 1")
+        _check(isinstance(self.deployment_kernels, bool), "hardware", "deployment_kernels", self.deployment_kernels,
+               "true or false")
+        for name, unset in (("cudagraph_mode", "FULL_AND_PIECEWISE"), ("cudagraph_capture_sizes", ()),
+                            ("disable_custom_all_reduce", False)):
+            value = getattr(self, name)
+            _check(self.deployment_kernels or value == unset, "hardware", name,
+                   list(value) if isinstance(value, tuple) else value,
+                   "its default unless deployment_kernels = true (without it no batch is padded and every TP "
+                   "all-reduce is NCCL's ring)")
         _literal("hardware", "perf", self.perf, PerfName)
         _literal("hardware", "mixed_attention", self.mixed_attention, MixedAttention)
         _check(self.tp in (1, 2, 4, 8, 16), "hardware", "tp", self.tp, "1, 2, 4, 8 or 16")

@@ -144,10 +144,11 @@ def request_view(summary: dict[str, Any]) -> None:
 
 
 def graph_sizes(cfg: SimConfig, gpu_name: str, plan: ClusterPlan) -> tuple[int, ...]:
-    """CUDA-graph capture sizes of an instance: none under ``enforce_eager``, the configured ones, or vLLM's
-    defaults for the instance's scheduler limits (:func:`agentreplay.perf.deploy.cudagraph_capture_sizes`)."""
+    """CUDA-graph capture sizes of an instance: none without ``deployment_kernels`` or under ``enforce_eager``,
+    the configured ones, or vLLM's defaults for the instance's scheduler limits
+    (:func:`agentreplay.perf.deploy.cudagraph_capture_sizes`)."""
     hw = cfg.hardware
-    if hw.enforce_eager or not graph_padding(hw.cudagraph_mode)[0]:
+    if not hw.deployment_kernels or hw.enforce_eager or not graph_padding(hw.cudagraph_mode)[0]:
         return ()
     if hw.cudagraph_capture_sizes:
         return tuple(s for s in hw.cudagraph_capture_sizes if s <= plan.max_num_batched_tokens)
@@ -175,7 +176,8 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
             pricers[spec] = perf or pricer_from_names(
                 hw.perf, spec[0], hw.model, spec[2], spec[1], mixed_attention=hw.mixed_attention,  # type: ignore[arg-type]
                 kv_dtype=kv_dtype, cudagraph_sizes=graph_sizes(cfg, spec[0], plan),
-                graph_mixed=graph_padding(hw.cudagraph_mode)[1], custom_allreduce=not hw.disable_custom_all_reduce)
+                graph_mixed=graph_padding(hw.cudagraph_mode)[1],
+                custom_allreduce=hw.deployment_kernels and not hw.disable_custom_all_reduce)
     seeds = np.random.SeedSequence(cfg.seed).spawn(2)
     rng_arrivals, rng_tools = (np.random.default_rng(s) for s in seeds)
     engine = Engine()

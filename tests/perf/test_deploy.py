@@ -108,10 +108,10 @@ def test_allreduce_kind_per_gpu_link_and_size() -> None:
     assert custom_ar_link_bytes(4, 100 * kib) == 3 * 100 * kib
     assert custom_ar_link_bytes(2, 1e6) == 1e6
     for gpu, tp in (("h100-sxm", 4), ("h100-sxm", 8), ("a100-80gb", 4), ("a6000", 2), ("rtx4090", 2)):
-        pm = PerfModel(load_gpu(gpu), load_model("llama-3.1-70b"), tp=tp)
+        pm = PerfModel(load_gpu(gpu), load_model("llama-3.1-70b"), tp=tp, custom_allreduce=True)
         times = [pm.tp_allreduce_time_s(b) for b in range(0, 40 * 1024 * kib, 64 * kib)]
         assert times == sorted(times), (gpu, tp)
-    pm = PerfModel(h100, load_model("llama-3.1-70b"), tp=8)
+    pm = PerfModel(h100, load_model("llama-3.1-70b"), tp=8, custom_allreduce=True)
     assert pm.tp_allreduce_time_s(16 * kib) < pm.allreduce_time_s(16 * kib)  # custom beats NCCL's latency
     assert pm.tp_allreduce_time_s(4e6) == pm.allreduce_time_s(4e6)
 
@@ -162,4 +162,5 @@ def test_cudagraph_mode_and_disabled_custom_all_reduce() -> None:
     cfg = SimConfig()
     with pytest.raises(ConfigError, match="cudagraph_mode"):
         cfg.replace(hardware={"cudagraph_mode": "SOME"})
-    assert cfg.replace(hardware={"disable_custom_all_reduce": True}).hardware.disable_custom_all_reduce
+    assert cfg.replace(hardware={"deployment_kernels": True,
+                                 "disable_custom_all_reduce": True}).hardware.disable_custom_all_reduce

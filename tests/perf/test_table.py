@@ -274,11 +274,13 @@ def test_pricer_from_names() -> None:
     kinds = {k: pricer_from_names(k, "rtx4090", "llama-3.1-8b") for k in PRICER_KINDS}
     assert type(kinds["roofline"]) is PerfModel
     assert isinstance(kinds["refined"], RefinedPerfModel) and isinstance(kinds["table"], TablePerfModel)
-    # a deployment's pricer pads batches to vLLM's default CUDA-graph sizes; () = eager, as PerfModel's default
+    # cudagraph_sizes=None: a deployment's pricer pads batches to vLLM's default CUDA-graph sizes; the default ()
+    # is eager, as PerfModel's default (and a simulation without [hardware] deployment_kernels)
     sizes = default_cudagraph_sizes(load_gpu("rtx4090"))
     graphs = PerfModel.from_names("rtx4090", "llama-3.1-8b", cudagraph_sizes=sizes)
-    assert kinds["roofline"].iteration_time_s([(100, 0)], [5]) == graphs.iteration_time_s([(100, 0)], [5])
-    eager = pricer_from_names("roofline", "rtx4090", "llama-3.1-8b", cudagraph_sizes=())
+    deployed = pricer_from_names("roofline", "rtx4090", "llama-3.1-8b", cudagraph_sizes=None)
+    assert deployed.iteration_time_s([(100, 0)], [5]) == graphs.iteration_time_s([(100, 0)], [5])
+    eager = kinds["roofline"]
     assert eager.iteration_time_s([(100, 0)], [5]) == PerfModel.from_names(
         "rtx4090", "llama-3.1-8b").iteration_time_s([(100, 0)], [5])
     assert graphs.iteration_time_s([(100, 0)], [5]) > eager.iteration_time_s([(100, 0)], [5])  # 101 -> 104 tokens

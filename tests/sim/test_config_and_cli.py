@@ -112,14 +112,18 @@ def test_one_kernel_mixed_attention_slows_mixed_iterations_only_on_tile_form_gpu
 
 def test_deployment_fields_reach_capacity_and_pricing(tmp_path) -> None:
     """[hardware] kv_cache_dtype / enforce_eager / cudagraph_mode change what the run simulates (agentreplay.perf
-    .deploy): fp8 KV doubles the blocks; without CUDA graphs the 3-sequence decode steps are not padded to 4."""
+    .deploy): fp8 KV doubles the blocks; without CUDA graphs the 3-sequence decode steps are not padded to 4.
+    The CUDA-graph fields act under deployment_kernels; without it (the default) nothing is padded, as eager."""
     trace = make_trace([[(3000, 60, None)]] * 3)
     base = SimConfig().replace(workload={"concurrency": 3})
+    dk = {"deployment_kernels": True}
     runs = {name: simulate(trace, base.replace(hardware=hw)) for name, hw in (
-        ("graphs", {}), ("eager", {"enforce_eager": True}), ("none", {"cudagraph_mode": "NONE"}),
-        ("fp8kv", {"kv_cache_dtype": "fp8"}))}
+        ("default", {}), ("graphs", dk), ("eager", {**dk, "enforce_eager": True}),
+        ("none", {**dk, "cudagraph_mode": "NONE"}), ("fp8kv", {"kv_cache_dtype": "fp8"}))}
     jct = {k: float(r.programs["jct_s"].sum()) for k, r in runs.items()}
-    assert jct["eager"] < jct["graphs"] and jct["none"] == jct["eager"]
+    assert jct["eager"] < jct["graphs"] and jct["none"] == jct["eager"] == jct["default"]
+    with pytest.raises(ConfigError, match="deployment_kernels"):
+        base.replace(hardware={"cudagraph_mode": "FULL_DECODE_ONLY"})
     blocks = {k: r.summary["cluster"]["num_gpu_blocks"] for k, r in runs.items()}
     assert blocks["fp8kv"] >= 2 * blocks["graphs"] and blocks["eager"] == blocks["graphs"]
     assert runs["fp8kv"].summary["cluster"]["kv_cache_dtype"] == "fp8"
