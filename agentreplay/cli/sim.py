@@ -39,12 +39,16 @@ def common_overrides(gpu: str | None, model: str | None, dtype: str | None, tp: 
                      victim: str | None, retention: str | None, ttl: float | None, dram_gib: float | None,
                      cxl_gib: float | None, inter_instance_gbps: float | None, decision_log: bool | None,
                      seed: int | None, groups: list[str] | None = None, perf: str | None = None,
-                     mixed_attention: str | None = None) -> dict[str, Any]:
+                     mixed_attention: str | None = None, dp: int | None = None, ep: bool | None = None,
+                     all2all_backend: str | None = None) -> dict[str, Any]:
     if tool_model is not None and tools is None:
         tools = "generative"
+    if dp is not None and dp > 1 and router is None:
+        router = "vllm-dp"  # vLLM's own front end balances its DP ranks
     return {
         "hardware": {"gpu": gpu, "model": model, "dtype": dtype, "tp": tp, "instances": instances,
-                     "groups": tuple(groups) if groups else None, "perf": perf, "mixed_attention": mixed_attention},
+                     "groups": tuple(groups) if groups else None, "perf": perf, "mixed_attention": mixed_attention,
+                     "dp": dp, "ep": ep, "all2all_backend": all2all_backend},
         "router": {"policy": router, "inter_instance_gbps": inter_instance_gbps},
         "workload": {"arrival": arrival, "concurrency": concurrency, "rate_per_s": rate, "max_programs": max_programs},
         "tools": {"mode": tools, "scale": tool_scale, "fixed_s": tool_fixed,
@@ -64,6 +68,12 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary") -> None:
     table.add_row("cluster", f"{c['instances']} x {c['model']} {c['dtype']} on {c['tp']}x {c['gpu']}, "
                              f"{c['num_gpu_blocks']:,} KV blocks/instance ({c['kv_blocks_from']}), "
                              f"max_num_seqs {c['max_num_seqs']}, max_num_batched_tokens {c['max_num_batched_tokens']}")
+    if c.get("dp", 1) > 1:
+        g = s.get("dp_group")
+        table.add_row("data parallel", f"dp {c['dp']} x tp {c['tp']}, expert parallel {'on' if c['ep'] else 'off'}, "
+                                       f"{c['all2all_backend'] if c['lockstep'] else 'independent ranks'}"
+                      + (f"; {g['steps']:,} lockstep steps, {g['dummy_rank_steps']:,} dummy rank-steps, "
+                         f"dispatch/combine {g['comm_s']:,.1f} of {g['busy_s']:,.1f} s busy" if g else ""))
     table.add_row("programs / turns", f"{s['programs']:,} / {s['turns']:,}")
     table.add_row("makespan", f"{s['makespan_s']:,.1f} s")
     for key, label in (("jct_s", "JCT"), ("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("queued_s", "queueing")):
@@ -100,11 +110,18 @@ def simulate(
                                                              "apart.")] = None,
     tp: Annotated[int | None, typer.Option(help="Tensor-parallel degree.")] = None,
     instances: Annotated[int | None, typer.Option(help="Number of instances.")] = None,
+    dp: Annotated[int | None, typer.Option("--dp", help="vLLM --data-parallel-size: DP ranks of one deployment "
+                                                        "(router vllm-dp unless --router is given).")] = None,
+    ep: Annotated[bool | None, typer.Option("--ep/--no-ep", help="vLLM --enable-expert-parallel (MoE, dp >= 2).")]
+    = None,
+    all2all_backend: Annotated[str | None, typer.Option(help="vLLM all2all_backend: allgather_reducescatter | "
+                                                             "deepep_high_throughput | deepep_low_latency | "
+                                                             "flashinfer_nvlink_two_sided")] = None,
     group: Annotated[list[str] | None, typer.Option(help="Heterogeneous cluster: GPU:TP:COUNT[:DTYPE], repeatable "
                                                          "(e.g. --group h100-sxm:1:2 --group a100-80gb:2:1).")]
     = None,
     router: Annotated[str | None, typer.Option(help="round-robin | least-loaded | session-affinity | cache-aware "
-                                                    "| autellix")] = None,
+                                                    "| autellix | vllm-dp")] = None,
     arrival: Annotated[str | None, typer.Option(help="closed | poisson | trace")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Programs in flight (closed loop).")] = None,
     rate: Annotated[float | None, typer.Option(help="Programs per second (poisson).")] = None,
@@ -143,7 +160,8 @@ def simulate(
     cfg = build_config(config, common_overrides(
         gpu, model, dtype, tp, instances, router, arrival, concurrency, rate, max_programs, tools, tool_scale,
         tool_fixed, tool_model, num_gpu_blocks, max_num_seqs, max_num_batched_tokens, queue, victim, retention, ttl,
-        dram_gib, cxl_gib, inter_instance_gbps, decision_log, seed, group, perf, mixed_attention), preset)
+        dram_gib, cxl_gib, inter_instance_gbps, decision_log, seed, group, perf, mixed_attention, dp, ep,
+        all2all_backend), preset)
     try:
         tr = read_trace(trace)
     except TraceError as exc:

@@ -384,6 +384,21 @@ class PerfModel:
         tp x bytes over the link's effective bandwidth (nccl-tests doc/PERFORMANCE.md, "bus bandwidth"); 0 at TP=1."""
         return self._ar_lat + nbytes * self._ar_byte if self._tp_on else 0.0
 
+    def experts_time_s(self, tokens: int, ep: int = 1) -> float:
+        """Seconds of one rank's MoE expert work (gate_up, activation, down; all layers) when ``tokens`` tokens
+        are routed over ``ep`` ranks each holding ``1 / ep`` of this rank's expert weights: ``tokens * k / ep``
+        token-expert pairs and the weights of the rank's experts the batch touches. With ``ep = 1``, the expert
+        terms :meth:`iteration_time_s` includes for ``tokens`` tokens. 0 for dense models. (Hook for
+        :mod:`agentreplay.perf.parallel`, the DP / EP step pricer.)"""
+        if not self._moe or tokens <= 0:
+            return 0.0
+        e = self._n_experts
+        touched = e / ep * (1.0 - (1.0 - self._experts_per_token / e) ** tokens)
+        per = tokens / ep
+        gu, dn = self._gate_up, self._down
+        return self._layers * (max(per * gu[0], touched * gu[1] + per * gu[2]) + per * self._act_tok
+                               + max(per * dn[0], touched * dn[1] + per * dn[2]))
+
     def prefill_tiles(self) -> tuple[float, int, int]:
         """``(seconds per KV tile of one CTA slot, CTA slots, query heads per GPU)`` of the tile form of prefill
         attention (:mod:`agentreplay.perf.tiles`); ``(0.0, 1, 1)`` when the FLOP form is in use."""
