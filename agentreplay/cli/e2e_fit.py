@@ -1,0 +1,75 @@
+"""``calibrate --calibration``: the end-to-end fit of the per-step engine cost (thin shell over
+:mod:`validation.e2e_fit`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.table import Table
+
+from agentreplay.cli.app import console, fail
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def calibrate_end_to_end(measured: list[Path], globs: list[str], defaults: bool, out: Path | None) -> None:
+    """Fit on the cells matching ``globs`` among the end-to-end cells of ``measured``; print every cell's error
+    before / after and the held-out MAPE; write the fitted values as JSON to ``out`` if given (the packaged
+    catalogue is never rewritten by this mode)."""
+    from validation.e2e_fit import FIT_METRICS, FitError, fit, runs_from_tables, split
+    from validation.measured import Measured, collect_path, default_root
+
+    if defaults:
+        raise fail("--calibration fits on your own measured runs only: add --no-default-sources and pass them with "
+                   "--measured (the project's ../shared end-to-end cells are validation cells: validation/"
+                   "calibrate.py SPLIT)")
+    if not measured:
+        raise fail("--calibration needs measured runs: --measured RUN (repeatable)")
+    protected: set[str] = set()
+    try:
+        data = Measured()
+        for p in measured:
+            before = set(data.table("cells")["cell_id"])
+            collect_path(p, data)
+            if _inside(p, default_root()):
+                protected |= set(data.table("cells")["cell_id"]) - before
+        runs = runs_from_tables(data.tables)
+        cal, held = split(runs, globs)
+        bad = sorted(r.cell_id for r in cal if r.cell_id in protected)
+        if bad:
+            raise FitError(f"{bad}: end-to-end cells of the project's measurements are validation cells "
+                           "(validation/calibrate.py SPLIT) and cannot fit anything")
+        console.print(f"declared split: {len(cal)} calibration cell(s) {[r.cell_id for r in cal]}, {len(held)} held "
+                      f"out {[r.cell_id for r in held]}; fitting framework_overhead_ms and per_seq_overhead_us on "
+                      f"{', '.join(FIT_METRICS)}")
+        res = fit(cal, held)
+    except (FitError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    t = Table(title="end-to-end cells: measured vs simulated (catalogue step cost -> fitted)")
+    for col in ("cell", "role", "metric", "measured", "catalogue", "err %", "fitted", "err %"):
+        t.add_column(col)
+    for r in res.rows:
+        t.add_row(r["cell_id"], r["role"], r["metric"], f"{r['measured']:.4g}", f"{r['start']:.4g}",
+                  f"{100 * (r['start'] / r['measured'] - 1):+.1f}", f"{r['fitted']:.4g}",
+                  f"{100 * (r['fitted'] / r['measured'] - 1):+.1f}")
+    console.print(t)
+    console.print(f"step cost: catalogue {res.start.as_dict()} -> fitted "
+                  f"{ {k: round(v, 4) for k, v in res.fitted.as_dict().items()} } ({res.evaluations} evaluations)")
+    for role in ("calibration", "held-out"):
+        before, after = res.mape_pct(role, "start"), res.mape_pct(role, "fitted")
+        console.print(f"{role} MAPE over {', '.join(FIT_METRICS)}: {before:.2f}% -> {after:.2f}%"
+                      if after == after else f"{role}: no cell")
+    if out is not None:
+        out.write_text(json.dumps({"calibration": res.calibration, "held_out": res.held_out,
+                                   "start": res.start.as_dict(), "fitted": res.fitted.as_dict(),
+                                   "mape_pct": {r: {"start": res.mape_pct(r, "start"), "fitted": res.mape_pct(r)}
+                                                for r in ("calibration", "held-out")},
+                                   "rows": res.rows}, indent=1) + "\n")
+        console.print(f"wrote {out}")
