@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 
+from agentreplay.kv.segment_pool import Segment, SegmentPool
 from agentreplay.perf import PerfModel
 from agentreplay.perf.catalog import load_gpu, load_model
 from agentreplay.perf.parallel import DPStepPricer, EPComm
 from agentreplay.sim.config import ConfigError, HardwareConfig, RouterConfig, SimConfig
+from agentreplay.sim.engine import Engine
+from agentreplay.sim.instance import Instance
+from agentreplay.sim.request import ProgramInfo, Request
 from agentreplay.sim.router import VllmDP
 from agentreplay.sim.run import simulate
+from agentreplay.sim.scheduler import Scheduler
+from tests.sim.fakes import LinearPerf
 from validation.e2e_common import single_turn_trace
 
 
@@ -26,21 +30,30 @@ def _cfg(model: str = "qwen3-30b-a3b", **hw) -> SimConfig:
                                router={"policy": "vllm-dp"}, workload={"arrival": "trace"})
 
 
-def _rank(waiting: int, running: int, used: int = 0, blocks: int = 100) -> SimpleNamespace:
-    return SimpleNamespace(sched=SimpleNamespace(waiting=[0] * waiting, running=[0] * running),
-                           pool=SimpleNamespace(used_blocks=used, num_blocks=blocks))
+def _req(i: int) -> Request:
+    return Request(turn=i, program=i, turn_idx=0, prompt=10, target_out=1, reuse=0, pfx=None,
+                   prog=Segment(("prog", i), 0, 0), base=0, release_s=0.0, info=ProgramInfo(0.0))
+
+
+def _rank(waiting: int, running: int, used: int = 0, blocks: int = 100) -> Instance:
+    pool = SegmentPool(blocks, 16)
+    pool.allocate(used)
+    inst = Instance(0, Engine(), LinearPerf(), pool, Scheduler(pool, 8, 64), lambda r: None)
+    inst.sched.waiting.extend(_req(i) for i in range(waiting))
+    inst.sched.running.extend(_req(i) for i in range(running))
+    return inst
 
 
 def test_vllm_dp_balancer_scores_and_rotates() -> None:
     r = VllmDP(RouterConfig(policy="vllm-dp"))
     idle = [_rank(0, 0), _rank(0, 0), _rank(0, 0)]
     # equal scores: the scan start rotates, so a burst goes round-robin
-    assert [r.pick(None, idle, 0.0) for _ in range(4)] == [0, 1, 2, 0]  # type: ignore[arg-type]
+    assert [r.pick(_req(0), idle, 0.0) for _ in range(4)] == [0, 1, 2, 0]
     r = VllmDP(RouterConfig(policy="vllm-dp"))
     # rank 0: 2 waiting at 100% KV -> 2 + 2 * 6 * 0.5 = 8; rank 1: 5 running -> 5; rank 2: 1 waiting at 50% -> 1
     ranks = [_rank(2, 0, used=100), _rank(0, 5), _rank(1, 0, used=50)]
-    assert r.pick(None, ranks, 0.0) == 2  # type: ignore[arg-type]
-    assert r.pick(None, ranks[:2], 0.0) == 1  # type: ignore[arg-type]
+    assert r.pick(_req(0), ranks, 0.0) == 2
+    assert r.pick(_req(0), ranks[:2], 0.0) == 1
 
 
 def test_lockstep_first_step_is_the_slower_rank() -> None:
