@@ -9,6 +9,9 @@ nothing scheduled running vLLM's one-token dummy batch: ``vllm/v1/engine/core.py
 ``DPEngineCoreProc.run_busy_loop`` / ``execute_dummy_batch``), and applies every rank's part when it ends. When no
 rank scheduled anything the group idles (vLLM pauses the wave once ``_has_global_unfinished_reqs`` is false).
 
+Not modelled: once every rank is idle vLLM keeps running dummy batches until the next ``dp_sync_interval``
+all-reduce (``_has_global_unfinished_reqs``); a request arriving then waits for at most one dummy step.
+
 Ranks in a group never fast-forward decode runs (``fast_decode`` off): a run's length depends on the other
 ranks' steps.
 """

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -109,3 +111,34 @@ def test_invalid_combinations_fail_clearly() -> None:
         HardwareConfig(dp=2, instances=2)
     with pytest.raises(ConfigError, match="all2all_backend"):
         HardwareConfig(dp=2, all2all_backend="pplx")  # type: ignore[arg-type]
+
+
+def test_tp2_dp2_all_to_all_backend_runs_and_prices_the_link() -> None:
+    res = simulate(_trace([300, 200, 100], [8, 8, 8]), _cfg(dp=2, ep=True, tp=2, all2all_backend="deepep_low_latency"))
+    c, g = res.summary["cluster"], res.summary["dp_group"]
+    assert c["tp"] == 2 and c["dp"] == 2 and c["all2all_backend"] == "deepep_low_latency"
+    assert 0 < g["comm_s"] < g["busy_s"]
+    assert res.turns["finish_s"].notna().all()
+
+
+def test_config_round_trips_through_toml_and_cli(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from agentreplay.cli import app
+    from agentreplay.sim.config import load, to_toml
+
+    cfg = _cfg(dp=2, ep=True, all2all_backend="deepep_high_throughput")
+    (tmp_path / "c.toml").write_text(to_toml(cfg))
+    assert load(tmp_path / "c.toml") == cfg
+    trace_dir = tmp_path / "trace"
+    from agentreplay.trace.io import write_trace
+
+    write_trace(trace_dir, _trace([100, 50], [4, 4]))
+    r = CliRunner().invoke(app, ["simulate", "--trace", str(trace_dir), "--out", str(tmp_path / "o"), "--gpu",
+                                 "h100-sxm", "--model", "qwen3-30b-a3b", "--dp", "2", "--ep", "--quiet"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["cluster"]["ep"] and summary["cluster"]["lockstep"] and summary["policy"]["router"] == "vllm-dp"
+    r = CliRunner().invoke(app, ["simulate", "--trace", str(trace_dir), "--out", str(tmp_path / "o"), "--gpu",
+                                 "h100-sxm", "--model", "llama-3.1-8b", "--dp", "2", "--ep", "--quiet"])
+    assert r.exit_code != 0 and "needs a MoE model" in r.output
