@@ -6,7 +6,7 @@ Writes one ``vllm-run`` folder per cell (``requests.jsonl`` + ``meta.json``), ma
 step cost in place of the catalogue's: Llama-3.1-8B on one H100 at 2, 8 and 20 req/s, and Qwen3-30B-A3B on two
 H100s with data + expert parallelism (dp 2, EP) at 8 req/s. Then, e.g.::
 
-    agentreplay calibrate --no-default-sources --measured OUT_DIR --calibration '*/llama-3.1-8b/tp1/2rps' \
+    agentreplay calibrate --measured OUT_DIR --calibration '*/llama-3.1-8b/tp1/2rps' \
         --calibration '*/llama-3.1-8b/tp1/20rps'
 
 fits on two cells and prints the error of the two held out; the fitted values should be the ones given here.

@@ -19,19 +19,18 @@ def _inside(path: Path, root: Path) -> bool:
     return True
 
 
-def calibrate_end_to_end(measured: list[Path], globs: list[str], defaults: bool, out: Path | None) -> None:
-    """Fit on the cells matching ``globs`` among the end-to-end cells of ``measured``; print every cell's error
-    before / after and the held-out MAPE; write the fitted values as JSON to ``out`` if given (the packaged
-    catalogue is never rewritten by this mode)."""
+def calibrate_end_to_end(measured: list[Path], globs: list[str], out: Path | None) -> None:
+    """Fit on the cells matching ``globs`` among the end-to-end cells of ``measured`` (only those: the default
+    ../shared sources are not read); print every cell's error before / after and the held-out MAPE; write the
+    fitted values as JSON to ``out`` if given (the packaged catalogue is never rewritten by this mode). A cell
+    collected from under ../shared/measurements cannot be a calibration cell (validation/calibrate.py SPLIT)."""
     from validation.e2e_fit import FIT_METRICS, FitError, fit, runs_from_tables, split
     from validation.measured import Measured, collect_path, default_root
 
-    if defaults:
-        raise fail("--calibration fits on your own measured runs only: add --no-default-sources and pass them with "
-                   "--measured (the project's ../shared end-to-end cells are validation cells: validation/"
-                   "calibrate.py SPLIT)")
     if not measured:
-        raise fail("--calibration needs measured runs: --measured RUN (repeatable)")
+        raise fail("--calibration fits on your own measured runs: pass them with --measured RUN (repeatable); the "
+                   "project's ../shared end-to-end cells are validation cells (validation/calibrate.py SPLIT) and are "
+                   "not read in this mode")
     protected: set[str] = set()
     try:
         data = Measured()

@@ -91,12 +91,11 @@ def test_split_errors_name_the_problem(run_dirs: list[Path]) -> None:
         split(runs, [])
 
 
-def test_cli_refuses_default_sources_and_protects_project_cells(run_dirs: list[Path]) -> None:
-    r = CliRunner().invoke(app, ["calibrate", "--measured", str(run_dirs[0]), "--calibration", "*"])
-    assert r.exit_code != 0 and "--no-default-sources" in r.output
+def test_cli_needs_runs_and_protects_project_cells(run_dirs: list[Path]) -> None:
+    r = CliRunner().invoke(app, ["calibrate", "--calibration", "*"])
+    assert r.exit_code != 0 and "--measured RUN" in r.output
     shared = Path(__file__).resolve().parents[2].parent / "shared" / "measurements" / "serving-vllm-llmservingsim"
     if not shared.exists():
         pytest.skip("../shared/measurements not present")
-    r = CliRunner().invoke(app, ["calibrate", "--no-default-sources", "--measured", str(shared),
-                                 "--calibration", "*"])
+    r = CliRunner().invoke(app, ["calibrate", "--measured", str(shared), "--calibration", "*"])
     assert r.exit_code != 0 and "validation cells" in r.output
