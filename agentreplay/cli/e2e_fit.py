@@ -40,6 +40,11 @@ def calibrate_end_to_end(measured: list[Path], globs: list[str], out: Path | Non
             if _inside(p, default_root()):
                 protected |= set(data.table("cells")["cell_id"]) - before
         runs = runs_from_tables(data.tables)
+        cells = data.table("cells")
+        other = sorted(cells.loc[cells["source"] != "vllm-run", "cell_id"].astype(str))
+        if other:
+            console.print(f"not used: {len(other)} cell(s) of other sources (this mode replays vllm-run cells only): "
+                          f"{other[:10]}{' ...' if len(other) > 10 else ''}")
         cal, held = split(runs, globs)
         bad = sorted(r.cell_id for r in cal if r.cell_id in protected)
         if bad:
