@@ -15,6 +15,11 @@ values. One step cost is fitted for all calibration cells together: it is host-s
 preparation, output processing), so the same value is used on every GPU, and a held-out cell on another GPU
 measures how well that transfers.
 
+Whole-model iteration cells (the Splitwise format: prefill / decode iteration times per batch, ``component``
+rows ``prefill_iteration`` / ``decode_iteration``) can be the calibration cells instead
+(:func:`fit_iterations`): there the step cost is linear in the two parameters and the fit is exact non-negative
+least squares on relative errors; held-out serving runs are then replayed with the fitted values.
+
 :func:`write_vllm_run` writes a simulated run in the ``vllm-run`` format (``requests.jsonl`` + ``meta.json``):
 the tests make synthetic "measured" runs with known parameters and check that the fit recovers them.
 """
@@ -65,10 +70,11 @@ class MeasuredRun:
 class FitResult:
     calibration: list[str]
     held_out: list[str]
-    start: StepCost
+    start: StepCost  #: where the fit started (the first calibration cell's GPU's catalogue values)
     fitted: StepCost
     evaluations: int
-    #: per cell and metric: measured, simulated with the start values, simulated with the fitted values
+    #: per cell and metric: measured, simulated with the cell GPU's catalogue step cost ("start"), and with the
+    #: fitted one
     rows: list[dict[str, Any]] = field(default_factory=list)
 
     def mape_pct(self, role: str, which: str = "fitted") -> float:
@@ -90,9 +96,12 @@ def runs_from_tables(tables: dict[str, pd.DataFrame]) -> list[MeasuredRun]:
     cells = tables.get("cells")
     if cells is None or cells.empty:
         return []
+    ours = cells[cells["source"] == _SOURCE]
+    if ours.empty:
+        return []
     req_all, met_all = tables["requests"], tables["metrics"]
     out = []
-    for _, c in cells[cells["source"] == _SOURCE].iterrows():
+    for _, c in ours.iterrows():
         cid = str(c["cell_id"])
         cfg_json = json.loads(c["config_json"])
         ek = cfg_json.get("engine_kwargs") or {}
@@ -125,13 +134,14 @@ def runs_from_tables(tables: dict[str, pd.DataFrame]) -> list[MeasuredRun]:
     return out
 
 
-def split(runs: Sequence[MeasuredRun], calibration_globs: Sequence[str]) -> tuple[list[MeasuredRun],
-                                                                                 list[MeasuredRun]]:
-    """(calibration, held-out): a cell is calibration when its id matches any glob, held out otherwise."""
+def split(runs: Sequence[Any], calibration_globs: Sequence[str], require: bool = True) -> tuple[list[Any],
+                                                                                              list[Any]]:
+    """(calibration, held-out) of cells (anything with a ``cell_id``): a cell is calibration when its id matches
+    any glob, held out otherwise. ``require``: FitError when no cell matches."""
     if not calibration_globs:
         raise FitError("no --calibration glob: declare which cells fit (the rest are held out)")
     cal = [r for r in runs if any(fnmatch.fnmatchcase(r.cell_id, g) for g in calibration_globs)]
-    if not cal:
+    if not cal and require:
         ids = ", ".join(r.cell_id for r in runs) or "none"
         raise FitError(f"no end-to-end cell matches --calibration {list(calibration_globs)}; cells: {ids}")
     return cal, [r for r in runs if r not in cal]
@@ -175,7 +185,7 @@ def _loss(runs: Sequence[MeasuredRun], cost: StepCost) -> float:
 
 
 def fit(calibration: Sequence[MeasuredRun], held_out: Sequence[MeasuredRun] = (), start: StepCost | None = None,
-        xatol: float = 1e-3) -> FitResult:
+        xatol: float = 1e-3, held_out_iterations: Sequence[IterationCell] = ()) -> FitResult:
     """Fit the step cost on ``calibration`` (module docstring), then replay every cell with the start and the
     fitted values. ``start``: the catalogue value of the first calibration cell's GPU unless given."""
     from scipy.optimize import minimize
@@ -199,14 +209,106 @@ def fit(calibration: Sequence[MeasuredRun], held_out: Sequence[MeasuredRun] = ()
                    options={"initial_simplex": simplex, "xatol": xatol, "fatol": 1e-12, "maxfev": 200})
     fitted = StepCost(max(0.0, float(got.x[0])), max(0.0, float(got.x[1]) * 100.0))
     result = FitResult([r.cell_id for r in calibration], [r.cell_id for r in held_out], start, fitted, evals)
-    for role, runs in (("calibration", calibration), ("held-out", held_out)):
-        for run in runs:
-            before, after = metrics(replay(run, start)), metrics(replay(run, fitted))
-            for m in FIT_METRICS:
-                if m in run.measured and run.measured[m] > 0 and m in after:
-                    result.rows.append({"cell_id": run.cell_id, "role": role, "metric": m,
-                                        "measured": run.measured[m], "start": before[m], "fitted": after[m]})
+    evaluate_runs(result, calibration, "calibration")
+    evaluate_runs(result, held_out, "held-out")
+    evaluate_iterations(result, held_out_iterations, "held-out")
     return result
+
+
+def evaluate_runs(result: FitResult, runs: Sequence[MeasuredRun], role: str) -> None:
+    """Replay ``runs`` with their GPU's catalogue step cost and with the fitted one; add their rows to
+    ``result``."""
+    for run in runs:
+        before, after = metrics(replay(run)), metrics(replay(run, result.fitted))
+        for m in FIT_METRICS:
+            if m in run.measured and run.measured[m] > 0 and m in after:
+                result.rows.append({"cell_id": run.cell_id, "role": role, "metric": m,
+                                    "measured": run.measured[m], "start": before[m], "fitted": after[m]})
+
+
+# ---- whole-model iteration cells (Splitwise format) ---------------------------------------------------------------
+@dataclass(frozen=True)
+class IterationCell:
+    """Measured whole-model prefill / decode iterations of one (GPU, model, TP): one row per operating point
+    (:func:`validation.components.iteration_points`: group, num_tokens, batch_size, context_tokens, measured_s)."""
+
+    cell_id: str
+    gpu: str
+    model: str
+    tp: int
+    points: pd.DataFrame
+
+
+def iteration_cells_from_tables(tables: dict[str, pd.DataFrame]) -> tuple[list[IterationCell], list[str]]:
+    """(cells with whole-model iterations of a catalogue GPU and model, reasons the others are not used)."""
+    from validation.components import iteration_points
+
+    cells, comp = tables.get("cells"), tables.get("component")
+    if cells is None or comp is None or cells.empty or comp.empty:
+        return [], []
+    has = set(comp.loc[comp["op"].isin(["prefill_iteration", "decode_iteration"]), "cell_id"])
+    out, skipped = [], []
+    for _, c in cells[cells["cell_id"].isin(has)].iterrows():
+        cid = str(c["cell_id"])
+        if not isinstance(c["gpu"], str):
+            skipped.append(f"{cid}: GPU {c.get('gpu_raw')!r} is not in the catalogue")
+            continue
+        try:
+            load_gpu(str(c["gpu"]))
+            load_model(str(c["model"]))
+        except (ValueError, KeyError) as exc:
+            skipped.append(f"{cid}: {exc}")
+            continue
+        out.append(IterationCell(cid, str(c["gpu"]), str(c["model"]), int(c["tp"]), iteration_points(comp, [cid])))
+    return out, skipped
+
+
+def _iteration_times(cell: IterationCell, cost: StepCost) -> np.ndarray:
+    from validation.components import predict_iterations
+
+    gpu = load_gpu(cell.gpu)
+    return predict_iterations(cell.points, gpu, {cell.cell_id: load_model(cell.model)}, {cell.cell_id: cell.tp},
+                              cost.apply(gpu.efficiency))
+
+
+def fit_iterations(calibration: Sequence[IterationCell], held_out: Sequence[IterationCell] = (),
+                   held_out_runs: Sequence[MeasuredRun] = (), start: StepCost | None = None) -> FitResult:
+    """Fit the step cost on whole-model iterations: an iteration of ``b`` sequences is the roofline without step
+    cost plus ``fixed_ms * 1e-3 + per_seq_us * 1e-6 * b``, linear in the two parameters, so the fit is exact
+    non-negative least squares on relative errors (``scipy.optimize.nnls``). Held-out iteration cells and serving
+    runs are then priced / replayed with the catalogue and the fitted values."""
+    from scipy.optimize import nnls
+
+    if not calibration:
+        raise FitError("no calibration cell")
+    if start is None:
+        start = StepCost.of(load_gpu(calibration[0].gpu).efficiency)
+    rows, rhs = [], []
+    for cell in calibration:
+        m = cell.points["measured_s"].to_numpy()
+        p0 = _iteration_times(cell, StepCost(0.0, 0.0))
+        seqs = cell.points["batch_size"].to_numpy(dtype=float)
+        rows.append(np.column_stack([1e-3 / m, 1e-6 * seqs / m]))
+        rhs.append(1.0 - p0 / m)
+    x, _ = nnls(np.vstack(rows), np.concatenate(rhs))
+    fitted = StepCost(float(x[0]), float(x[1]))
+    result = FitResult([c.cell_id for c in calibration], [c.cell_id for c in (*held_out, *held_out_runs)], start,
+                       fitted, 1)
+    evaluate_iterations(result, calibration, "calibration")
+    evaluate_iterations(result, held_out, "held-out")
+    evaluate_runs(result, held_out_runs, "held-out")
+    return result
+
+
+def evaluate_iterations(result: FitResult, cells: Sequence[IterationCell], role: str) -> None:
+    """Price ``cells``' iterations with their GPU's catalogue step cost and with the fitted one; add the rows."""
+    for cell in cells:
+        before = _iteration_times(cell, StepCost.of(load_gpu(cell.gpu).efficiency))
+        after = _iteration_times(cell, result.fitted)
+        for r, b, a in zip(cell.points.itertuples(index=False), before, after, strict=True):
+            result.rows.append({"cell_id": cell.cell_id, "role": role,
+                                "metric": f"{r.group} b={r.batch_size} n={r.num_tokens} ctx={r.context_tokens}",
+                                "measured": float(r.measured_s), "start": float(b), "fitted": float(a)})
 
 
 # ---- synthetic runs in the vllm-run format ----------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -99,3 +100,33 @@ def test_cli_needs_runs_and_protects_project_cells(run_dirs: list[Path]) -> None
         pytest.skip("../shared/measurements not present")
     r = CliRunner().invoke(app, ["calibrate", "--measured", str(shared), "--calibration", "*"])
     assert r.exit_code != 0 and "validation cells" in r.output
+
+
+def _iteration_tables() -> dict:
+    """Two Splitwise-style cells (whole-model iterations) made with TRUTH: A100 TP2 and H100 TP4, Llama-2-70B."""
+    cells, comp = [], []
+    for gpu, tp in (("a100-80gb", 2), ("h100-sxm", 4)):
+        cid = f"splitwise/{gpu}/llama-2-70b/tp{tp}"
+        cells.append({"cell_id": cid, "source": "splitwise", "gpu": gpu, "model": "llama-2-70b", "tp": tp})
+        g = load_gpu(gpu)
+        m = PerfModel(g, load_model("llama-2-70b"), tp=tp, efficiency=TRUTH.apply(g.efficiency))
+        for b in (1, 4, 16, 64):
+            comp.append({"cell_id": cid, "op": "prefill_iteration", "num_tokens": 512 * b, "batch_size": b,
+                         "context_tokens": 0, "seconds": m.iteration_time_s([(512, 0)] * b, ())})
+            comp.append({"cell_id": cid, "op": "decode_iteration", "num_tokens": b, "batch_size": b,
+                         "context_tokens": 640, "seconds": m.iteration_time_s((), [640] * b)})
+    return {"cells": pd.DataFrame(cells), "component": pd.DataFrame(comp)}
+
+
+def test_iteration_cells_fit_exactly_and_transfer_to_the_held_out_gpu() -> None:
+    from validation.e2e_fit import fit_iterations, iteration_cells_from_tables
+
+    cells, skipped = iteration_cells_from_tables(_iteration_tables())
+    assert [c.cell_id for c in cells] == ["splitwise/a100-80gb/llama-2-70b/tp2", "splitwise/h100-sxm/llama-2-70b/tp4"]
+    assert not skipped and len(cells[0].points) == 8
+    cal, held = split(cells, ["splitwise/a100-80gb/*"])
+    res = fit_iterations(cal, held)
+    # linear in the two parameters: non-negative least squares recovers them exactly
+    assert res.fitted.fixed_ms == pytest.approx(TRUTH.fixed_ms, rel=1e-6)
+    assert res.fitted.per_seq_us == pytest.approx(TRUTH.per_seq_us, rel=1e-6)
+    assert res.mape_pct("held-out") < 1e-6 < 5.0 < res.mape_pct("held-out", "start")
