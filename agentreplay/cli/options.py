@@ -60,6 +60,16 @@ Tp = Annotated[int | None, _opt(f"Tensor-parallel degree, GPUs per instance (1, 
                                 f"{default('hardware', 'tp')}")]
 Instances = Annotated[int | None, _opt(f"Number of identical instances (data-parallel replicas). "
                                        f"{default('hardware', 'instances')}")]
+Dp = Annotated[int | None, _opt(
+    f"vLLM --data-parallel-size: DP ranks of one deployment, each --tp GPUs with its own scheduler and KV cache (a "
+    f"MoE model's ranks step in lockstep); router vllm-dp unless --router is given. {default('hardware', 'dp')}",
+    "--dp")]
+Ep = Annotated[bool | None, _opt(
+    f"vLLM --enable-expert-parallel: the experts spread over the dp x tp ranks (MoE model, --dp 2 or more). "
+    f"{default('hardware', 'ep')}", "--ep/--no-ep")]
+All2AllBackend = Annotated[str | None, _opt(
+    f"vLLM all2all_backend, how MoE dispatch / combine run over the DP / EP group: {choices(C.All2AllName)}. "
+    f"{default('hardware', 'all2all_backend')}")]
 Group = Annotated[list[str] | None, _opt(
     "Heterogeneous cluster: GPU:TP:COUNT or GPU:TP:COUNT:DTYPE, repeatable (e.g. --group h100-sxm:1:2 --group "
     "a100-80gb:2:1); replaces --gpu, --tp and --instances. Default: none.")]

@@ -42,14 +42,18 @@ def common_overrides(gpu: str | None, model: str | None, dtype: str | None, tp: 
                      seed: int | None, groups: list[str] | None = None, perf: str | None = None,
                      mixed_attention: str | None = None, *, max_model_len: int | None = None,
                      kv_cache_dtype: str | None = None, enforce_eager: bool | None = None,
-                     deployment_kernels: bool | None = None) -> dict[str, Any]:
+                     deployment_kernels: bool | None = None,
+                     dp: int | None = None, ep: bool | None = None,
+                     all2all_backend: str | None = None) -> dict[str, Any]:
     if tool_model is not None and tools is None:
         tools = "generative"
+    if dp is not None and dp > 1 and router is None:
+        router = "vllm-dp"  # vLLM's own front end balances its DP ranks
     return {
         "hardware": {"gpu": gpu, "model": model, "dtype": dtype, "tp": tp, "instances": instances,
                      "groups": tuple(groups) if groups else None, "perf": perf, "mixed_attention": mixed_attention,
                      "kv_cache_dtype": kv_cache_dtype, "enforce_eager": enforce_eager,
-                     "deployment_kernels": deployment_kernels},
+                     "deployment_kernels": deployment_kernels, "dp": dp, "ep": ep, "all2all_backend": all2all_backend},
         "router": {"policy": router, "inter_instance_gbps": inter_instance_gbps},
         "workload": {"arrival": arrival, "concurrency": concurrency, "rate_per_s": rate, "max_programs": max_programs},
         "tools": {"mode": tools, "scale": tool_scale, "fixed_s": tool_fixed,
@@ -88,6 +92,13 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary", plans: l
     table.add_column("figure", overflow="fold")
     table.add_column("value", overflow="fold")
     table.add_row("cluster", "\n".join(cluster_lines(s, plans)))
+    c = s["cluster"]
+    if c.get("dp", 1) > 1:
+        g = s.get("dp_group")
+        table.add_row("data parallel", f"dp {c['dp']} x tp {c['tp']}, expert parallel {'on' if c['ep'] else 'off'}, "
+                                       f"{c['all2all_backend'] if c['lockstep'] else 'independent ranks'}"
+                      + (f"; {g['steps']:,} lockstep steps, {g['dummy_rank_steps']:,} dummy rank-steps, "
+                         f"dispatch/combine {g['comm_s']:,.1f} of {g['busy_s']:,.1f} s busy" if g else ""))
     requests = s.get("unit") == "request"
     if requests:
         table.add_row("requests", f"{s['requests']:,} (a request-level trace: one request per program)")
@@ -155,6 +166,9 @@ def simulate(
     mixed_attention: o.MixedAttention = None,
     tp: o.Tp = None,
     instances: o.Instances = None,
+    dp: o.Dp = None,
+    ep: o.Ep = None,
+    all2all_backend: o.All2AllBackend = None,
     group: o.Group = None,
     router: o.Router = None,
     arrival: o.Arrival = None,
@@ -201,7 +215,7 @@ def simulate(
         tool_fixed, tool_model, num_gpu_blocks, max_num_seqs, max_num_batched_tokens, queue, victim, retention, ttl,
         dram_gib, cxl_gib, inter_instance_gbps, decision_log, seed, group, perf, mixed_attention,
         max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager,
-        deployment_kernels=deployment_kernels), preset)
+        deployment_kernels=deployment_kernels, dp=dp, ep=ep, all2all_backend=all2all_backend), preset)
     try:
         tr = read_trace(trace)
     except TraceError as exc:

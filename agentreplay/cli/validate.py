@@ -27,11 +27,22 @@ def calibrate(
                                              "calibration.json beside it) instead of the packaged catalog.")] = None,
     measured: Measured = None,
     no_defaults: NoDefaults = False,
+    calibration: Annotated[list[str] | None, typer.Option(
+        "--calibration", help="End-to-end mode: cell-id glob of the measured runs that fit the per-step engine cost "
+        "(repeatable); every other end-to-end cell of the --measured runs is held out and its error printed. Reads "
+        "only the --measured runs. Default: none (fit the component profiles instead).")] = None,
 ) -> None:
-    """Fit the performance model's per-GPU efficiencies to the measured component profiles.
+    """Fit the performance model's per-GPU efficiencies to the measured component profiles; with
+    ``--calibration``, fit the per-step engine cost end to end on measured runs with a declared split.
 
     Example: agentreplay calibrate            (rewrites agentreplay/perf/catalog/gpus.toml efficiency tables)
+    Example: agentreplay calibrate --measured runs/ --calibration 'vllm-run/*/1rps'
     """
+    if calibration:
+        from agentreplay.cli.e2e_fit import calibrate_end_to_end
+
+        calibrate_end_to_end(measured or [], calibration, out)
+        return
     from validation.calibrate import mape_table, run
     from validation.measured import load
 

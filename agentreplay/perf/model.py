@@ -238,28 +238,32 @@ class PerfModel:
         return cls(load_gpu(gpu), load_model(model), dtype, tp, **kwargs)  # type: ignore[arg-type]
 
     # ---- core ---------------------------------------------------------------------------------------------
-    def _moe_rows(self, tokens: int) -> tuple[float, float]:
+    def _moe_rows(self, tokens: int, ep: int = 1) -> tuple[float, float]:
         """``(touched, rows)`` of vLLM's fused MoE for ``tokens`` tokens, in expectation under uniform top-k
         routing: distinct experts touched, E (1 - (1 - k/E) ** tokens), and the rows their grouped GEMM computes.
         ``moe_align_block_size`` (vllm/model_executor/layers/fused_moe/moe_align_block_size.py) pads each
         expert's tokens to whole blocks of BLOCK_SIZE_M (``get_default_config`` in fused_moe.py, by the token
         count); an expert touched by n tokens computes ceil(n / B) * B rows, taken here as
-        max(B, n + (B - 1) / 2) at the mean n = tokens * k / touched."""
+        max(B, n + (B - 1) / 2) at the mean n = tokens * k / touched. ``ep``: the ``tokens`` are routed over
+        ``ep`` ranks and this rank holds ``1 / ep`` of the experts (its share of the touched experts and of the
+        token-expert pairs; :meth:`experts_time_s`)."""
         e, k = self._n_experts, self._experts_per_token
-        touched = e * (1.0 - (1.0 - k / e) ** tokens)
+        touched = e / ep * (1.0 - (1.0 - k / e) ** tokens)
         b = fused_moe_block_m(tokens, self._moe_fp8_block)
-        rows = max(touched * b, tokens * k + touched * (b - 1) / 2.0)
+        rows = max(touched * b, tokens * k / ep + touched * (b - 1) / 2.0)
         return touched, rows
 
-    def _experts(self, tokens: int) -> tuple[float, float]:
+    def _experts(self, tokens: int, ep: int = 1) -> tuple[float, float]:
         """(gate_up, down) seconds per layer for MoE experts: the padded rows of the grouped GEMM
-        (:meth:`_moe_rows`) and the weights of the distinct experts touched (only those are streamed)."""
-        touched, rows = self._moe_rows(tokens)
+        (:meth:`_moe_rows`) and the weights of the distinct experts touched (only those are streamed); ``ep`` as
+        in :meth:`_moe_rows`."""
+        touched, rows = self._moe_rows(tokens, ep)
         per_row = rows / self._experts_per_token  # in token units: gate_up / down FLOP terms carry the top-k fan-out
+        per = tokens / ep  # tokens whose activations this rank reads and writes
         gu, dn = self._gate_up, self._down
         return (
-            max(per_row * gu[0], touched * gu[1] + tokens * gu[2]),
-            max(per_row * dn[0], touched * dn[1] + tokens * dn[2]),
+            max(per_row * gu[0], touched * gu[1] + per * gu[2]),
+            max(per_row * dn[0], touched * dn[1] + per * dn[2]),
         )
 
     def _terms(
@@ -464,6 +468,18 @@ class PerfModel:
         if not decode_only and not self._graph_mixed:
             return tokens
         return padded_tokens(self._pad, tokens)
+
+    def experts_time_s(self, tokens: int, ep: int = 1) -> float:
+        """Seconds of one rank's MoE expert work (gate_up, activation, down; all layers) when ``tokens`` tokens
+        are routed over ``ep`` ranks each holding ``1 / ep`` of this rank's expert weights: ``tokens * k / ep``
+        token-expert pairs in the fused MoE's padded rows and the weights of the rank's experts the batch touches
+        (:meth:`_experts`). With ``ep = 1``, the expert terms :meth:`iteration_time_s` includes for ``tokens``
+        tokens (``tokens`` as the kernels run it: after CUDA-graph padding, :meth:`padded_tokens`). 0 for dense
+        models. (Hook for :mod:`agentreplay.perf.parallel`, the DP / EP step pricer.)"""
+        if not self._moe or tokens <= 0:
+            return 0.0
+        gate_up, down = self._experts(tokens, ep)
+        return self._layers * (gate_up + tokens / ep * self._act_tok + down)
 
     def prefill_tiles(self) -> tuple[float, int, int]:
         """``(seconds per KV tile of one CTA slot, CTA slots, query heads per GPU)`` of the tile form of prefill

@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeVar, get_args
 
 Arrival = Literal["closed", "poisson", "trace"]
 ToolMode = Literal["replay", "fixed", "scale", "generative"]
-RouterName = Literal["round-robin", "least-loaded", "session-affinity", "cache-aware", "autellix"]
+RouterName = Literal["round-robin", "least-loaded", "session-affinity", "cache-aware", "autellix", "vllm-dp"]
 QueueName = Literal["fcfs", "program-fcfs", "plas", "continuum"]
 VictimName = Literal["most-recent", "lowest-priority", "age-aware"]
 RetentionName = Literal["lru", "evict", "ttl", "continuum", "offload", "infercept", "oracle"]
@@ -27,6 +27,8 @@ PerfName = Literal["roofline", "refined", "table"]
 KvCacheDtype = Literal["auto", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2"]
 CudagraphMode = Literal["FULL_AND_PIECEWISE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "NONE"]
 MixedAttention = Literal["apart", "one_kernel"]
+All2AllName = Literal["allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency",
+                      "flashinfer_nvlink_two_sided"]
 
 
 class ConfigError(ValueError):
@@ -78,6 +80,15 @@ class HardwareConfig:
     tp: int = 1  #: tensor-parallel degree (GPUs per instance)
     instances: int = 1  #: number of instances (data-parallel replicas)
     groups: tuple[str, ...] = ()  #: heterogeneous cluster; overrides gpu / tp / instances when set
+    #: vLLM ``--data-parallel-size``: engines (DP ranks) of one deployment, each ``tp`` GPUs with its own scheduler
+    #: and KV cache. A MoE model's ranks step in lockstep (agentreplay.sim.dp); a dense model's are independent.
+    #: Requests reach the ranks through the router: ``vllm-dp`` is vLLM's own balancer (any other policy stands
+    #: for an external load balancer, vLLM ``--data-parallel-external-lb``).
+    dp: int = 1
+    #: vLLM ``--enable-expert-parallel``: the experts spread over the dp * tp ranks (MoE models, dp >= 2)
+    ep: bool = False
+    #: vLLM ``parallel_config.all2all_backend``: how MoE dispatch / combine run (agentreplay.perf.parallel)
+    all2all_backend: All2AllName = "allgather_reducescatter"
 
     def __post_init__(self) -> None:
         _literal("hardware", "dtype", self.dtype, Dtype)
@@ -103,6 +114,13 @@ class HardwareConfig:
         _check(self.tp in (1, 2, 4, 8, 16), "hardware", "tp", self.tp, "1, 2, 4, 8 or 16")
         _check(isinstance(self.instances, int) and 1 <= self.instances <= 4096, "hardware", "instances",
                self.instances, "an integer in [1, 4096]")
+        _check(isinstance(self.dp, int) and 1 <= self.dp <= 64, "hardware", "dp", self.dp, "an integer in [1, 64]")
+        _check(isinstance(self.ep, bool), "hardware", "ep", self.ep, "true or false")
+        _literal("hardware", "all2all_backend", self.all2all_backend, All2AllName)
+        _check(self.dp == 1 or (self.instances == 1 and not self.groups), "hardware", "dp", self.dp,
+               "dp > 1 describes one deployment: use it with instances = 1 and no groups")
+        _check(not self.ep or self.dp > 1, "hardware", "ep", self.ep, "expert parallelism is modelled with dp >= 2 "
+               "(vLLM --data-parallel-size); EP over the TP group alone is not")
         object.__setattr__(self, "groups", tuple(self.groups))
         for g in self.groups:
             parts = str(g).split(":")
@@ -114,7 +132,7 @@ class HardwareConfig:
     def instance_specs(self) -> list[tuple[str, int, str]]:
         """``(gpu, tp, dtype)`` of every instance, in index order."""
         if not self.groups:
-            return [(self.gpu, self.tp, self.dtype)] * self.instances
+            return [(self.gpu, self.tp, self.dtype)] * (self.instances * self.dp)
         out = []
         for g in self.groups:
             parts = g.split(":")

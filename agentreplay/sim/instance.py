@@ -119,6 +119,9 @@ class Instance:
         self._plan: StepPlan | None = None
         self._run: _Run | None = None
         self._t_start = 0.0
+        #: the DP group this instance steps in lockstep with (agentreplay.sim.dp.LockstepGroup), or None: the
+        #: group then schedules and prices every step, and this instance only plans and applies its part
+        self.lockstep: Any = None
 
     # ---- load figures the router reads ---------------------------------------------------------------------
     @property
@@ -147,6 +150,9 @@ class Instance:
         """Something may have changed what the scheduler would do (a request arrived, KV finished loading, a pin
         expired, a tier write freed blocks): schedule now if idle. During a decode run, end the run after the
         step in progress, where a step-by-step engine would next run the scheduler."""
+        if self.lockstep is not None:
+            self.lockstep.wake()
+            return
         if self._run is not None:
             self._truncate_run()
             return
@@ -158,38 +164,10 @@ class Instance:
         self._wake_pending = False
         if self._busy:
             return
-        plan = self.sched.schedule(self.engine.now)
-        self.stats.preemptions += len(plan.preempted)
-        if self.log is not None:
-            for r in plan.preempted:
-                self.log({"t": self.engine.now, "event": "preempt", "instance": self.index,
-                          "program": r.program, "turn": r.turn_idx, "victim_policy": self.sched.victim.name})
-        if plan.empty:
-            if any(r.loading for r in self.sched.waiting):
-                return  # a load completion wakes the instance
-            if self.residency is not None and (self.residency.writing or (
-                    not self.residency.unpin_on_pressure and self.residency.has_expiring_pins())):
-                return  # a write completion or a pin expiry frees blocks and wakes the instance
-            if self.sched.waiting and self.sched.relieve():
-                self._wake()
-                return
-            if self.sched.waiting:
-                raise RuntimeError(f"instance {self.index}: {len(self.sched.waiting)} waiting requests cannot be "
-                                   f"admitted into an empty engine ({self.pool.num_blocks} blocks)")
+        plan = self._begin()
+        if plan is None:
             return
         now = self.engine.now
-        for r in plan.admitted:
-            if r.first_sched_s < 0:
-                r.first_sched_s = now
-            if self.log is not None:
-                self.log({"t": now, "event": "admit", "instance": self.index, "program": r.program,
-                          "turn": r.turn_idx, "cached_tokens": r.cached_tokens, "preemptions": r.preemptions,
-                          "queue_policy": self.sched.order.name})
-        self._busy = True
-        self._t_start = now
-        self._plan = plan
-        if self.on_sample is not None:
-            self.on_sample(self)
         co = self.sched.cohort
         # a run needs the next steps to schedule the same: not after a step that started KV loads (the next
         # step's admission no longer reserves their blocks, so it may admit what this one could not)
@@ -212,6 +190,63 @@ class Instance:
             dt = a + c * sum_ctx
         self._run = None
         self.engine.at(now + dt, PHASE_COMPLETE, self._complete, self._gen)
+
+    def begin_lockstep(self) -> tuple[list[tuple[int, int, bool]], list[int]] | None:
+        """Lockstep hook (:mod:`agentreplay.sim.dp`): run the scheduler for this rank's part of a group step and
+        return its batch (prefill items, decode contexts), or None when it scheduled nothing (the rank then runs
+        vLLM's dummy batch). The group prices the step and calls :meth:`complete_lockstep` when it ends."""
+        if self._busy:
+            return None
+        plan = self._begin()
+        if plan is None:
+            return None
+        co = self.sched.cohort
+        prefill = [(n, before, before + n == r.total_tokens) for r, n, before in plan.prefill]
+        tick = co.tick
+        ctxs = [r.c_off + tick for r in self.sched.running[:plan.cohort]] + [r.computed for r in plan.decode]
+        self._run = None
+        return prefill, ctxs
+
+    def complete_lockstep(self) -> None:
+        """Lockstep hook: the group step this rank took part in has ended; apply it."""
+        self._complete(self._gen)
+
+    def _begin(self) -> StepPlan | None:
+        """Run the scheduler now and start the step it plans (busy, admissions logged, sampled); None when it
+        planned nothing (an idle instance, woken again later by whatever can change that)."""
+        plan = self.sched.schedule(self.engine.now)
+        self.stats.preemptions += len(plan.preempted)
+        if self.log is not None:
+            for r in plan.preempted:
+                self.log({"t": self.engine.now, "event": "preempt", "instance": self.index,
+                          "program": r.program, "turn": r.turn_idx, "victim_policy": self.sched.victim.name})
+        if plan.empty:
+            if any(r.loading for r in self.sched.waiting):
+                return None  # a load completion wakes the instance
+            if self.residency is not None and (self.residency.writing or (
+                    not self.residency.unpin_on_pressure and self.residency.has_expiring_pins())):
+                return None  # a write completion or a pin expiry frees blocks and wakes the instance
+            if self.sched.waiting and self.sched.relieve():
+                self._wake()
+                return None
+            if self.sched.waiting:
+                raise RuntimeError(f"instance {self.index}: {len(self.sched.waiting)} waiting requests cannot be "
+                                   f"admitted into an empty engine ({self.pool.num_blocks} blocks)")
+            return None
+        now = self.engine.now
+        for r in plan.admitted:
+            if r.first_sched_s < 0:
+                r.first_sched_s = now
+            if self.log is not None:
+                self.log({"t": now, "event": "admit", "instance": self.index, "program": r.program,
+                          "turn": r.turn_idx, "cached_tokens": r.cached_tokens, "preemptions": r.preemptions,
+                          "queue_policy": self.sched.order.name})
+        self._busy = True
+        self._t_start = now
+        self._plan = plan
+        if self.on_sample is not None:
+            self.on_sample(self)
+        return plan
 
     def _start_run(self, plan: StepPlan) -> None:
         co = self.sched.cohort
@@ -281,7 +316,9 @@ class Instance:
         for r in finished:
             self.on_finish(r)
         if self.sched.running or self.sched.waiting:
-            if not self._wake_pending and self.engine.nothing_else_now():
+            if self.lockstep is not None:
+                self.lockstep.wake()
+            elif not self._wake_pending and self.engine.nothing_else_now():
                 self._step()  # exactly what the wake event would do next
             else:
                 self._wake()

@@ -192,9 +192,41 @@ class Autellix:
         return least_loaded(instances, self.cfg.load_metric)
 
 
+class VllmDP:
+    """vLLM's front-end balancer over the DP ranks of one deployment (one API server):
+    ``vllm/v1/engine/core_client.py`` ``DPLBAsyncMPClient.get_core_engine_for_request``. Each rank's score is
+    ``max(in-flight, waiting + running)``, plus ``waiting * 6 * max(0, kv_usage - 0.5)`` when it has waiting
+    requests (KV pressure); the lowest score wins, scanning from a start index that moves on by one after every
+    pick, so equal scores go round-robin. The counts come from the coordinator (``vllm/v1/engine/coordinator.py``,
+    published at most every 100 ms, and bumped locally on every pick); here they are read exact and current, and
+    with one client the in-flight count equals waiting + running."""
+
+    name = "vllm-dp"
+
+    def __init__(self, cfg: RouterConfig) -> None:
+        self._start = 0
+        self.stats = RouterStats()
+
+    def pick(self, r: Request, instances: Sequence[Instance], now: float) -> int:
+        n = len(instances)
+        best, best_score = 0, float("inf")
+        for i in range(n):
+            idx = (self._start + i) % n
+            inst = instances[idx]
+            waiting = len(inst.sched.waiting)
+            score = float(waiting + len(inst.sched.running))
+            if waiting:
+                usage = inst.pool.used_blocks / inst.pool.num_blocks
+                score += waiting * 6.0 * max(0.0, usage - 0.5)
+            if score < best_score:
+                best, best_score = idx, score
+        self._start = (self._start + 1) % n
+        return best
+
+
 ROUTERS: dict[str, Callable[[RouterConfig], Router]] = {
     "round-robin": RoundRobin, "least-loaded": LeastLoaded, "session-affinity": SessionAffinity,
-    "cache-aware": CacheAware, "autellix": Autellix,
+    "cache-aware": CacheAware, "autellix": Autellix, "vllm-dp": VllmDP,
 }
 
 

@@ -23,12 +23,14 @@ from agentreplay.kv.segment_pool import SegmentPool
 from agentreplay.kv.tiers import HostTier, Link
 from agentreplay.perf import IterationPricer, kv_capacity, load_gpu, load_model
 from agentreplay.perf.deploy import default_cudagraph_sizes, graph_padding, kv_cache_dtype
+from agentreplay.perf.parallel import DPStepPricer, EPComm, check_deployment, expert_weight_bytes_freed, lockstep
 from agentreplay.perf.table import pricer_from_names
 from agentreplay.policy.queue import make_queue_order
 from agentreplay.policy.retention import ToolStats, make_retention
 from agentreplay.policy.victim import make_victim
 from agentreplay.sim.admission import apply_max_model_len
-from agentreplay.sim.config import SimConfig, to_toml
+from agentreplay.sim.config import ConfigError, SimConfig, to_toml
+from agentreplay.sim.dp import LockstepGroup
 from agentreplay.sim.engine import Engine
 from agentreplay.sim.instance import Instance
 from agentreplay.sim.metrics import Recorder, summarize
@@ -113,6 +115,10 @@ def plan_instance(cfg: SimConfig, gpu_name: str, tp: int, dtype: str, workload: 
         except ValueError as exc:
             raise CapacityError(str(exc)) from None
         blocks, source = cap.blocks, "memory model"
+        freed = expert_weight_bytes_freed(model, hw.dtype, hw.tp, hw.dp)  # type: ignore[arg-type]
+        if freed:  # the experts spread over the DP ranks leave each rank more room for KV
+            blocks = (cap.budget_bytes - cap.weight_bytes + freed - cap.reserve_bytes) // cap.block_bytes
+            source = f"memory model, experts over {hw.dp * hw.tp} ranks"
     mml = cfg.scheduler.max_model_len
     if mml is not None and math.ceil(mml / cfg.cache.block_size) > blocks:
         # vLLM refuses to start (vllm/v1/core/kv_cache_utils.py::_check_enough_kv_cache_memory)
@@ -166,8 +172,13 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
         workload = workload.head(cfg.workload.max_programs)
     workload = workload.with_reuse_scale(cfg.workload.reuse_scale)
     workload, rejections = apply_max_model_len(workload, cfg.scheduler.max_model_len)
-    plans = plan_cluster(cfg, workload)
     hw = cfg.hardware
+    if hw.dp > 1:
+        try:
+            check_deployment(load_model(hw.model), hw.dp, hw.tp, hw.ep, hw.all2all_backend)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    plans = plan_cluster(cfg, workload)
     specs = hw.instance_specs()
     pricers: dict[tuple[str, int, str], IterationPricer] = {}
     kv_dtype = kv_cache_dtype(hw.kv_cache_dtype)
@@ -225,6 +236,10 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
                           reserve_full_isl=cfg.scheduler.reserve_full_isl, lazy_decode=cfg.scheduler.lazy_decode)
         instances.append(Instance(i, engine, pricer, pool, sched, on_finish, fast_decode=cfg.scheduler.fast_decode,
                                   on_sample=rec.sample, retention=retention, residency=residency, log=log))
+    group: LockstepGroup | None = None
+    if lockstep(model_spec, hw.dp):
+        comm = EPComm.build(load_gpu(specs[0][0]), model_spec, hw.dp, specs[0][1], hw.all2all_backend)
+        group = LockstepGroup(engine, instances, DPStepPricer(pricers[specs[0]], comm))
     orch = Orchestrator(engine, workload, cfg.workload, make_tools(cfg.tools, workload), make_router(cfg.router),
                         instances, rec, rng_arrivals, rng_tools, cfg.cache.block_size, tool_stats, log)
     orch_ref.append(orch)
@@ -260,4 +275,9 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
                          "iterations": sum(i.stats.iterations for i in instances),
                          "decode_runs": sum(i.stats.decode_runs for i in instances),
                          "busy_s_per_instance": [i.stats.busy_s for i in instances]}
+    if hw.dp > 1:  # (absent otherwise: summaries of other deployments keep their exact form)
+        summary["cluster"].update({"dp": hw.dp, "ep": hw.ep, "all2all_backend": hw.all2all_backend,
+                                   "lockstep": group is not None})
+    if group is not None:
+        summary["dp_group"] = dataclasses.asdict(group.stats)
     return SimResult(turns, programs, rec.instances_frame(), summary, cfg, decisions)
