@@ -22,7 +22,9 @@ Each field is read from the resolved config first (what ran), then ``kv_cache``,
 was asked); :attr:`Deployment.paths` says where. A field found nowhere takes vLLM's default, listed in
 :attr:`Deployment.derived` with its source (vLLM 0.32 source, ``vllm/config/*.py``, unless said otherwise):
 
-- tp / pp / dp 1, expert parallel off: ``ParallelConfig`` (``config/parallel.py``);
+- tp / pp / dp 1, expert parallel off: ``ParallelConfig`` (``config/parallel.py``); with dp > 1, the MoE
+  ``all2all_backend`` ``allgather_reducescatter`` (``ParallelConfig.all2all_backend``; ``naive`` and ``pplx``
+  run as it);
 - block size 16: ``CacheConfig.DEFAULT_BLOCK_SIZE`` (``config/cache.py``; some attention backends, e.g. MLA,
   choose another); prefix caching on: ``CacheConfig.enable_prefix_caching``; KV dtype ``auto`` (= model dtype):
   ``CacheConfig.cache_dtype``;
@@ -41,18 +43,24 @@ was asked); :attr:`Deployment.paths` says where. A field found nowhere takes vLL
   (:mod:`agentreplay.perf.memory`, the same ``plan_instance`` a simulation uses) at the recorded or default
   utilisation; the note says "KV blocks derived: N from the memory model (utilisation X)".
 
-Not modelled, so refused with :class:`NotSimulated` (checked against what the simulator has: ``SimConfig``
-hardware ``gpu/model/dtype/tp``, cache ``num_gpu_blocks/block_size/gpu_memory_utilization/
-enable_prefix_caching``, scheduler ``max_num_seqs/max_num_batched_tokens/reserve_full_isl``; the pricer's dtypes
-are bf16 and fp8 weights; ``plan_instance`` sizes the KV cache in bf16 and ``SimConfig`` has no KV-dtype knob;
-the scheduler always chunks prefills): data parallelism > 1, expert parallelism, pipeline parallelism > 1,
-decode / prefill context parallelism > 1, dual-batch overlap, a quantization other than ``fp8``, a model dtype
-other than bf16, a KV-cache dtype other than the model's, chunked prefill off, ``long_prefill_token_threshold``
-> 0, a scheduling policy other than ``fcfs``, eager execution (``enforce_eager`` or ``cudagraph_mode`` NONE:
-the pricer's per-kernel overhead stands for CUDA-graph replay), speculative decoding, LoRA, KV transfer
-(disaggregated serving), KV offloading, a ``kv_cache_memory_bytes`` budget without a recorded block count.
+Replayed with the matching ``SimConfig`` fields: ``hardware`` ``gpu/model/dtype/tp``, ``kv_cache_dtype`` (an
+fp8 KV cache: ``fp8``, ``fp8_e4m3``, ``fp8_e5m2``; ``auto`` for the model dtype), ``dp`` / ``ep`` /
+``all2all_backend`` (DP ranks behind vLLM's balancer, router ``vllm-dp``; a MoE model's ranks in lockstep with
+expert parallelism: :mod:`agentreplay.perf.parallel`), cache ``num_gpu_blocks/block_size/gpu_memory_utilization/
+enable_prefix_caching``, scheduler ``max_num_seqs/max_num_batched_tokens/reserve_full_isl``.
+
+Not modelled, so refused with :class:`NotSimulated` (the pricer's dtypes are bf16 and fp8 weights; the scheduler
+always chunks prefills): expert parallelism with dp = 1 (over the TP group alone), a DP layout
+:func:`agentreplay.perf.parallel.check_deployment` refuses (e.g. experts not divisible over the EP group), an
+``all2all_backend`` not modelled, pipeline parallelism > 1, decode / prefill context parallelism > 1, dual-batch
+overlap, a quantization other than ``fp8``, a model dtype other than bf16, a KV-cache dtype other than the
+model's or fp8, chunked prefill off, ``long_prefill_token_threshold`` > 0, a scheduling policy other than
+``fcfs``, eager execution (``enforce_eager`` or ``cudagraph_mode`` NONE: the pricer's per-kernel overhead stands
+for CUDA-graph replay), speculative decoding, LoRA, KV transfer (disaggregated serving), KV offloading, a
+``kv_cache_memory_bytes`` budget without a recorded block count.
 Recorded but not priced (they do not change what is scheduled): ``max_model_len`` (every replayed request
-completed in the run), the CUDA-graph mode among the graph modes, async scheduling.
+completed in the run), the CUDA-graph mode among the graph modes, async scheduling; replays keep
+``[hardware] deployment_kernels`` off (no CUDA-graph padding, NCCL all-reduces), as the catalog was calibrated.
 """
 
 from __future__ import annotations
@@ -61,9 +69,9 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, get_args
 
-from agentreplay.sim.config import ConfigError, SimConfig
+from agentreplay.sim.config import All2AllName, KvCacheDtype, SimConfig
 
 #: Field -> the places it is read from, in order (dotted paths into meta.json).
 SOURCES: Final[dict[str, tuple[str, ...]]] = {
@@ -76,6 +84,7 @@ SOURCES: Final[dict[str, tuple[str, ...]]] = {
     "pcp": ("resolved_config.parallel_config.prefill_context_parallel_size",
             "engine_kwargs.prefill_context_parallel_size"),
     "dbo": ("resolved_config.parallel_config.enable_dbo", "engine_kwargs.enable_dbo"),
+    "all2all_backend": ("resolved_config.parallel_config.all2all_backend", "engine_kwargs.all2all_backend"),
     "dtype": ("resolved_config.model_config.dtype", "engine_kwargs.dtype"),
     "quantization": ("resolved_config.model_config.quantization", "engine_kwargs.quantization"),
     "kv_cache_dtype": ("resolved_config.cache_config.cache_dtype", "engine_kwargs.kv_cache_dtype"),
@@ -110,6 +119,10 @@ _CUDAGRAPH_MODES: Final = {0: "NONE", 1: "PIECEWISE", 2: "FULL", (2, 0): "FULL_D
 _DTYPES: Final = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "half": "float16",
                   "fp16": "float16", "float32": "float32", "float": "float32", "fp32": "float32"}
 _SIM_DTYPES: Final = {"bfloat16": "bf16"}  # model dtypes the pricer knows (fp8 comes from quantization)
+#: vLLM's all2all_backend values that run as the simulator's backends: "naive" and "pplx" fall back to
+#: allgather_reducescatter in vLLM (agentreplay.perf.parallel); the rest are modelled by name
+_ALL2ALL: Final = {"naive": "allgather_reducescatter", "pplx": "allgather_reducescatter",
+                   **{b: b for b in get_args(All2AllName)}}
 
 
 class NotSimulated(ValueError):
@@ -140,6 +153,8 @@ class Deployment:
     cudagraph_mode: str  #: CUDAGraphMode name (or the raw value when not recognised)
     enforce_eager: bool
     reserve_full_isl: bool  #: scheduler_reserve_full_isl
+    #: MoE dispatch / combine over the DP / EP group (vLLM ``parallel_config.all2all_backend``)
+    all2all_backend: str = "allgather_reducescatter"
     #: other fields that change what runs, with their values (dcp, pcp, dbo, speculative, lora, kv_transfer...)
     extra: Mapping[str, Any] = field(default_factory=dict)
     paths: Mapping[str, str] = field(default_factory=dict)  #: field -> dotted path it was read from
@@ -240,6 +255,14 @@ def from_config(cfg: Mapping[str, Any], source: str, vllm_version: str | None = 
         vals[name] = value
         if path is not None:
             paths[name] = path
+    path, a2a = _lookup(cfg, "all2all_backend")
+    if path is not None:
+        paths["all2all_backend"] = path
+    else:
+        a2a = "allgather_reducescatter"
+        if int(vals["dp"]) > 1:  # only a DP deployment's MoE layers use it: listed only where it matters
+            derived["all2all_backend"] = ("not recorded: vLLM ParallelConfig.all2all_backend default "
+                                          "'allgather_reducescatter' (vllm/config/parallel.py)")
     path, util = _lookup(cfg, "gpu_memory_utilization")
     if path is None:
         util, derived["gpu_memory_utilization"] = _default_utilization(vllm_version)
@@ -271,8 +294,8 @@ def from_config(cfg: Mapping[str, Any], source: str, vllm_version: str | None = 
         max_num_seqs=int(vals["max_num_seqs"]), max_num_batched_tokens=int(vals["max_num_batched_tokens"]),
         enable_chunked_prefill=_as_bool(vals["enable_chunked_prefill"]),
         enable_prefix_caching=_as_bool(vals["enable_prefix_caching"]), cudagraph_mode=str(mode),
-        enforce_eager=eager, reserve_full_isl=_as_bool(vals["reserve_full_isl"]), extra=extra, paths=paths,
-        derived=derived)
+        enforce_eager=eager, reserve_full_isl=_as_bool(vals["reserve_full_isl"]), all2all_backend=str(a2a),
+        extra=extra, paths=paths, derived=derived)
 
 
 def unmodelled(dep: Deployment) -> list[tuple[str, Any, str]]:
@@ -282,13 +305,12 @@ def unmodelled(dep: Deployment) -> list[tuple[str, Any, str]]:
     def refuse(name: str, value: Any, why: str) -> None:
         out.append((dep.where(name), value, why))
 
-    if dep.dp > 1:
-        refuse("dp", dep.dp, f"data parallelism is not modelled: {dep.dp} engine cores behind vLLM's DP load "
-                             "balancer, stepping in lockstep for MoE layers; the simulator's instances and router "
-                             "are not vLLM's DP coordinator")
-    if dep.ep:
-        refuse("ep", True, "expert parallelism is not modelled: experts placed across ranks with all-to-all "
-                           "dispatch; the pricer splits each expert's width by TP")
+    if dep.ep and dep.dp == 1:
+        refuse("ep", True, "expert parallelism over the TP group alone (data_parallel_size 1) is not modelled; "
+                           "with dp >= 2 it is ([hardware] dp / ep)")
+    if dep.dp > 1 and dep.all2all_backend not in _ALL2ALL:
+        refuse("all2all_backend", dep.all2all_backend, f"MoE dispatch / combine are modelled for "
+                                                       f"{sorted(_ALL2ALL)}")
     if dep.pp > 1:
         refuse("pp", dep.pp, "pipeline parallelism: the pricer splits layers by TP only")
     for name, what in (("dcp", "decode context parallelism"), ("pcp", "prefill context parallelism")):
@@ -302,9 +324,9 @@ def unmodelled(dep: Deployment) -> list[tuple[str, Any, str]]:
         why = ("'auto' resolves to the checkpoint's dtype, which the run does not record and the model catalog "
                "does not hold" if dep.dtype == "auto" else "the simulator's model dtype is bf16 (fp8 by quantization)")
         refuse("dtype", dep.dtype, why)
-    if dep.kv_cache_dtype not in ("auto", dep.dtype):
-        refuse("kv_cache_dtype", dep.kv_cache_dtype, "the KV cache is simulated in the model dtype: SimConfig has no "
-                                                     "KV-dtype knob (plan_instance sizes it in bf16)")
+    if _kv_cache_dtype(dep) is None:
+        refuse("kv_cache_dtype", dep.kv_cache_dtype, f"the simulated KV cache holds the model dtype or one of "
+                                                     f"{[d for d in get_args(KvCacheDtype) if d.startswith('fp8')]}")
     if not dep.enable_chunked_prefill:
         refuse("enable_chunked_prefill", False, "the simulator's scheduler always chunks prefills (vLLM v1)")
     lpt = dep.extra.get("long_prefill_token_threshold")
@@ -328,6 +350,15 @@ def unmodelled(dep: Deployment) -> list[tuple[str, Any, str]]:
     return out
 
 
+def _kv_cache_dtype(dep: Deployment) -> str | None:
+    """``[hardware] kv_cache_dtype`` for the run's KV-cache dtype: ``auto`` for the model dtype (bf16, the only
+    one simulated), the fp8 variant by name; None when the simulator has no such KV cache."""
+    value = _DTYPES.get(str(dep.kv_cache_dtype).lower(), str(dep.kv_cache_dtype).lower())
+    if value in ("auto", dep.dtype) or _SIM_DTYPES.get(value) == "bf16":
+        return "auto"
+    return value if value in get_args(KvCacheDtype) and value.startswith("fp8") else None
+
+
 def check(dep: Deployment) -> None:
     """Raise :class:`NotSimulated` listing every unmodelled field of ``dep`` (file, field path, value, why)."""
     bad = unmodelled(dep)
@@ -343,19 +374,27 @@ def sim_config(dep: Deployment, gpu: str, model: str, base: SimConfig | None = N
     check(dep)
     sections: dict[str, dict[str, Any]] = {
         "hardware": {"gpu": gpu, "model": model, "dtype": "fp8" if dep.quantization == "fp8" else
-                     _SIM_DTYPES[dep.dtype], "tp": dep.tp},
+                     _SIM_DTYPES[dep.dtype], "tp": dep.tp, "kv_cache_dtype": _kv_cache_dtype(dep), "dp": dep.dp,
+                     "ep": dep.ep, "all2all_backend": _ALL2ALL.get(dep.all2all_backend, "allgather_reducescatter")},
         "cache": {"num_gpu_blocks": dep.num_gpu_blocks, "block_size": dep.block_size,
                   "enable_prefix_caching": dep.enable_prefix_caching,
                   "gpu_memory_utilization": dep.gpu_memory_utilization},
         "scheduler": {"max_num_seqs": dep.max_num_seqs, "max_num_batched_tokens": dep.max_num_batched_tokens,
                       "reserve_full_isl": dep.reserve_full_isl},
     }
+    if dep.dp > 1:  # one API server in front of the DP ranks: vLLM's own balancer
+        sections["router"] = {"policy": "vllm-dp"}
     try:
         cfg = (base or SimConfig()).replace(**sections)
-    except ConfigError as exc:
-        raise NotSimulated(f"{dep.source}: {exc} (fields read from "
-                           f"{', '.join(dep.where(k) for k in ('tp', 'block_size', 'gpu_memory_utilization'))})"
-                           ) from None
+        if dep.dp > 1:
+            from agentreplay.perf import load_model
+            from agentreplay.perf.parallel import check_deployment
+
+            check_deployment(load_model(model), dep.dp, dep.tp, dep.ep, cfg.hardware.all2all_backend)
+    except ValueError as exc:  # ConfigError, or a DP / EP layout vLLM or the simulator does not run
+        names = ("tp", "block_size", "gpu_memory_utilization") + (("dp", "ep") if dep.dp > 1 else ())
+        read = ", ".join(dep.where(k) for k in names)
+        raise NotSimulated(f"{dep.source}: {exc} (fields read from {read})") from None
     notes = []
     if dep.num_gpu_blocks is None:
         from agentreplay.sim.run import plan_instance

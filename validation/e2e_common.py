@@ -47,10 +47,10 @@ E2E_PRICERS: Final = ("roofline", "refined", "table", "roofline:apart", "refined
 
 
 def _perf(gpu: str, model: str, dtype: str, tp: int, catalog: str | Path | None,
-          pricer: str = "roofline") -> PerfModel | TablePerfModel:
+          pricer: str = "roofline", kv_dtype: str = "bf16") -> PerfModel | TablePerfModel:
     kind, _, mixed = pricer.partition(":")
     return pricer_from_names(kind, gpu, model, dtype, tp, catalog,  # type: ignore[arg-type]
-                             mixed_attention=mixed or "one_kernel")
+                             mixed_attention=mixed or "one_kernel", kv_dtype=kv_dtype)  # type: ignore[arg-type]
 
 
 def dist(prefix: str, values: np.ndarray) -> dict[str, float]:

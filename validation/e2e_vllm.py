@@ -1,7 +1,7 @@
 """The ``vllm-run`` end-to-end cell: a real vLLM serving run with per-request timestamps, replayed at its
 measured arrivals with the deployment it ran (:mod:`validation.deployment`: the engine's own KV block count or,
-when the run does not record it, the memory model's; block size, prefix caching, batching limits, dtype, TP), see
-:mod:`validation.e2e`. A deployment the simulator does not model raises
+when the run does not record it, the memory model's; block size, prefix caching, batching limits, dtype, KV-cache
+dtype, TP, DP / EP), see :mod:`validation.e2e`. A deployment the simulator does not model raises
 :class:`~validation.deployment.NotSimulated`."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from agentreplay.perf.deploy import kv_cache_dtype
 from agentreplay.sim.run import simulate
 from validation.deployment import from_config, sim_config
 from validation.e2e_common import _metrics, _perf, _rows, dist, single_turn_trace, turn_metrics
@@ -30,7 +31,8 @@ def vllm_run(cell: pd.Series, tables: dict[str, pd.DataFrame], catalog: str | Pa
     trace = single_turn_trace(req["request_id"].astype(str).tolist(), req["arrival_s"].to_numpy(),
                               req["input_tokens"].to_numpy(), req["output_tokens"].to_numpy(), cell["model"])
     hw = cfg.hardware
-    res = simulate(trace, cfg, perf=_perf(hw.gpu, hw.model, hw.dtype, hw.tp, catalog, pricer))
+    res = simulate(trace, cfg, perf=_perf(hw.gpu, hw.model, hw.dtype, hw.tp, catalog, pricer,
+                                          kv_cache_dtype(hw.kv_cache_dtype)))
     sim, per_sim = turn_metrics(res)
     multi = req["output_tokens"] > 1
     per_meas = {"ttft_s": (req["first_token_s"] - req["arrival_s"]).to_numpy(),

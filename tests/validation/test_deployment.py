@@ -1,6 +1,7 @@
 """Measured vLLM runs read whole and replayed with the deployment they ran (validation.deployment): every field of
 the real RTX 4090 meta.json, the older recorder schema without ``kv_cache`` (block count derived from the memory
-model), and a DP + EP run refused as "not simulated" naming file, field and value."""
+model), a DP + EP run and an fp8 KV cache replayed with [hardware] dp / ep / kv_cache_dtype, and what is still not
+modelled (e.g. pipeline parallelism) refused as "not simulated" naming file, field and value."""
 
 from __future__ import annotations
 
@@ -50,6 +51,14 @@ DP_EP_META = {
         "compilation_config": {"mode": 3, "cudagraph_mode": [2, 1]},
         "quant_config": None, "speculative_config": None},
 }
+
+
+#: The same run with pipeline parallelism instead of DP + EP (not modelled)
+PP_META = copy.deepcopy(DP_EP_META)
+PP_META["engine_kwargs"].update(tensor_parallel_size=1, data_parallel_size=1, enable_expert_parallel=False,
+                                pipeline_parallel_size=2)
+PP_META["resolved_config"]["parallel_config"].update(data_parallel_size=1, enable_expert_parallel=False,
+                                                     pipeline_parallel_size=2)
 
 
 def requests(n: int = 24) -> list[dict]:
@@ -116,50 +125,68 @@ def test_real_meta_every_field_read():
 
 # --------------------------------------------------------------------------------------------- DP + EP
 
-def test_dp_ep_run_ingested_then_refused_at_simulation(runs):
-    _, _, moe, tables = runs
+def test_dp_ep_run_replayed_with_dp_and_ep(runs):
+    """DP 2 + EP of a MoE model: two lockstep ranks behind vLLM's balancer (agentreplay.sim.dp), the all-to-all
+    backend vLLM's default (not recorded, so listed)."""
+    _, _, _, tables = runs
     cell = cell_of(tables, "qwen3-30b-a3b")
     assert cell["n_gpus"] == 2 and cell["tp"] == 1 and "/tp1-dp2/" in cell["cell_id"]  # valid data: ingested
+    dep = dep_of(cell)
+    assert (dep.dp, dep.ep) == (2, True) and unmodelled(dep) == []
+    assert dep.paths["dp"] == "resolved_config.parallel_config.data_parallel_size"
+    cfg, note = sim_config(dep, cell["gpu"], cell["model"])
+    hw = cfg.hardware
+    assert (hw.tp, hw.dp, hw.ep, hw.all2all_backend) == (1, 2, True, "allgather_reducescatter")
+    assert cfg.router.policy == "vllm-dp" and cfg.cache.num_gpu_blocks == 75638
+    assert "all2all_backend=allgather_reducescatter" in note
     rows, dists, skipped = e2e.run_all(tables, agent=False)
-    reasons = dict(skipped)
-    reason = reasons[cell["cell_id"]]
-    assert reason.startswith("not simulated: ")
-    assert str(moe / "meta.json") in reason
-    assert "resolved_config.parallel_config.data_parallel_size = 2" in reason
-    assert "resolved_config.parallel_config.enable_expert_parallel = True" in reason
-    assert cell["cell_id"] not in set(rows["cell_id"]) and cell["cell_id"] not in dists
+    assert cell["cell_id"] not in dict(skipped) and cell["cell_id"] in set(rows["cell_id"])
+    summary = dists[cell["cell_id"]]["summary"]
+    assert summary["cluster"]["dp"] == 2 and summary["cluster"]["lockstep"] and summary["dp_group"]["steps"] > 0
 
 
 def test_dp_ep_from_engine_kwargs_when_no_resolved_config():
     meta = {k: v for k, v in DP_EP_META.items() if k != "resolved_config"}
     dep = from_config(meta, "run/meta.json", "0.28.0")
+    check(dep)  # modelled
+    assert dep.paths["dp"] == "engine_kwargs.data_parallel_size"
+    assert dep.paths["ep"] == "engine_kwargs.enable_expert_parallel"
+    cfg, _ = sim_config(dep, "rtxpro6000", "qwen3-30b-a3b")
+    assert (cfg.hardware.dp, cfg.hardware.ep) == (2, True)
+
+
+def test_dp_layout_the_simulator_does_not_run_is_not_simulated():
+    """DP + EP of a dense model: check_deployment's refusal, as NotSimulated naming the file and fields."""
+    dep = from_config(DP_EP_META, "run/meta.json", "0.28.0")
     with pytest.raises(NotSimulated) as exc:
-        check(dep)
+        sim_config(dep, "rtxpro6000", "llama-3.1-8b")
     msg = str(exc.value)
-    assert msg.startswith("run/meta.json: ")
-    assert "engine_kwargs.data_parallel_size = 2" in msg and "engine_kwargs.enable_expert_parallel = True" in msg
+    assert msg.startswith("run/meta.json: ") and "needs a MoE model" in msg
+    assert "resolved_config.parallel_config.enable_expert_parallel" in msg
 
 
 def test_validate_lists_not_simulated_and_derived(runs, tmp_path):
     from validation.validate import run
 
-    root, _, moe, _ = runs
-    summary = run(tmp_path / "out", [str(root)], defaults=False, quick=True)
+    root, _, _, _ = runs
+    pp = write_run(tmp_path / "runs" / "pp" / "vllm", PP_META)
+    summary = run(tmp_path / "out", [str(root), str(tmp_path / "runs")], defaults=False, quick=True)
     skipped = {s["cell_id"]: s["reason"] for s in summary["skipped"]}
-    moe_reason = next(r for c, r in skipped.items() if "qwen3-30b-a3b" in c)
-    assert moe_reason.startswith("not simulated: ") and "data_parallel_size = 2" in moe_reason
-    assert str(moe / "meta.json") in moe_reason
+    pp_reason = next(r for c, r in skipped.items() if "/tp1-pp2/" in c)
+    assert pp_reason.startswith("not simulated: ") and "pipeline_parallel_size = 2" in pp_reason
+    assert str(pp / "meta.json") in pp_reason
     assert not any("llama-3.1-8b" in c for c in skipped)  # the old-schema run is simulated
+    assert not any("/tp1-dp2/" in c for c in skipped)  # and the DP + EP run
 
 
-def test_cli_dp_ep_only_folder_is_a_clear_error(tmp_path):
-    """`agentreplay validate` on a folder whose only run is DP + EP: an error naming file, field and value, no
-    traceback (run through the console script's entry point)."""
+def test_cli_not_simulated_only_folder_is_a_clear_error(tmp_path):
+    """`agentreplay validate` on a folder whose only run the simulator does not model (pipeline parallelism): an
+    error naming file, field and value, no traceback (run through the console script's entry point)."""
     import os
     import subprocess
     import sys
 
-    moe = write_run(tmp_path / "runs" / "moe" / "vllm", DP_EP_META)
+    pp = write_run(tmp_path / "runs" / "pp" / "vllm", PP_META)
     cmd = [sys.executable, "-c", "import sys; from agentreplay.cli import main; sys.argv[0] = 'agentreplay'; main()",
            "validate", "--measured", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--no-default-sources",
            "--quick"]
@@ -168,8 +195,8 @@ def test_cli_dp_ep_only_folder_is_a_clear_error(tmp_path):
     out = res.stdout + res.stderr
     flat = "".join(out.split())  # rich may still wrap the message
     assert res.returncode != 0 and "Traceback" not in out, out
-    assert "notsimulated:" in flat and "data_parallel_size=2" in flat and "enable_expert_parallel=True" in flat
-    assert "".join(str(moe / "meta.json").split()) in flat
+    assert "notsimulated:" in flat and "pipeline_parallel_size=2" in flat
+    assert "".join(str(pp / "meta.json").split()) in flat
 
 
 # --------------------------------------------------------------------------------------------- older meta.json
@@ -219,7 +246,11 @@ def resolved(**blocks) -> dict:
      "2"),
     ({"model_config": {"quantization": "awq"}}, "resolved_config.model_config.quantization", "'awq'"),
     ({"model_config": {"dtype": "torch.float16"}}, "resolved_config.model_config.dtype", "'float16'"),
-    ({"cache_config": {"cache_dtype": "fp8_e4m3"}}, "resolved_config.cache_config.cache_dtype", "'fp8_e4m3'"),
+    ({"cache_config": {"cache_dtype": "fp8_inc"}}, "resolved_config.cache_config.cache_dtype", "'fp8_inc'"),
+    ({"parallel_config": {"enable_expert_parallel": True}}, "resolved_config.parallel_config.enable_expert_parallel",
+     "True"),
+    ({"parallel_config": {"data_parallel_size": 2, "all2all_backend": "mori"}},
+     "resolved_config.parallel_config.all2all_backend", "'mori'"),
     ({"scheduler_config": {"enable_chunked_prefill": False}},
      "resolved_config.scheduler_config.enable_chunked_prefill", "False"),
     ({"model_config": {"enforce_eager": True}}, "resolved_config.model_config.enforce_eager", "True"),
@@ -239,6 +270,20 @@ def test_fp8_quantization_is_simulated_as_fp8():
     dep = from_config(resolved(model_config={"quantization": "fp8"}), "x/meta.json", "0.28.0")
     cfg, _ = sim_config(dep, "rtxpro6000", "qwen3-30b-a3b")
     assert cfg.hardware.dtype == "fp8" and cfg.cache.num_gpu_blocks == 75638
+
+
+def test_fp8_kv_cache_is_simulated_with_an_fp8_kv_cache():
+    dep = from_config(resolved(cache_config={"cache_dtype": "fp8_e4m3"}), "x/meta.json", "0.28.0")
+    assert unmodelled(dep) == []
+    cfg, _ = sim_config(dep, "rtxpro6000", "qwen3-30b-a3b")
+    assert cfg.hardware.kv_cache_dtype == "fp8_e4m3" and cfg.cache.num_gpu_blocks == 75638
+    # without a recorded block count the memory model sizes the cache in one byte per element: twice the blocks
+    blocks = {}
+    for kv in ("auto", "fp8"):
+        meta = resolved(cache_config={"cache_dtype": kv, "num_gpu_blocks": None}) | {"kv_cache": {}}
+        blocks[kv] = sim_config(from_config(meta, "x/meta.json", "0.28.0"), "rtxpro6000", "qwen3-30b-a3b")[0]
+    assert blocks["auto"].hardware.kv_cache_dtype == "auto" and blocks["fp8"].hardware.kv_cache_dtype == "fp8"
+    assert blocks["fp8"].cache.num_gpu_blocks >= 2 * blocks["auto"].cache.num_gpu_blocks
 
 
 def test_block_size_simconfig_rejects_is_not_simulated():
