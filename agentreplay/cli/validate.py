@@ -8,11 +8,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from agentreplay.cli.app import app, console, fail
+from agentreplay.cli.app import app, console, fail, print_json, show
 
 #: Options both commands take: extra measured sources, and whether ../shared/measurements is read too.
 Measured = Annotated[list[Path] | None, typer.Option("--measured", help="Extra measured source (repeatable); "
-                                                     "format auto-detected by the registered collectors.")]
+                                                     "format auto-detected by the registered collectors. Default: "
+                                                     "none (../shared/measurements only).")]
 NoDefaults = Annotated[bool, typer.Option("--no-default-sources", help="Use only --measured paths, not "
                                           "../shared/measurements.")]
 
@@ -24,9 +25,10 @@ def _pct(v: float | None) -> str:
 @app.command()
 def calibrate(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the calibrated gpus.toml here (and "
-                                             "calibration.json beside it) instead of the packaged catalog.")] = None,
+                                             "calibration.json beside it). Default: the packaged catalog.")] = None,
     measured: Measured = None,
     no_defaults: NoDefaults = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the calibration summary as JSON.")] = False,
 ) -> None:
     """Fit the performance model's per-GPU efficiencies to the measured component profiles.
 
@@ -40,6 +42,9 @@ def calibrate(
         summary = run(data, out)
     except ValueError as exc:
         raise fail(str(exc)) from None
+    if as_json:
+        print_json({k: v for k, v in summary.items() if not k.startswith("_")})
+        return
     table = Table(title="calibrated efficiencies (fitted parameters; the rest keep their catalog value)")
     for col in ("gpu", "fitted", "points cal/val", "op MAPE % cal", "op MAPE % val"):
         table.add_column(col)
@@ -50,14 +55,14 @@ def calibrate(
         pts = v["points"]
         table.add_row(g, eff, f"{pts['calibration']}/{pts['validation']}", _pct(v["mape_pct"]["calibration"]),
                       _pct(v["mape_pct"]["validation"]))
-    console.print(table)
+    show(table)
     ops = mape_table(summary["_ops"]).reset_index()
     t2 = Table(title="operator fit error, MAPE % (per GPU and operator group)")
     for col in ops.columns:
         t2.add_column(str(col))
     for row in ops.itertuples(index=False):
         t2.add_row(*(_pct(x) if isinstance(x, float) or x is None else str(x) for x in row))
-    console.print(t2)
+    show(t2)
     console.print(f"wrote {out or 'the packaged catalog'} and calibration.json")
 
 
@@ -71,6 +76,8 @@ def validate(
     no_defaults: NoDefaults = False,
     quick: Annotated[bool, typer.Option(help="Skip the agent-JCT replay (the slowest cell).")] = False,
     catalog: Annotated[Path | None, typer.Option(help="GPU catalog TOML to validate (default: packaged).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary (summary.json) as JSON instead of the "
+                                          "tables.")] = False,
 ) -> None:
     """Simulate every measured cell and compare: errors.parquet, report.md, report.html.
 
@@ -86,20 +93,23 @@ def validate(
     except ValueError as exc:  # OutputDirError (a folder agentreplay did not write) is a ValueError
         raise fail(str(exc)) from None
     e2e = s.get("end_to_end", {})
+    if as_json:
+        print_json(s)
+        return
     table = Table(title="end-to-end cells, misses first (worst judged metric, signed error %)")
     for col in ("cell", "judged metrics met", "worst metric", "error %", "verdict"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col)
     for c in e2e.get("cells_table", []):
         label = c["cell_id"] + (" (stand-in workload)" if c["workload"] == "stand-in" else "")
         table.add_row(label, f"{c['met']} / {c['metrics']}", str(c["worst_metric"]), _pct(c["worst_error_pct"]),
                       "within target" if c["within_target"] else "missed")
-    console.print(table)
+    show(table)
     comp = Table(title="component cells, default pricer: MAPE % by role (details and every pricer: report.md)")
     for col in ("gpu", "calibration", "validation"):
         comp.add_column(col)
     for g, v in s.get("component_mape_pct", {}).items():
         comp.add_row(g, _pct(v.get("calibration")), _pct(v.get("validation")))
-    console.print(comp)
+    show(comp)
     console.print(f"wrote {out}/errors.parquet, {out}/report.md, {out}/report.html")
     if e2e.get("line"):
         console.print(f"[bold]{e2e['line']}[/bold]", markup=True, highlight=False)
