@@ -12,7 +12,9 @@ engine (``tests/validation/test_live_check.py``):
 
 - One engine session, ``R >= 3`` repeats. Before each repeat the engine is profiled and its prefix cache reset.
   The simulator is priced by one pricer fitted on all the session's profiles together (the same loaded machine,
-  interleaved with the drives, so a slower machine makes both sides slower) and judged against every repeat.
+  interleaved with the drives), scaled by one speed factor, the engine's TPOT over the simulator's (other jobs slow
+  the drives differently from the profile's lone requests: benchmarks/vllm_cpu/validate.py::speed_factor), so TPOT
+  is fixed by construction and not judged; the simulation is judged against every repeat.
 - **Spread**: the engine's own spread over the repeats (``(max - min) / median``) is the noise floor.
 - **Timing** (JCT mean / p50 / p90, TTFT, TPOT, makespan): the median over repeats of ``|sim / real - 1|`` must be
   within ``max(floor, TIMING_K x the engine's spread in this session, TIMING_K x the spread of the simulator priced
@@ -52,9 +54,11 @@ TIMING_FLOOR = {"jct_mean_s": 0.15, "jct_p50_s": 0.15, "jct_p90_s": 0.15, "makes
 #: prefix-cache hit tokens: relative error of every repeat within max(HIT_FLOOR, 2 x the engine's spread); hand-set
 #: floor (the engine's own range was 3.1% and 17.9% in the two sessions; the simulator's errors 1-4% and 1-17%)
 HIT_FLOOR = 0.10
-#: preemptions: |sim - real| of every repeat within max(PREEMPT_FLOOR_ABS, the engine's range over repeats); the
-#: engine preempted 0-4 times a repeat in the ``ci`` cell, the first-chunk admission rule 18-22 more
-PREEMPT_FLOOR_ABS = 3.0
+#: preemptions: |sim - real| of every repeat within max(PREEMPT_FLOOR_ABS, the engine's range, the leave-one-out
+#: simulations' range). Small counts are chaotic on both sides: the engine preempted 0-4 times a repeat in the ``ci``
+#: cell over five sessions, and the simulator's count went 3 -> 0 when one session's pricer was scaled by 0.998, so
+#: two such counts differ by up to 4; the first-chunk admission rule preempts 12-25 times more than the engine.
+PREEMPT_FLOOR_ABS = 5.0
 #: admission order: pairs that waited together in the engine's queue for at least this long ...
 ORDER_MIN_OVERLAP_S = 0.05
 #: ... and entered the queue and were admitted at least this far apart: the engine's times are estimated on the
@@ -110,13 +114,17 @@ def spread(values: list[float]) -> dict[str, float]:
 
 
 def tolerances(repeats: list[dict[str, Any]], profile_sims: list[dict[str, float]] | None = None) -> dict[str, float]:
-    """The check's tolerances for one session, from the engine's spread over its repeats and, for timing, the
-    spread of the simulator priced by leave-one-profile-out pricers (``profile_sims``: the pricer's noise)."""
+    """The check's tolerances for one session, from the engine's spread over its repeats and the spread of the
+    simulator priced by leave-one-profile-out pricers (``profile_sims``: the pricer's noise, which moves the
+    simulated interleaving, hence its hits and preemptions, as well as its times)."""
     real = {k: spread([r["real"][k] for r in repeats]) for k in (*TIMING, "cached_tokens", "preemptions")}
-    prof = {k: spread([f[k] for f in profile_sims])["rel_range"] if profile_sims else 0.0 for k in TIMING}
-    tol = {k: max(TIMING_FLOOR[k], TIMING_K * real[k]["rel_range"], TIMING_K * prof[k]) for k in TIMING}
-    tol["cached_tokens"] = max(HIT_FLOOR, 2.0 * real["cached_tokens"]["rel_range"])
-    tol["preemptions"] = max(PREEMPT_FLOOR_ABS, real["preemptions"]["max"] - real["preemptions"]["min"])
+    prof = {k: spread([f[k] for f in profile_sims]) if profile_sims else spread([0.0])
+            for k in (*TIMING, "cached_tokens", "preemptions")}
+    tol = {k: max(TIMING_FLOOR[k], TIMING_K * real[k]["rel_range"], TIMING_K * prof[k]["rel_range"]) for k in TIMING}
+    tol["cached_tokens"] = max(HIT_FLOOR, 2.0 * real["cached_tokens"]["rel_range"],
+                               2.0 * prof["cached_tokens"]["rel_range"])
+    tol["preemptions"] = max(PREEMPT_FLOOR_ABS, real["preemptions"]["max"] - real["preemptions"]["min"],
+                             prof["preemptions"]["max"] - prof["preemptions"]["min"])
     tol["admission_fcfs"] = ORDER_TOL
     return tol
 
@@ -126,15 +134,16 @@ def _err(sim: float, real: float) -> float:
 
 
 def judge(repeats: list[dict[str, Any]], tol: dict[str, float] | None = None,
-          profile_sims: list[dict[str, float]] | None = None) -> dict[str, Any]:
+          profile_sims: list[dict[str, float]] | None = None, fixed: tuple[str, ...] = ()) -> dict[str, Any]:
     """Checks and verdict (``pass`` / ``fail``) for a session's repeats, each ``{"real": figures, "sim": figures}``
     (figures include ``admission_fcfs`` / ``admission_pairs`` from :func:`admission_order`). ``tol`` defaults to
-    :func:`tolerances` of the same repeats (and ``profile_sims``)."""
+    :func:`tolerances` of the same repeats (and ``profile_sims``). ``fixed``: timing figures the simulation was
+    calibrated on (not judged; listed as such)."""
     if len(repeats) < MIN_REPEATS:
         raise ValueError(f"the live check needs >= {MIN_REPEATS} repeats, got {len(repeats)}")
     tol = tol or tolerances(repeats, profile_sims)
     checks = []
-    for k in TIMING:
+    for k in (k for k in TIMING if k not in fixed):
         errs = [_err(r["sim"][k], r["real"][k]) for r in repeats]
         value = float(np.median(np.abs(errs)))
         checks.append({"figure": k, "kind": "timing", "statistic": "median |err| over repeats", "value": value,
@@ -160,7 +169,8 @@ def judge(repeats: list[dict[str, Any]], tol: dict[str, float] | None = None,
                    "value": value, "per_repeat": [r["sim"]["admission_fcfs"] - r["real"]["admission_fcfs"]
                                                   for r in repeats],
                    "tolerance": order_tol, "ok": value <= order_tol})
-    return {"tolerances": tol, "checks": checks, "verdict": "pass" if all(c["ok"] for c in checks) else "fail"}
+    return {"tolerances": tol, "checks": checks, "fixed_by_construction": list(fixed),
+            "verdict": "pass" if all(c["ok"] for c in checks) else "fail"}
 
 
 def _pooled(figs: list[dict[str, float]]) -> tuple[float, float]:
