@@ -191,6 +191,57 @@ def summary_rows(repeats: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
+# ---- the session report as Markdown -----------------------------------------------------------------------
+ROWS: tuple[tuple[str, str], ...] = (
+    ("jct_mean_s", "JCT mean (s)"), ("jct_p50_s", "JCT p50 (s)"), ("jct_p90_s", "JCT p90 (s)"),
+    ("ttft_mean_s", "TTFT mean (s)"), ("tpot_mean_s", "TPOT mean (s)"), ("makespan_s", "makespan (s)"),
+    ("cached_tokens", "prefix-cache hit tokens (first admission)"), ("preemptions", "preemptions"),
+    ("turns", "turns"), ("queued_turns", "turns queued >= 50 ms"),
+    ("admission_pairs", "pairs queued together (>= 50 ms)"), ("admission_fcfs", "of those, admitted in queue order"),
+)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    c, e, reps = report["cell"], report["engine"], report["repeats"]
+    lines = [f"# vLLM CPU validation: preset {report['preset']}, {len(reps)} repeats in one engine session", "",
+             f"engine: vLLM {e['version']} CPU, {e['num_gpu_blocks']} blocks x {e['block_size']} tokens "
+             f"({e['num_gpu_blocks'] - 1} usable), max_num_seqs {e['max_num_seqs']}, max_num_batched_tokens "
+             f"{e['max_num_batched_tokens']}, max_model_len {e['max_model_len']}, reserve_full_isl "
+             f"{c['reserve_full_isl']}", "",
+             f"cell: first {c['programs']} programs of swebench-verified, closed loop x{c['concurrency']}, "
+             f"token scale {c['token_scale']}, tools scale {c['tool_scale']}", "",
+             f"session pricer (all profiles): {report['pricer_repr']}, x speed factor "
+             f"{report.get('speed_factor', 1.0):.3f} (engine TPOT / simulator TPOT at the profile's speed; TPOT is "
+             f"then fixed by construction and not judged); at speed 1 the check reads "
+             f"{report.get('check_unscaled', {}).get('verdict', '?')}", ""]
+    prof = report.get("profile_sims") or []
+    head = " | ".join(f"engine {i}" for i in range(len(reps)))
+    phead = " | ".join(f"sim, profiles but {i}" for i in range(len(prof)))
+    lines += [f"| figure | {head} | engine spread | sim | wrong rule | {phead} |",
+              "| --- |" + " ---: |" * (len(reps) + 3 + len(prof))]
+    for key, label in ROWS:
+        fmt = "{:.0f}" if key in ("cached_tokens", "preemptions", "turns", "admission_pairs", "queued_turns") \
+            else "{:.3f}"
+        cells = " | ".join(fmt.format(r["real"][key]) for r in reps)
+        sp = report["spread"].get(key)
+        pc = " | ".join(fmt.format(f[key]) for f in prof)
+        lines.append(f"| {label} | {cells} | {sp['rel_range'] * 100:.1f}% | {fmt.format(report['sim'][key])} | "
+                     f"{fmt.format(report['broken_rule']['sim'][key])} | {pc} |")
+    for name in ("check", "broken_rule", "broken_order"):
+        chk = report[name]
+        lines += ["", f"**{name}** ({chk.get('label', '')}): **{chk['verdict']}**", "",
+                  "| figure | statistic | value | tolerance | ok | per repeat |",
+                  "| --- | --- | ---: | ---: | --- | --- |"]
+        for k in chk["checks"]:
+            per = ", ".join(f"{v:+.3g}" for v in k["per_repeat"])
+            lines.append(f"| {k['figure']} | {k['statistic']} | {k['value']:.3g} | {k['tolerance']:.3g} | "
+                         f"{'yes' if k['ok'] else 'NO'} | {per} |")
+    lines += ["", "leave-one-out pricers: " + "; ".join(report["loo_pricers_repr"]), "",
+              "per-profile pricers: " + "; ".join(f"{i}: {r}" for i, r in enumerate(report["profile_pricers_repr"])),
+              f"wall time: {report['timings_s']}"]
+    return "\n".join(lines) + "\n"
+
+
 # ---- report rows -------------------------------------------------------------------------------------------------
 def rows(paths: list[Path]) -> pd.DataFrame:
     """Error rows (validation module columns) from live comparison JSON files; unreadable files raise."""
