@@ -78,7 +78,7 @@ def headline(df: pd.DataFrame, burst: pd.DataFrame | None = None) -> dict[str, A
     return out
 
 
-PRICER_ORDER: Final = ("roofline", "refined", "table", "table-tp")
+PRICER_ORDER: Final = ("roofline", "refined", "table")
 _E2E_HEAD: Final = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "throughput_output_tok_s")
 
 
@@ -90,7 +90,8 @@ def pricer_headline(p: pd.DataFrame) -> dict[str, Any]:
         return out
     comp = p[p["metric"].isin(COMPONENT_METRICS)]
     out["pricer_component_mape_pct"] = {
-        g: {pr: {r: K.mape(x.loc[x["role"] == r, "rel_error"]) for r in ("calibration", "validation")}
+        g: {pr: {r: K.mape(x.loc[x["role"] == r, "rel_error"]) for r in ("calibration", "validation", "fidelity")
+                 if (x["role"] == r).any()}
             for pr, x in d.groupby("pricer")} for g, d in comp.groupby("gpu")}
     val = comp[comp["role"] == "validation"]
     ar = val["metric"] == "all_reduce_s"
@@ -132,13 +133,13 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
         row: dict[str, Any] = {"gpu": g}
         for pr in PRICER_ORDER:
             for r in ("calibration", "validation"):
-                if pr == "table-tp" and r == "calibration":
-                    continue
                 row[f"{pr} {r[:3]}. %"] = d.get(pr, {}).get(r, float("nan"))
+        row["table fidelity % (in-cell, not validation)"] = d.get("table", {}).get("fidelity", float("nan"))
         row["best val. (pricer)"] = _best({pr: v.get("validation", float("nan")) for pr, v in d.items()})
         rows.append(row)
-    head = [f"- Component MAPE per GPU by pricer (same points and metrics as above; each pricer judged under its own "
-            f"split, see 'Pricers and their validation protocols'):\n\n{_md(pd.DataFrame(rows))}\n"]
+    head = [f"- Component MAPE per GPU by pricer (same points and metrics as above; every pricer judged on the "
+            f"validation cells of validation/protocol.py, none of which fitted or chose anything; the table's "
+            f"in-cell interpolation is its fidelity, not validation):\n\n{_md(pd.DataFrame(rows))}\n"]
     parts = []
     for g, d in s.get("pricer_component_parts_mape_pct", {}).items():
         ar = {pr: v["all_reduce"] for pr, v in d.items() if v["all_reduce_n"]}
@@ -149,9 +150,9 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
     if parts:
         head.append("- The same validation points split as the target is worded (\"prefill and decode iteration times "
                     "vs tokens, batch and context\": layer time, attention, LM head), with the all-reduce curves "
-                    "(time vs message size) apart, each pricer under its own split: the rooflines on the 4-GPU curve "
-                    "(fitted on the 2- and 8-GPU curves), the table on every other size of the 2-, 4- and 8-GPU "
-                    "curves (its tables built from the other sizes); the table above counts both:\n\n"
+                    "(time vs message size) apart: every pricer on the 4-GPU curve, a validation cell (the rooflines "
+                    "fitted on the 2- and 8-GPU curves; the table prices it by its fallback, since no table of a "
+                    "validation curve is shipped); the table above counts both:\n\n"
                     f"{_md(pd.DataFrame(parts))}\n")
     t = TARGETS["vllm_run_mean_pct"]
     for pr, v in s.get("pricer_vllm_run_pct", {}).items():
@@ -173,8 +174,8 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
     secs = [("Pricers and their validation protocols", "\n".join(f"- **{k}**: {v}" for k, v in PRICERS.items())
              + "\n- The simulator runs the **roofline** unless given another pricer (``simulate(perf=...)``); "
                "the refined roofline's parameters are in catalog/roofline.toml, the tables `agentreplay calibrate` "
-               "ships (all points of each profile cell) in catalog/tables.toml. The held-out-size tables above are "
-               "rebuilt from the calibration points only."
+               "ships in catalog/tables.toml: those of the calibration cells only (TP=1 profile cells, the 2- and "
+               "8-GPU all-reduce curves); a TP>1 deployment scales the TP=1 table, exactly as judged here."
                "\n- Every pricer prices a mixed prefill + decode iteration's attention as the one FlashAttention-2 "
                "kernel vLLM runs where the tile form is on (RTX 4090, RTX PRO 6000, L40S; ``[hardware] "
                "mixed_attention = \"one_kernel\"``, the default); **KIND:apart** is KIND with the two parts priced "
@@ -472,32 +473,6 @@ def _sections(df: pd.DataFrame, ops: pd.DataFrame, agg: dict[str, pd.DataFrame],
                     f"at batch 1, median measured vs simulated ms: {scaling}. The measured iteration hardly shrinks "
                     "with TP while weight streaming per GPU does: a per-iteration floor of that engine that isolated "
                     "kernel profiles (the calibration data) cannot show.\n")
-    t = TARGETS["vllm_run_mean_pct"]
-    for m, v in s.get("vllm_run_pct", {}).items():
-        head.append(f"- RTX 4090 vLLM run, {m}: {v:+.1f}% (target +-{t:.0f}%: {_verdict(v, t)})")
-    lp = s.get("llmperf_rtx3090_bf16_throughput_pct")
-    if lp:
-        t = TARGETS["llmperf_throughput_pct"]
-        head.append(f"- LLMPerf RTX 3090 BF16 output throughput: {lp['mean_signed']:+.1f}% mean over {lp['runs']} "
-                    f"runs (target +-{t:.0f}%: {_verdict(lp['mean_signed'], t)}); with all 64 requests at t = 0 "
-                    f"instead: {s.get('llmperf_rtx3090_bf16_burst_throughput_pct', float('nan')):+.1f}%")
-    fl = s.get("llmperf_ttft_below_compute_floor")
-    if fl:
-        head.append(f"- LLMPerf TTFT check: in {fl['below']} of {fl['cells']} simulated LLMPerf cells the measured "
-                    "mean TTFT is below the time a prefill of the mean prompt takes at the GPU's datasheet peak, so "
-                    "the measured TTFT cannot include a full prefill of prompts that size (prefix cache hits or a "
-                    "client-side TTFT definition); LLMPerf TTFT errors are not evidence about the model there.")
-    share = s.get("llmperf_run_floor_share_pct")
-    if share:
-        head.append("- LLMPerf whole-run check: the linear-layer FLOPs of every prompt and output token of a run, at "
-                    "the GPU's datasheet peak (bf16 on Ampere, where fp8 weights compute in bf16), take this share "
-                    "of the measured span: " + "; ".join(
-                        f"{k}: {v['min']:.0f}-{v['max']:.0f}% ({v['cells']} runs)" for k, v in share.items())
-                    + ". Serving sustains well below the peak, so a share near 100% says the run had more compute "
-                    "than the one GPU the cell records (the GPU count of these runs is not recorded).")
-    if s.get("agent_jct_pct"):
-        head.append("- Agent JCT (SWE-bench Verified, 64 in flight, Llama-3.1-70B TP4 H100): " + ", ".join(
-            f"{m} {v:+.1f}%" for m, v in s["agent_jct_pct"].items()) + f". Caveat: {s['agent_caveat']}.")
     p_head, p_secs = _pricer_sections(s, pricers if pricers is not None else pd.DataFrame(),
                                       pricer_ops if pricer_ops is not None else pd.DataFrame(), catalog)
     if p_head:
@@ -510,6 +485,10 @@ def _sections(df: pd.DataFrame, ops: pd.DataFrame, agg: dict[str, pd.DataFrame],
             + "): datasheet peaks with the efficiencies of the nearest profiled GPU; no measured cell judges them, "
               "so no error figure exists for them (see 'Where each GPU's parameters come from').")
     secs = [("Component figures", "\n".join(head))]
+    if s.get("protocol"):  # the split, the constants' provenance, LOGO / LOMO, table fidelity
+        from validation.protocol import render_protocol_markdown
+
+        secs += _split_sections(render_protocol_markdown(s))
     secs.append(("Calibration / validation split", "\n".join(f"- **{k}**: {v}" for k, v in K.SPLIT.items()) + (
         "\n- Operators compared but not fitted: " + ", ".join(sorted({g for _, g in K.FIT_EXCLUDE}))
         + " of HF-eager (LLMServingSim v0) profiles (unfused kernels; see validation/calibrate.py FIT_EXCLUDE)."
@@ -535,6 +514,51 @@ def _sections(df: pd.DataFrame, ops: pd.DataFrame, agg: dict[str, pd.DataFrame],
         sk = sk[~sk["cell_id"].isin(H.not_simulated(s.get("skipped", []))["cell_id"])]
     secs.append(("Component cells not compared", _md(sk)))
     return secs
+
+
+def _llmperf_section(s: dict[str, Any], sensitivity: pd.DataFrame | None) -> list[tuple[str, str]]:
+    """What the LLMPerf runs record and what they do not: the compute-floor checks and the replay's sensitivity
+    to each unrecorded engine setting (validation.e2e_llmperf.llmperf_sensitivity)."""
+    lines = []
+    fl = s.get("llmperf_ttft_below_compute_floor")
+    if fl:
+        lines.append(f"- TTFT check: in {fl['below']} of {fl['cells']} simulated LLMPerf cells the measured mean TTFT "
+                     "is below the time a prefill of the mean prompt takes at the GPU's datasheet peak, so the "
+                     "measured TTFT cannot include a full prefill of prompts that size (prefix-cache hits, e.g. a "
+                     "cache warm from the previous identical run, or a client-side TTFT definition).")
+    share = s.get("llmperf_run_floor_share_pct")
+    if share:
+        lines.append("- Whole-run check: the linear-layer FLOPs of every prompt and output token of a run, at the "
+                     "GPU's datasheet peak (bf16 on Ampere, where fp8 weights compute in bf16), take this share of "
+                     "the measured span: " + "; ".join(
+                         f"{k}: {v['min']:.0f}-{v['max']:.0f}% ({v['cells']} runs)" for k, v in share.items())
+                     + ". Serving sustains well below the peak, so a share near 100% says the run had more compute "
+                     "or less work (cache hits) than the one GPU the cell records.")
+    if sensitivity is not None and len(sensitivity) and "metric" in sensitivity:
+        d = sensitivity[sensitivity["metric"].isin(("ttft_mean_s", "itl_mean_s", "e2e_mean_s",
+                                                    "throughput_output_tok_s"))]
+        t = (d.assign(err=d["rel_error"] * 100, gd=d["gpu"] + " " + d["dtype"])
+             .pivot_table(index=["gd", "setting", "value"], columns="metric", values="err", aggfunc="mean", sort=False)
+             .reset_index().rename(columns={"gd": "GPU dtype"}))
+        runs = d.groupby(d["gpu"] + " " + d["dtype"])["cell_id"].nunique().to_dict()
+        lines.append("- Sensitivity to what the runs do not record: mean signed error (%) over the runs ("
+                     + ", ".join(f"{k}: {v} runs" for k, v in runs.items()) + ") with each setting at 2-3 plausible "
+                     "values, the others at the replay's defaults (first value of each setting). The spread says how "
+                     "much of each miss an unrecorded setting could explain; none of these values is chosen by "
+                     "the error (these are validation cells).\n\n" + _md(t, ".1f"))
+    return [("End to end: the LLMPerf runs, what they record and what they do not", "\n".join(lines))] if lines \
+        else []
+
+
+def _split_sections(lines: list[str]) -> list[tuple[str, str]]:
+    """Markdown lines with ``## `` headings -> (title, body) sections."""
+    out: list[tuple[str, list[str]]] = []
+    for ln in lines:
+        if ln.startswith("## "):
+            out.append((ln[3:].strip(), []))
+        elif out:
+            out[-1][1].append(ln)
+    return [(t, "\n".join(b).strip()) for t, b in out]
 
 
 def _e2e_sections(s: dict[str, Any], df: pd.DataFrame) -> list[tuple[str, str]]:
@@ -587,10 +611,11 @@ def _img(path: Path) -> str:
 def write(out: Path, df: pd.DataFrame, ops: pd.DataFrame, dists: dict[str, dict[str, Any]],
           agg: dict[str, pd.DataFrame], summary: dict[str, Any], *, quick: bool = False,
           pricers: pd.DataFrame | None = None, pricer_ops: pd.DataFrame | None = None,
-          catalog: str | Path | None = None) -> None:
+          catalog: str | Path | None = None, sensitivity: pd.DataFrame | None = None) -> None:
     """report.md (images as files beside it) and report.html (images embedded as base64 PNG)."""
     files = _figures(out, df, dists)
-    secs = _e2e_sections(summary, df) + _sections(df, ops, agg, summary, quick, pricers, pricer_ops, catalog)
+    secs = (_e2e_sections(summary, df) + _llmperf_section(summary, sensitivity)
+            + _sections(df, ops, agg, summary, quick, pricers, pricer_ops, catalog))
     n = df.groupby("role").size().to_dict()
     intro = (f"Simulated vs measured, {len(df):,} comparisons ({n.get('calibration', 0):,} calibration, "
              f"{n.get('validation', 0):,} validation) over {df['cell_id'].nunique()} cells. Signed error = "

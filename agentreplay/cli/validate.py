@@ -83,13 +83,24 @@ def validate(
 
     Example: agentreplay validate --out reports/validation
     """
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
     from agentreplay.outdir import staged
-    from validation.validate import run
+    from validation.validate import STEPS, run
 
     try:  # staged: a run that fails (e.g. no measured cell) leaves no folder behind, a rerun no stale figure
-        with staged(out, "validate") as tmp:
+        with staged(out, "validate") as tmp, Progress(
+                TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TextColumn("ETA"),
+                TimeRemainingColumn(), console=console, transient=True, disable=as_json) as bar:
+            task = bar.add_task("validate", total=sum(w for _, w in STEPS))
+            done: list[float] = []
+
+            def progress(name: str, weight: float) -> None:  # the steps' measured shares of the wall time
+                bar.update(task, completed=sum(done), description=name)
+                done.append(weight)
+
             s = run(tmp, [str(p) for p in measured or []], defaults=not no_defaults, quick=quick, catalog=catalog,
-                    live_paths=live)
+                    live_paths=live, progress=progress)
     except ValueError as exc:  # OutputDirError (a folder agentreplay did not write) is a ValueError
         raise fail(str(exc)) from None
     e2e = s.get("end_to_end", {})
