@@ -51,9 +51,12 @@ MIN_REPEATS = 3
 TIMING_K = 2.0
 TIMING_FLOOR = {"jct_mean_s": 0.15, "jct_p50_s": 0.15, "jct_p90_s": 0.15, "makespan_s": 0.15,
                 "ttft_mean_s": 0.35, "tpot_mean_s": 0.35}
-#: prefix-cache hit tokens: relative error of every repeat within max(HIT_FLOOR, 2 x the engine's spread); hand-set
-#: floor (the engine's own range was 3.1% and 17.9% in the two sessions; the simulator's errors 1-4% and 1-17%)
-HIT_FLOOR = 0.10
+#: prefix-cache hit tokens: relative error of every repeat within max(HIT_FLOOR, 2 x the engine's spread, 2 x the
+#: leave-one-out range). Which blocks LRU evicts depends on the interleaving, so the simulator's count moves with the
+#: pricer: with the engine's rule its worst error per session was 4-30% over seven sessions (17.8% in G, where the
+#: engine's own range was 2.8%); the floor is set at that cross-session level, so the check catches gross errors
+#: (program-arrival order: +21% to +77%), not the interleaving
+HIT_FLOOR = 0.25
 #: preemptions: |sim - real| of every repeat within max(PREEMPT_FLOOR_ABS, the engine's range, the leave-one-out
 #: simulations' range). Small counts are chaotic on both sides: the engine preempted 0-4 times a repeat in the ``ci``
 #: cell over five sessions, and the simulator's count went 3 -> 0 when one session's pricer was scaled by 0.998, so
@@ -66,13 +69,10 @@ ORDER_MIN_OVERLAP_S = 0.05
 #: delivery lag, which under load flipped pairs closer than this (benchmarks/vllm_cpu/README.md §5)
 ORDER_TIE_S = 0.1
 #: the fraction of such pairs admitted in queue order (FCFS) over all repeats, sim vs engine: |difference| <= this.
-#: Pooled, because a repeat may have only ~20 pairs (one inverted pair = 0.05). The engine read 0.994, 1.000 and
-#: 0.985 over three sessions (1, 0 and 2 inverted pairs of 159, 244 and 134), the simulator 1.000; program-arrival
-#: order reads 0.11-0.22, PLAS 0.67-0.72.
-ORDER_TOL = 0.05
-#: ... or this many pairs' worth of the engine's, whichever is more: with few pairs (a quiet machine queues less:
-#: the fastest repeat seen had 11) one or two inverted pairs are not a different rule
-ORDER_SLACK_PAIRS = 2.0
+#: Pooled, because a repeat may have only 7-20 pairs. Over seven sessions the engine read 0.912-1.000 (0-3 inverted
+#: pairs of 34-244; not explained, see benchmarks/vllm_cpu/README.md §5), the simulator 1.000; program-arrival order
+#: reads 0.16-0.31, PLAS 0.67-0.72
+ORDER_TOL = 0.15
 #: ... judged only with at least this many such pairs (all repeats) on each side (else the cell does not queue)
 ORDER_MIN_PAIRS = 20
 
@@ -162,7 +162,7 @@ def judge(repeats: list[dict[str, Any]], tol: dict[str, float] | None = None,
     sim_n, sim_f = _pooled([r["sim"] for r in repeats])
     few = min(real_n, sim_n) < ORDER_MIN_PAIRS
     value = math.inf if few or not math.isfinite(sim_f - real_f) else abs(sim_f - real_f)
-    order_tol = max(tol["admission_fcfs"], ORDER_SLACK_PAIRS / real_n) if real_n else tol["admission_fcfs"]
+    order_tol = tol["admission_fcfs"]
     checks.append({"figure": "admission_fcfs", "kind": "logic",
                    "statistic": f"|sim - real| over all repeats' pairs (>= {ORDER_MIN_PAIRS} pairs each side; "
                                 f"engine {real_f:.3f} of {real_n:.0f}, sim {sim_f:.3f} of {sim_n:.0f})",

@@ -72,7 +72,7 @@ def test_the_cell_exercises_the_scheduler(report: dict[str, Any]) -> None:
     real = [rep["real"] for rep in report["repeats"]]
     assert all(r["queued_turns"] >= 20 for r in real), real
     pairs = sum(r["admission_pairs"] for r in real)
-    assert pairs >= 20 and sum(r["admission_pairs"] * r["admission_fcfs"] for r in real) / pairs >= 0.95, real
+    assert pairs >= 20 and sum(r["admission_pairs"] * r["admission_fcfs"] for r in real) / pairs >= 0.85, real
 
 
 @pytest.mark.parametrize("figure", ["jct_mean_s", "jct_p50_s", "jct_p90_s", "makespan_s", "ttft_mean_s",
