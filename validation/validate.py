@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any, Final
@@ -37,9 +38,9 @@ from agentreplay.perf.table import (
     load_refinement,
     refinement_path,
 )
+from validation import bands, crossval, diagnostics, e2e, e2e_llmperf, headline, report
 from validation import calibrate as K
 from validation import components as C
-from validation import crossval, diagnostics, e2e, e2e_llmperf, headline, report
 from validation.measured import Measured, load
 
 COLUMNS: Final = ["source", "cell_id", "gpu", "model", "dtype", "tp", "metric", "measured", "simulated",
@@ -264,13 +265,30 @@ def aggregates(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return {"source": agg(["source"]), "metric": agg(["source", "metric"]), "gpu": agg(["gpu", "source"])}
 
 
+#: The steps of :func:`run`, with their wall time in seconds on the bundled data (2 loaded cores, 2026-12-01), so
+#: a progress display can give an ETA from the shares.
+STEPS: Final = (("read the measured sources", 22), ("component cells", 1), ("pricer comparison", 24),
+                ("end-to-end replays with every pricer", 2), ("end-to-end cells", 7), ("live-engine cells", 0.5),
+                ("LLMPerf sensitivity to unrecorded settings", 24), ("protocol: CV, leave-one-GPU/model-out", 186),
+                ("report and figures", 9))
+
+
 def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = None, *, defaults: bool = True,
         quick: bool = False, catalog: str | Path | None = None,
-        live_paths: list[str | Path] | None = None) -> dict[str, Any]:
-    """Validate and write ``errors.parquet``, ``component_ops.parquet``, ``report.md``, ``report.html`` and the
-    figures into ``out``. Returns the headline summary (also written as ``summary.json``)."""
+        live_paths: list[str | Path] | None = None,
+        progress: Callable[[str, float], None] | None = None) -> dict[str, Any]:
+    """Validate and write ``errors.parquet``, ``component_ops.parquet``, ``report.md``, ``report.html``,
+    ``error_bands.json`` and the figures into ``out``. Returns the headline summary (also written as
+    ``summary.json``). ``progress(step, weight)`` is called as each step of :data:`STEPS` begins."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    weights = dict(STEPS)
+
+    def step(name: str) -> None:
+        if progress is not None:
+            progress(name, weights[name])
+
+    step("read the measured sources")
     measured = load(measured_paths, defaults=defaults)
     tables = {name: measured.table(name) for name in ("cells", "component", "requests", "programs", "metrics")}
     parts, skipped = [], []
@@ -281,18 +299,22 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
         data = K.component_data(measured)
         has_components = bool(len(data.ops) or len(data.iterations) or len(data.allreduce))
         if has_components:
+            step("component cells")
             comp, ops, skipped = component_rows(measured, catalog, data)
             parts.append(comp)
             if len(data.ops):  # the pricer comparison is per operator (whole-model iterations alone have none)
+                step("pricer comparison")
                 met, pricer_ops = pricer_rows(data, catalog)
                 pricer_parts.append(met)
         else:  # every component cell was skipped (e.g. a model the catalog cannot price)
             skipped = list(data.skipped)
+    step("end-to-end replays with every pricer")
     alt = e2e.alternatives(tables, catalog)
     if len(alt) and "metric" in alt:
         alt = alt[alt["metric"].notna()]
         pricer_parts.append(alt[["pricer", "source", "cell_id", "gpu", "metric", "measured", "simulated",
                                  "rel_error", "role"]])
+    step("end-to-end cells")
     e2e_rows, dists, e2e_skipped = e2e.run_all(tables, catalog, agent=not quick)
     skipped += e2e_skipped
     if len(e2e_rows):
@@ -300,6 +322,7 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
         parts.append(e2e_rows)
     from validation import live
 
+    step("live-engine cells")
     if live_paths is None:  # the committed live runs count as default sources
         live_paths = list(live.default_paths()) if defaults else []
     live_rows = live.rows([Path(p) for p in live_paths])
@@ -317,8 +340,13 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
         pricers.to_parquet(out / "pricers.parquet", index=False)
     if len(pricer_ops):
         pricer_ops.to_parquet(out / "pricer_ops.parquet", index=False)
-    sensitivity = e2e_llmperf.llmperf_burst(tables, catalog)
-    summary = report.headline(errors, sensitivity)
+    step("LLMPerf sensitivity to unrecorded settings")
+    sensitivity = pd.DataFrame() if quick else e2e_llmperf.llmperf_sensitivity(tables, catalog)
+    if len(sensitivity):
+        sensitivity.to_parquet(out / "llmperf_sensitivity.parquet", index=False)
+    burst = sensitivity[(sensitivity["setting"] == "arrivals") & (sensitivity["value"] == "burst")
+                        & (sensitivity["dtype"] == "bf16")] if len(sensitivity) else sensitivity
+    summary = report.headline(errors, burst)
     summary.update(report.pricer_headline(pricers))
     if has_components and len(pricer_ops):
         summary["table_limits"] = table_limits(data, pricers, pricer_ops, catalog)
@@ -339,13 +367,16 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
     # provenance, CV scores, leave-one-GPU-out / leave-one-model-out, table fidelity; rendered by
     # protocol.render_protocol_markdown(summary)
     if has_components and len(data.ops):
+        step("protocol: CV, leave-one-GPU/model-out")
         frames, summary["protocol"] = crossval.outputs(data, pricers, catalog, lomo=not quick)
         for name, frame in frames.items():
             if len(frame):
                 frame.to_parquet(out / f"protocol_{name}.parquet", index=False)
     # ---- end of the validation protocol outputs
+    step("report and figures")
+    bands.write(errors, out / "error_bands.json")
     report.write(out, errors, ops, dists, aggregates(errors), summary, quick=quick, pricers=pricers,
-                 pricer_ops=pricer_ops, catalog=catalog)
+                 pricer_ops=pricer_ops, catalog=catalog, sensitivity=sensitivity)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
     return summary
 

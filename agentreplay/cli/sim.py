@@ -112,20 +112,31 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary", plans: l
                                        f"short ({rej['calls_not_run']:,} later calls not sent), "
                                        f"{rej['length_capped_requests']:,} output(s) capped")
     table.add_row("makespan", f"{s['makespan_s']:,.1f} s")
-    rows = (("e2e_s", "E2E latency"), ("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("queued_s", "queueing")) \
-        if requests else (("jct_s", "JCT"), ("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("queued_s", "queueing"))
-    for key, label in rows:
+    bands = s.get("error_bands", {})
+
+    def band(key: str) -> str:
+        return f" ({bands[key]['text']})" if key in bands else ""
+
+    first = ("e2e_s", "E2E latency") if requests else ("jct_s", "JCT")
+    for key, label in (first, ("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("queued_s", "queueing")):
         q = s[key]
+        # a request's E2E latency is its one-turn program's JCT: the same band (agentreplay.bands.FAMILIES)
         table.add_row(f"{label} mean / p50 / p90 / p99 (s)",
-                      f"{q['mean']:.3f} / {q['p50']:.3f} / {q['p90']:.3f} / {q['p99']:.3f}")
+                      f"{q['mean']:.3f} / {q['p50']:.3f} / {q['p90']:.3f} / {q['p99']:.3f}"
+                      f"{band('jct_s' if key == 'e2e_s' else key)}")
     if requests:
         table.add_row("throughput", f"{s['throughput_requests_per_s']:.4f} requests/s, "
-                                    f"{s['throughput_output_tokens_per_s']:,.0f} output tokens/s")
+                                    f"{s['throughput_output_tokens_per_s']:,.0f} output tokens/s{band('throughput')}")
+    else:
+        table.add_row("throughput", f"{s['throughput_programs_per_s']:.4f} programs/s, "
+                                    f"{s['throughput_output_tokens_per_s']:,.0f} output tokens/s{band('throughput')}")
+    if bands:
+        table.add_row("error bands", "mean |error| of the validation cells comparable to this one (GPU and model "
+                                     "class: agentreplay.bands), on the metric family each figure is judged by")
+    if requests:
         table.add_row("prefix hit rate", f"{s['prefix_hit_rate']:.3f} (shared with earlier requests "
                                          f"{s['prefix_hit_rate_shared_prefix']:.3f})")
     else:
-        table.add_row("throughput", f"{s['throughput_programs_per_s']:.4f} programs/s, "
-                                    f"{s['throughput_output_tokens_per_s']:,.0f} output tokens/s")
         table.add_row("prefix hit rate", f"{s['prefix_hit_rate']:.3f} (shared prefix "
                                          f"{s['prefix_hit_rate_shared_prefix']:.3f}, own history "
                                          f"{s['prefix_hit_rate_own_history']:.3f})")
@@ -140,6 +151,17 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary", plans: l
     for f in s.get("findings", []):
         table.add_row(f"[bold yellow]{f['kind']}[/]", escape(f["message"]))
     show(table)
+
+
+def error_band_dict(summary: dict[str, Any], source: str) -> dict[str, Any]:
+    """The headline figures' error bands (:mod:`agentreplay.bands`) as summary.json data; {} for 'none'."""
+    from agentreplay.bands import bands_for, load_residuals
+
+    if source == "none":
+        return {}
+    res = load_residuals(None if source == "packaged" else source)
+    return {k: {"mape_pct": round(b.mape_pct, 2), "mean_signed_pct": round(b.mean_signed_pct, 2),
+                "n_cells": b.n_cells, "level": b.level, "text": b.text()} for k, b in bands_for(summary, res).items()}
 
 
 def findings(result: Any, trace: Any) -> list[dict[str, Any]]:
@@ -194,6 +216,9 @@ def simulate(
     seed: o.Seed = None,
     config: o.Config = None,
     quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+    error_bands: Annotated[str, typer.Option(help="Error-band file (agentreplay validate writes error_bands.json) "
+                                             "for the headline figures, or 'none'. Default: the packaged one, "
+                                             "from the committed validation report.")] = "packaged",
     as_json: o.Json = False,
 ) -> None:
     """Replay a trace on a simulated cluster; write turns/programs/instances.parquet, summary.json, config.toml.
@@ -233,6 +258,7 @@ def simulate(
                     result = run_simulate(tr, cfg, progress=lambda done, total: bar.update(
                         task, completed=done, total=total))
             result.summary["findings"] = findings(result, tr)
+            result.summary["error_bands"] = error_band_dict(result.summary, error_bands)
             result.write(tmp)
     except (CapacityError, OutputDirError, ValueError, OSError) as exc:
         raise fail(str(exc)) from None

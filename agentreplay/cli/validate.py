@@ -8,11 +8,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from agentreplay.cli.app import app, console, fail
+from agentreplay.cli.app import app, console, fail, print_json, show
 
 #: Options both commands take: extra measured sources, and whether ../shared/measurements is read too.
 Measured = Annotated[list[Path] | None, typer.Option("--measured", help="Extra measured source (repeatable); "
-                                                     "format auto-detected by the registered collectors.")]
+                                                     "format auto-detected by the registered collectors. Default: "
+                                                     "none (../shared/measurements only).")]
 NoDefaults = Annotated[bool, typer.Option("--no-default-sources", help="Use only --measured paths, not "
                                           "../shared/measurements.")]
 
@@ -24,13 +25,14 @@ def _pct(v: float | None) -> str:
 @app.command()
 def calibrate(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the calibrated gpus.toml here (and "
-                                             "calibration.json beside it) instead of the packaged catalog.")] = None,
+                                             "calibration.json beside it). Default: the packaged catalog.")] = None,
     measured: Measured = None,
     no_defaults: NoDefaults = False,
     calibration: Annotated[list[str] | None, typer.Option(
         "--calibration", help="End-to-end mode: cell-id glob of the measured runs that fit the per-step engine cost "
         "(repeatable); every other end-to-end cell of the --measured runs is held out and its error printed. Reads "
         "only the --measured runs. Default: none (fit the component profiles instead).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the calibration summary as JSON.")] = False,
 ) -> None:
     """Fit the performance model's per-GPU efficiencies to the measured component profiles; with
     ``--calibration``, fit the per-step engine cost end to end on measured runs with a declared split.
@@ -41,7 +43,7 @@ def calibrate(
     if calibration:
         from agentreplay.cli.e2e_fit import calibrate_end_to_end
 
-        calibrate_end_to_end(measured or [], calibration, out)
+        calibrate_end_to_end(measured or [], calibration, out, as_json=as_json)
         return
     from validation.calibrate import mape_table, run
     from validation.measured import load
@@ -51,6 +53,9 @@ def calibrate(
         summary = run(data, out)
     except ValueError as exc:
         raise fail(str(exc)) from None
+    if as_json:
+        print_json({k: v for k, v in summary.items() if not k.startswith("_")})
+        return
     table = Table(title="calibrated efficiencies (fitted parameters; the rest keep their catalog value)")
     for col in ("gpu", "fitted", "points cal/val", "op MAPE % cal", "op MAPE % val"):
         table.add_column(col)
@@ -61,14 +66,14 @@ def calibrate(
         pts = v["points"]
         table.add_row(g, eff, f"{pts['calibration']}/{pts['validation']}", _pct(v["mape_pct"]["calibration"]),
                       _pct(v["mape_pct"]["validation"]))
-    console.print(table)
+    show(table)
     ops = mape_table(summary["_ops"]).reset_index()
     t2 = Table(title="operator fit error, MAPE % (per GPU and operator group)")
     for col in ops.columns:
         t2.add_column(str(col))
     for row in ops.itertuples(index=False):
         t2.add_row(*(_pct(x) if isinstance(x, float) or x is None else str(x) for x in row))
-    console.print(t2)
+    show(t2)
     console.print(f"wrote {out or 'the packaged catalog'} and calibration.json")
 
 
@@ -82,35 +87,51 @@ def validate(
     no_defaults: NoDefaults = False,
     quick: Annotated[bool, typer.Option(help="Skip the agent-JCT replay (the slowest cell).")] = False,
     catalog: Annotated[Path | None, typer.Option(help="GPU catalog TOML to validate (default: packaged).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary (summary.json) as JSON instead of the "
+                                          "tables.")] = False,
 ) -> None:
     """Simulate every measured cell and compare: errors.parquet, report.md, report.html.
 
     Example: agentreplay validate --out reports/validation
     """
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
     from agentreplay.outdir import staged
-    from validation.validate import run
+    from validation.validate import STEPS, run
 
     try:  # staged: a run that fails (e.g. no measured cell) leaves no folder behind, a rerun no stale figure
-        with staged(out, "validate") as tmp:
+        with staged(out, "validate") as tmp, Progress(
+                TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TextColumn("ETA"),
+                TimeRemainingColumn(), console=console, transient=True, disable=as_json) as bar:
+            task = bar.add_task("validate", total=sum(w for _, w in STEPS))
+            done: list[float] = []
+
+            def progress(name: str, weight: float) -> None:  # the steps' measured shares of the wall time
+                bar.update(task, completed=sum(done), description=name)
+                done.append(weight)
+
             s = run(tmp, [str(p) for p in measured or []], defaults=not no_defaults, quick=quick, catalog=catalog,
-                    live_paths=live)
+                    live_paths=live, progress=progress)
     except ValueError as exc:  # OutputDirError (a folder agentreplay did not write) is a ValueError
         raise fail(str(exc)) from None
     e2e = s.get("end_to_end", {})
+    if as_json:
+        print_json(s)
+        return
     table = Table(title="end-to-end cells, misses first (worst judged metric, signed error %)")
     for col in ("cell", "judged metrics met", "worst metric", "error %", "verdict"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col)
     for c in e2e.get("cells_table", []):
         label = c["cell_id"] + (" (stand-in workload)" if c["workload"] == "stand-in" else "")
         table.add_row(label, f"{c['met']} / {c['metrics']}", str(c["worst_metric"]), _pct(c["worst_error_pct"]),
                       "within target" if c["within_target"] else "missed")
-    console.print(table)
+    show(table)
     comp = Table(title="component cells, default pricer: MAPE % by role (details and every pricer: report.md)")
     for col in ("gpu", "calibration", "validation"):
         comp.add_column(col)
     for g, v in s.get("component_mape_pct", {}).items():
         comp.add_row(g, _pct(v.get("calibration")), _pct(v.get("validation")))
-    console.print(comp)
+    show(comp)
     console.print(f"wrote {out}/errors.parquet, {out}/report.md, {out}/report.html")
     if e2e.get("line"):
         console.print(f"[bold]{e2e['line']}[/bold]", markup=True, highlight=False)

@@ -18,7 +18,8 @@ SIZES = [2048 * 2**k for k in range(12)]
 
 def curve(tp: int, gpu: str = "h100-sxm") -> pd.DataFrame:
     secs = [20e-6 + b * 2 * (tp - 1) / tp / 300e9 for b in SIZES]  # monotone: a ring with a 20 us latency
-    return pd.DataFrame({"cell_id": f"vidur/network/{gpu}/all_reduce/n{tp}", "group": "all_reduce", "probe": "all_reduce", "tp": tp,
+    return pd.DataFrame({"cell_id": f"vidur/network/{gpu}/all_reduce/n{tp}", "group": "all_reduce",
+                         "probe": "all_reduce", "tp": tp,
                          "bytes": SIZES, "measured_s": secs, "gpu": gpu})
 
 

@@ -50,8 +50,9 @@ def test_spread_and_tolerances_follow_the_engine_and_the_pricer() -> None:
     assert spread([9.0, 10.0, 12.0]) == {"min": 9.0, "max": 12.0, "median": 10.0, "rel_range": pytest.approx(0.3)}
     calm = tolerances(_repeats([1.0, 1.0, 1.0], [1.0] * 3, [5, 5, 5], [5] * 3))
     noisy = tolerances(_repeats([0.8, 1.0, 1.2], [1.0] * 3, [2, 5, 9], [5] * 3))
-    assert calm["jct_mean_s"] == 0.15 and noisy["jct_mean_s"] == pytest.approx(0.8)  # 2 x 40% spread
-    assert calm["preemptions"] == 3.0 and noisy["preemptions"] == 7.0
+    assert calm["jct_mean_s"] == 0.15 and calm["cached_tokens"] == 0.25
+    assert noisy["jct_mean_s"] == pytest.approx(0.8)  # 2 x 40% spread
+    assert calm["preemptions"] == 5.0 and noisy["preemptions"] == 7.0
     pricer_noise = tolerances(_repeats([1.0] * 3, [1.0] * 3, [5] * 3, [5] * 3),
                               profile_sims=[_figs(s, 0, 0) for s in (0.9, 1.0, 1.1)])
     assert pricer_noise["jct_mean_s"] == pytest.approx(0.4)
@@ -63,23 +64,22 @@ def test_judge_passes_a_matching_simulator_and_fails_each_broken_figure() -> Non
     # a load burst in one repeat: the median error and the spread absorb it
     assert judge(_repeats([1.0, 1.6, 1.0], [1.0, 1.1, 1.0], [5, 6, 5], [5, 6, 5]))["verdict"] == "pass"
     for broken, figure in ((_repeats([1.0] * 3, [1.0] * 3, [5, 6, 5], [25, 30, 20]), "preemptions"),
-                           (_repeats([1.0] * 3, [1.0] * 3, [5, 6, 5], [5, 6, 5], fcfs_sim=0.8), "admission_fcfs"),
+                           (_repeats([1.0] * 3, [1.0] * 3, [5, 6, 5], [5, 6, 5], fcfs_sim=0.7), "admission_fcfs"),
                            (_repeats([1.0] * 3, [1.4] * 3, [5, 6, 5], [5, 6, 5]), "jct_mean_s")):
         res = judge(broken)
         assert res["verdict"] == "fail"
         assert figure in {c["figure"] for c in res["checks"] if not c["ok"]}
     hits = copy.deepcopy(good)
-    hits[1]["sim"]["cached_tokens"] = 1300.0
+    hits[1]["sim"]["cached_tokens"] = 1400.0
     assert judge(hits)["verdict"] == "fail"
     few = copy.deepcopy(good)
     for r in few:  # the cell hardly queued: the order cannot be judged
         r["real"]["admission_pairs"] = 5.0
     assert judge(few)["verdict"] == "fail"
-    slack = copy.deepcopy(good)  # 30 engine pairs, 2 of them inverted: within two pairs' worth
-    for r in slack:
-        r["real"]["admission_pairs"], r["real"]["admission_fcfs"] = 10.0, 0.8 if r is slack[0] else 1.0
-    check = {c["figure"]: c for c in judge(slack)["checks"]}["admission_fcfs"]
-    assert check["ok"] and check["tolerance"] == pytest.approx(2 / 30)
+    noisy_engine = copy.deepcopy(good)  # 30 engine pairs, 3 of them inverted: within the tolerance
+    for r in noisy_engine:
+        r["real"]["admission_pairs"], r["real"]["admission_fcfs"] = 10.0, 0.7 if r is noisy_engine[0] else 1.0
+    assert {c["figure"]: c for c in judge(noisy_engine)["checks"]}["admission_fcfs"]["ok"]
 
 
 def test_judge_needs_three_repeats() -> None:

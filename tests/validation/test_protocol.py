@@ -179,3 +179,21 @@ def test_leave_one_model_out_fits_without_the_held_out_model(monkeypatch: pytest
     for p in ("roofline", "refined"):
         assert np.allclose(runs[0][("llama-2-7b", p)], runs[1][("llama-2-7b", p)], rtol=1e-9)
         assert not np.allclose(runs[0][("llama-3.1-8b", p)], runs[1][("llama-3.1-8b", p)], rtol=1e-3)
+
+
+def test_table_pricer_validates_out_of_cell_only() -> None:
+    """Pricer rows: the table's in-cell rows are 'fidelity' (every cell), its 'validation' rows are the TP=2 cell
+    priced from the TP=1 table; the rooflines carry their cells' roles; no table row claims calibration."""
+    from validation import validate as V
+
+    data = K.component_data(synthetic(tps=(1, 2)))
+    met, ops = V.pricer_rows(data)
+    tab = ops[ops["pricer"] == "table"]
+    assert set(tab["role"]) == {"fidelity", "validation"}
+    assert set(tab.loc[tab["role"] == "validation", "cell_id"]) == {c for c in data.tps if c.endswith("/tp2")}
+    assert set(tab.loc[tab["role"] == "fidelity", "cell_id"]) == set(data.tps)
+    roles = dict(zip(data.ops["cell_id"], data.ops["role"], strict=True))
+    for name in ("roofline", "refined"):
+        r = ops[ops["pricer"] == name]
+        assert (r["role"] == r["cell_id"].map(roles)).all()
+    assert set(met["role"]) <= set(P.ROLES)
