@@ -292,8 +292,8 @@ def fit_iterations(calibration: Sequence[IterationCell], held_out: Sequence[Iter
         rhs.append(1.0 - p0 / m)
     x, _ = nnls(np.vstack(rows), np.concatenate(rhs))
     fitted = StepCost(float(x[0]), float(x[1]))
-    result = FitResult([c.cell_id for c in calibration], [c.cell_id for c in (*held_out, *held_out_runs)], start,
-                       fitted, 1)
+    held_ids = [c.cell_id for c in held_out] + [r.cell_id for r in held_out_runs]
+    result = FitResult([c.cell_id for c in calibration], held_ids, start, fitted, 1)
     evaluate_iterations(result, calibration, "calibration")
     evaluate_iterations(result, held_out, "held-out")
     evaluate_runs(result, held_out_runs, "held-out")

@@ -45,10 +45,10 @@ def calibrate_end_to_end(measured: list[Path], globs: list[str], out: Path | Non
     try:
         data = Measured()
         for p in measured:
-            before = set(data.table("cells")["cell_id"])
+            known = set(data.table("cells")["cell_id"])
             collect_path(p, data)
             if _inside(p, default_root()):
-                protected |= set(data.table("cells")["cell_id"]) - before
+                protected |= set(data.table("cells")["cell_id"]) - known
         runs = runs_from_tables(data.tables)
         iters, why = iteration_cells_from_tables(data.tables)
         used = {r.cell_id for r in runs} | {c.cell_id for c in iters}
