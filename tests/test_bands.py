@@ -78,3 +78,13 @@ def test_bad_band_file_names_the_file_and_field(tmp_path) -> None:
         B.load_residuals(p)
     with pytest.raises(ValueError, match="not found"):
         B.load_residuals(tmp_path / "missing.json")
+
+
+def test_packaged_bands_are_the_committed_reports() -> None:
+    """The packaged error-band file is the one the committed validation report wrote (refresh both together:
+    agentreplay validate --out reports/validation, then copy its error_bands.json to the catalog)."""
+    from pathlib import Path
+
+    committed = Path(__file__).resolve().parents[1] / "reports" / "validation" / "error_bands.json"
+    assert B.PACKAGED.read_text() == committed.read_text()
+    assert B.load_residuals()  # readable, and not empty
