@@ -73,9 +73,16 @@ def test_judge_passes_a_matching_simulator_and_fails_each_broken_figure() -> Non
     hits[1]["sim"]["cached_tokens"] = 1400.0
     assert judge(hits)["verdict"] == "fail"
     few = copy.deepcopy(good)
-    for r in few:  # the cell hardly queued: the order cannot be judged
+    for r in few:  # the engine hardly queued: its order is not measured, and says so; the rest still judges
         r["real"]["admission_pairs"] = 5.0
+    order = {c["figure"]: c for c in judge(few)["checks"]}["admission_fcfs"]
+    assert order["ok"] and not order["measured"] and "not measured" in order["statistic"]
+    few[0]["sim"]["preemptions"] = 30.0
     assert judge(few)["verdict"] == "fail"
+    sim_few = copy.deepcopy(good)
+    for r in sim_few:  # the engine queued, the simulator did not: a failure of the simulator
+        r["sim"]["admission_pairs"] = 5.0
+    assert judge(sim_few)["verdict"] == "fail"
     noisy_engine = copy.deepcopy(good)  # 30 engine pairs, 3 of them inverted: within the tolerance
     for r in noisy_engine:
         r["real"]["admission_pairs"], r["real"]["admission_fcfs"] = 10.0, 0.7 if r is noisy_engine[0] else 1.0
