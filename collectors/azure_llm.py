@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 from collectors.base import BadInput, CollectResult
-from collectors.requests import Req, as_int, collect_requests, csv_rows, files, first_line
+from collectors.requests import Req, as_int, collect_requests, csv_rows, detects, recogniser
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _EPOCH = datetime(2000, 1, 1)
@@ -39,8 +39,7 @@ def parse_file(path: Path) -> list[Req]:
             for line, row in csv_rows(path, COLUMNS)]
 
 
-def _recognise(path: Path) -> bool:
-    return path.suffix == ".csv" and all(c in first_line(path).split(",") for c in COLUMNS)
+_recognise = recogniser(".csv", COLUMNS)
 
 
 class AzureLLMCollector:
@@ -48,7 +47,7 @@ class AzureLLMCollector:
     description = "Azure LLM inference trace 2023 (CSV: TIMESTAMP, ContextTokens, GeneratedTokens)"
 
     def detect(self, path: Path) -> bool:
-        return bool(files(path, ".csv", _recognise)) and (path.is_dir() or _recognise(path))
+        return detects(path, ".csv", _recognise)
 
     def collect(self, path: Path) -> CollectResult:
         return collect_requests(self.name, path, ".csv", _recognise, parse_file, shared_clock=True,

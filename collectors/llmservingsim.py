@@ -15,11 +15,19 @@ simulator. Without the ids nothing is assumed shared.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from collectors.base import BadInput, CollectResult
-from collectors.requests import Req, as_int, as_time, collect_requests, files, first_line, jsonl_objects, require
+from collectors.requests import (
+    Req,
+    as_int,
+    as_time,
+    collect_requests,
+    detects,
+    jsonl_objects,
+    recogniser,
+    require,
+)
 
 FIELDS = ("input_toks", "output_toks", "arrival_time_ns")
 BLOCK_TOKENS = 16  #: vLLM's default block size: the granularity its prefix cache can share at
@@ -56,14 +64,7 @@ def parse_file(path: Path, table: dict[tuple[int, tuple[int, ...]], int] | None 
     return out
 
 
-def _recognise(path: Path) -> bool:
-    if path.suffix != ".jsonl":
-        return False
-    try:
-        obj = json.loads(first_line(path))
-    except ValueError:
-        return False
-    return isinstance(obj, dict) and all(f in obj for f in FIELDS)
+_recognise = recogniser(".jsonl", FIELDS)
 
 
 class LLMServingSimCollector:
@@ -71,7 +72,7 @@ class LLMServingSimCollector:
     description = "LLMServingSim / vLLM benchmark workloads (JSONL: input_toks, output_toks, arrival_time_ns)"
 
     def detect(self, path: Path) -> bool:
-        return bool(files(path, ".jsonl", _recognise)) and (path.is_dir() or _recognise(path))
+        return detects(path, ".jsonl", _recognise)
 
     def collect(self, path: Path) -> CollectResult:
         table: dict[tuple[int, tuple[int, ...]], int] = {}

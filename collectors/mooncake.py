@@ -19,11 +19,18 @@ makes the file skip with the line, field and value.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from collectors.base import BadInput, CollectResult
-from collectors.requests import Req, as_int, collect_requests, files, first_line, jsonl_objects, require
+from collectors.requests import (
+    Req,
+    as_int,
+    collect_requests,
+    detects,
+    jsonl_objects,
+    recogniser,
+    require,
+)
 
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 BLOCK_TOKENS = 512  #: the release's README: "The block size is 512 tokens"
@@ -46,14 +53,7 @@ def parse_file(path: Path) -> list[Req]:
     return out
 
 
-def _recognise(path: Path) -> bool:
-    if path.suffix != ".jsonl":
-        return False
-    try:
-        obj = json.loads(first_line(path))
-    except ValueError:
-        return False
-    return isinstance(obj, dict) and all(f in obj for f in FIELDS)
+_recognise = recogniser(".jsonl", FIELDS)
 
 
 def reuse_bound(reqs: list[tuple[list[int], int]]) -> tuple[int, int]:
@@ -82,7 +82,7 @@ class MooncakeCollector:
     description = "Mooncake request traces (JSONL: timestamp ms, input_length, output_length, hash_ids)"
 
     def detect(self, path: Path) -> bool:
-        return bool(files(path, ".jsonl", _recognise)) and (path.is_dir() or _recognise(path))
+        return detects(path, ".jsonl", _recognise)
 
     def collect(self, path: Path) -> CollectResult:
         result = collect_requests(self.name, path, ".jsonl", _recognise, parse_file, shared_clock=False,

@@ -114,6 +114,27 @@ def first_line(path: Path) -> str:
         return ""
 
 
+def recogniser(suffix: str, fields: tuple[str, ...]) -> Callable[[Path], bool]:
+    """Cheap format detection: a ``.csv`` file whose header names every field, or a ``.jsonl`` file whose first
+    line is a JSON object with every field."""
+    def recognise(path: Path) -> bool:
+        if path.suffix != suffix:
+            return False
+        if suffix == ".csv":
+            return all(c in first_line(path).split(",") for c in fields)
+        try:
+            obj = json.loads(first_line(path))
+        except ValueError:
+            return False
+        return isinstance(obj, dict) and all(f in obj for f in fields)
+    return recognise
+
+
+def detects(path: Path, suffix: str, recognise: Callable[[Path], bool]) -> bool:
+    """A collector's ``detect``: a recognised file, or a folder holding at least one."""
+    return bool(files(path, suffix, recognise)) and (path.is_dir() or recognise(path))
+
+
 def files(path: Path, suffix: str, recognise: Callable[[Path], bool]) -> list[Path]:
     """``path`` itself, or the files of folder ``path`` with ``suffix`` that ``recognise`` accepts (sorted)."""
     if path.is_file():

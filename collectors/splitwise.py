@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from collectors.base import CollectResult
-from collectors.requests import Req, as_int, as_time, collect_requests, csv_rows, files, first_line
+from collectors.requests import Req, as_int, as_time, collect_requests, csv_rows, detects, recogniser
 
 COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 
@@ -25,8 +25,7 @@ def parse_file(path: Path) -> list[Req]:
             for line, row in csv_rows(path, COLUMNS)]
 
 
-def _recognise(path: Path) -> bool:
-    return path.suffix == ".csv" and all(c in first_line(path).split(",") for c in COLUMNS)
+_recognise = recogniser(".csv", COLUMNS)
 
 
 class SplitwiseCollector:
@@ -34,7 +33,7 @@ class SplitwiseCollector:
     description = "Splitwise request traces (Vidur CSV: arrived_at, num_prefill_tokens, num_decode_tokens)"
 
     def detect(self, path: Path) -> bool:
-        return bool(files(path, ".csv", _recognise)) and (path.is_dir() or _recognise(path))
+        return detects(path, ".csv", _recognise)
 
     def collect(self, path: Path) -> CollectResult:
         return collect_requests(self.name, path, ".csv", _recognise, parse_file, shared_clock=False,
