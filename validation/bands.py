@@ -22,7 +22,7 @@ from validation import headline as H
 def residuals(errors: pd.DataFrame) -> list[dict[str, Any]]:
     t = H.e2e_table(errors)
     t = t[t["judged"] & t["workload"].eq("measured") & ~t["metric"].isin(H.ITERATION_METRICS)]
-    fam = t["metric"].str.replace(r"_(mean|p\d+)_s$", "", regex=True)
+    fam = H.family(t["metric"])
     return [{"cell_id": r.cell_id, "source": r.source, "gpu": r.gpu, "model": r.model,
              "gpu_class": gpu_class(str(r.gpu)), "model_class": model_class(str(r.model)), "metric": r.metric,
              "family": f, "error_pct": round(float(r.error_pct), 3)}

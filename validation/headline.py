@@ -117,13 +117,18 @@ def not_simulated(skipped: list[dict[str, str]] | list[tuple[str, str]]) -> pd.D
     return df[src.isin(E2E_SOURCES)].reset_index(drop=True)
 
 
+def family(metric: pd.Series) -> pd.Series:
+    """A metric's family: its name without the statistic (``ttft_p90_s`` -> ``ttft``; throughputs unchanged)."""
+    return metric.str.replace(r"_(mean|p\d+)_s$", "", regex=True)
+
+
 def group_mape(table: pd.DataFrame) -> pd.DataFrame:
     """MAPE and signed mean error (%) of the judged rows per workload, source and metric family (mean, quantiles
     and throughput kept apart)."""
     j = table[table["judged"]]
     if not len(j):
         return pd.DataFrame(columns=["workload", "source", "family", "n", "mape_pct", "mean_signed_pct"])
-    fam = j["metric"].str.replace(r"_(mean|p\d+)_s$", "", regex=True)
+    fam = family(j["metric"])
     g = j.assign(family=fam).groupby(["workload", "source", "family"])["error_pct"]
     return pd.DataFrame({"n": g.size(), "mape_pct": g.apply(lambda v: float(np.mean(np.abs(v)))),
                          "mean_signed_pct": g.mean()}).reset_index()

@@ -24,7 +24,7 @@ from validation.headline import not_simulated, summarise
 from validation.report_e2e import e2e_sections, llmperf_section, split_sections
 from validation.tables import md as _md
 
-TARGETS: Final = {"component_validation_mape_pct": 5.0, "vllm_run_mean_pct": 10.0, "llmperf_throughput_pct": 10.0}
+TARGETS: Final = {"component_validation_mape_pct": 5.0, "vllm_run_mean_pct": 10.0}
 
 # ---------------------------------------------------------------------------------------------- headline
 def headline(df: pd.DataFrame, burst: pd.DataFrame | None = None) -> dict[str, Any]:
@@ -155,7 +155,8 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
     lp = s.get("pricer_llmperf_rtx3090_bf16_throughput_pct", {})
     if lp:
         head.append("- LLMPerf RTX 3090 BF16 output throughput by pricer: " + ", ".join(
-            f"{pr} {v:+.1f}%" for pr, v in lp.items()) + f" (target +-{TARGETS['llmperf_throughput_pct']:.0f}%)")
+            f"{pr} {v:+.1f}%" for pr, v in lp.items()) + " (fixed by construction under the reconstructed client's "
+            "launch spread: shown, not judged)")
     sw = s.get("pricer_splitwise_mape_pct", {})
     if sw:
         head.append("- Splitwise whole-model iterations by pricer, MAPE % prefill / decode: " + "; ".join(
