@@ -198,9 +198,10 @@ def _shipped(catalog: Any) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- LOGO
-def leave_one_gpu_out(data: K.ComponentData, catalog: Any = None) -> pd.DataFrame:
-    """Per profiled GPU and pricer (roofline, refined): the donor, and the MAPE on every cell of the GPU with the
-    donor's parameters (``logo_*``) beside the GPU's own fit on the same rows (``own_*``)."""
+def _profiled(data: K.ComponentData, catalog: Any = None
+              ) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]], list[str], dict[str, GpuSpec]]:
+    """(plain fitted parameters per GPU, refined fitted parameters per GPU, the profiled catalog GPUs with a fit
+    of their own, their specs)."""
     shipped = _shipped(catalog)
     fitted = {g: tuple(v.get("fitted", ())) for g, v in shipped.get("gpus", {}).items()
               if not v.get("calibrated_from")}
@@ -208,20 +209,49 @@ def leave_one_gpu_out(data: K.ComponentData, catalog: Any = None) -> pd.DataFram
                if not v.get("calibrated_from")}
     known = set(list_gpus(catalog))
     profiled = sorted(set(data.ops.loc[data.ops["role"] == P.CALIBRATION, "gpu"]) & known & set(fitted))
-    specs = {g: load_gpu(g, catalog) for g in profiled}
+    return fitted, rfitted, profiled, {g: load_gpu(g, catalog) for g in profiled}
+
+
+def logo_efficiency(g: str, profiled: list[str], specs: dict[str, GpuSpec], fitted: dict[str, tuple[str, ...]],
+                    catalog: Any = None) -> tuple[str, Efficiency, list[str]] | None:
+    """What the catalogue would hold for ``g`` without its profile (the plain roofline): (donor, efficiency,
+    the parameters borrowed from the donor); the parameters ``g`` had fitted and cannot borrow at the
+    ``[defaults.efficiency]`` values. None when no other profiled GPU can be a donor."""
+    donor = P.nearest_gpu(specs[g], [specs[x] for x in profiled])
+    if donor is None:
+        return None
+    target, dspec = specs[g], specs[donor]
     defaults = default_efficiency(catalog)
+    take = K.borrowable(K.KERNEL_PARAMS, fitted[donor], target)
+    eff = dataclasses.replace(target.efficiency, **{p: defaults[p] for p in fitted[g] if p in defaults})
+    eff = dataclasses.replace(eff, **{p: getattr(dspec.efficiency, p) for p in take})
+    return donor, eff, list(take)
+
+
+def logo_efficiencies(data: K.ComponentData, catalog: Any = None) -> dict[str, tuple[str, Efficiency]]:
+    """:func:`logo_efficiency` of every profiled GPU that has a donor: {gpu: (donor, efficiency)}."""
+    fitted, _, profiled, specs = _profiled(data, catalog)
+    out = {}
+    for g in profiled:
+        got = logo_efficiency(g, profiled, specs, fitted, catalog)
+        if got is not None:
+            out[g] = got[:2]
+    return out
+
+
+def leave_one_gpu_out(data: K.ComponentData, catalog: Any = None) -> pd.DataFrame:
+    """Per profiled GPU and pricer (roofline, refined): the donor, and the MAPE on every cell of the GPU with the
+    donor's parameters (``logo_*``) beside the GPU's own fit on the same rows (``own_*``)."""
+    fitted, rfitted, profiled, specs = _profiled(data, catalog)
     rows = []
     for g in profiled:
-        donor = P.nearest_gpu(specs[g], [specs[x] for x in profiled])
-        if donor is None:
+        plain = logo_efficiency(g, profiled, specs, fitted, catalog)
+        if plain is None:
             continue
+        donor, eff, take = plain  # plain: what the catalogue would hold for g without its profile
         target, dspec = specs[g], specs[donor]
         cells = set(data.ops.loc[data.ops["gpu"] == g, "cell_id"]) | set(
             data.iterations.loc[data.iterations["gpu"] == g, "cell_id"])
-        # plain: what the catalogue would hold for g without its profile
-        take = K.borrowable(K.KERNEL_PARAMS, fitted[donor], target)
-        eff = dataclasses.replace(target.efficiency, **{p: defaults[p] for p in fitted[g] if p in defaults})
-        eff = dataclasses.replace(eff, **{p: getattr(dspec.efficiency, p) for p in take})
         d_eff, d_ref = load_refinement(dspec, refinement_path(catalog))
         rtake = K.borrowable(K.REFINED_KERNEL_PARAMS, rfitted.get(donor, ()), target)
         reff = dataclasses.replace(eff, **{p: getattr(d_eff, p) for p in rtake if p not in REFINEMENT_FIELDS})
@@ -278,6 +308,29 @@ def _model_of(data: K.ComponentData, cid: str) -> str:
     return str(data.specs[cid].name)  # type: ignore[attr-defined]
 
 
+def _without(data: K.ComponentData, held: set[str]) -> K.ComponentData:
+    """``data`` with the ``held`` cells out of the fit (role validation)."""
+    ops = data.ops.copy()
+    ops.loc[ops["cell_id"].isin(held), "role"] = P.VALIDATION
+    return dataclasses.replace(data, ops=ops)
+
+
+def lomo_models(data: K.ComponentData, g: str) -> list[str]:
+    """The models of ``g``'s calibration cells: a LOMO refit needs two or more."""
+    cal = data.ops[(data.ops["role"] == P.CALIBRATION) & (data.ops["gpu"] == g)]
+    return sorted({_model_of(data, c) for c in cal["cell_id"].unique()})
+
+
+def lomo_efficiency(data: K.ComponentData, g: str, model: str, catalog: Any = None) -> Efficiency | None:
+    """``g``'s plain-roofline efficiency refitted on its calibration cells of the models other than ``model``;
+    None when ``g`` has no calibration cell of ``model`` or of another model."""
+    models = lomo_models(data, g)
+    if model not in models or len(models) < 2:
+        return None
+    held = {c for c in set(data.ops.loc[data.ops["gpu"] == g, "cell_id"]) if _model_of(data, c) == model}
+    return K.fit_gpu(_without(data, held), load_gpu(g, catalog)).efficiency
+
+
 def leave_one_model_out(data: K.ComponentData, catalog: Any = None) -> pd.DataFrame:
     """Per GPU with calibration cells of two or more models, per model and pricer (roofline, refined): the GPU
     refitted on its calibration cells of the other models only, judged on every cell of the held-out model
@@ -299,9 +352,7 @@ def leave_one_model_out(data: K.ComponentData, catalog: Any = None) -> pd.DataFr
             data.iterations.loc[data.iterations["gpu"] == g, "cell_id"])
         for m in models:
             held = {c for c in all_cells if _model_of(data, c) == m}
-            ops = data.ops.copy()
-            ops.loc[ops["cell_id"].isin(held), "role"] = P.VALIDATION  # out of the fit
-            sub = dataclasses.replace(data, ops=ops)
+            sub = _without(data, held)
             pf = K.fit_gpu(sub, gpu)
             rf = K.fit_refined(sub, gpu)
             for pricer, (le, lr), (oe, orf), got, full in (

@@ -248,6 +248,25 @@ def _pct(v: Any) -> str:
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.1f}"
 
 
+def _render_e2e_out_of_cell(d: Mapping[str, Any] | None) -> list[str]:
+    """The end-to-end leave-one-GPU-out / leave-one-model-out table (:mod:`validation.e2e_outofcell`)."""
+    if not d:
+        return ["End to end out of cell: not computed in this run (validate --quick skips it).", ""]
+    out = ["End to end out of cell (validation/e2e_outofcell.py): each simulated end-to-end run (vLLM run, "
+           "LLMPerf) replayed with its GPU priced as shipped, as if the GPU had no profile (LOGO: the donor's "
+           "kernel-level parameters, the rest at [defaults.efficiency]) and as if its model had no profile on that "
+           "GPU (LOMO: the GPU refitted on its other models). MAPE % of the judged metrics per metric family; "
+           "every cell is a validation cell, nothing is chosen from these rows.", ""]
+    rows = [{**r, "shipped": _pct(r.get("shipped")), "LOGO": _pct(r.get("logo")), "LOMO": _pct(r.get("lomo"))}
+            for r in d.get("table", [])]
+    out += [*render_table(rows, ("gpu", "dtype", "family", "cells", "shipped", "LOGO", "LOMO")), ""]
+    if d.get("donors"):
+        out.append("LOGO donors: " + ", ".join(f"{g} <- {x}" for g, x in d["donors"].items()) + ".")
+    out += [f"- not replayed: {n}" for n in d.get("not_replayed", [])]
+    out.append("")
+    return out
+
+
 def render_protocol_markdown(summary: Mapping[str, Any]) -> list[str]:
     """Markdown lines of the protocol's four sections, from ``summary["protocol"]`` (or that entry itself): the
     split, the constants with their provenance (and the CV scores), the leave-one-GPU-out / leave-one-model-out
@@ -327,6 +346,7 @@ def render_protocol_markdown(summary: Mapping[str, Any]) -> list[str]:
         out.append("")
     else:
         out += ["Leave-one-model-out: not computed in this run (validate --quick skips the refits).", ""]
+    out += _render_e2e_out_of_cell(p.get("e2e_out_of_cell"))
     out += ["## Table fidelity (in-cell interpolation; not validation)", "",
             "The table pricer rebuilt from every other point of each cell (attention: every other row and column; "
             "all-reduce: every other size) and judged on the points in between. This is how well the table "

@@ -38,7 +38,7 @@ from agentreplay.perf.table import (
     load_refinement,
     refinement_path,
 )
-from validation import bands, crossval, diagnostics, e2e, e2e_llmperf, headline, report
+from validation import bands, crossval, diagnostics, e2e, e2e_llmperf, e2e_outofcell, headline, report
 from validation import calibrate as K
 from validation import components as C
 from validation.measured import Measured, load
@@ -270,7 +270,7 @@ def aggregates(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
 STEPS: Final = (("read the measured sources", 22), ("component cells", 1), ("pricer comparison", 24),
                 ("end-to-end replays with every pricer", 2), ("end-to-end cells", 7), ("live-engine cells", 0.5),
                 ("LLMPerf sensitivity to unrecorded settings", 24), ("protocol: CV, leave-one-GPU/model-out", 186),
-                ("report and figures", 9))
+                ("end to end out of cell", 4), ("report and figures", 9))
 
 
 def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = None, *, defaults: bool = True,
@@ -369,6 +369,11 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
     if has_components and len(data.ops):
         step("protocol: CV, leave-one-GPU/model-out")
         frames, summary["protocol"] = crossval.outputs(data, pricers, catalog, lomo=not quick)
+        if not quick:
+            step("end to end out of cell")
+            ooc = e2e_outofcell.out_of_cell_rows(tables, data, catalog, shipped=e2e_rows)
+            frames["e2e_out_of_cell"] = ooc
+            summary["protocol"]["e2e_out_of_cell"] = e2e_outofcell.as_summary(ooc)
         for name, frame in frames.items():
             if len(frame):
                 frame.to_parquet(out / f"protocol_{name}.parquet", index=False)
