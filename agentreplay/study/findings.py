@@ -1,0 +1,183 @@
+"""Per-finding tables and verdicts. Each rule is a literal reading of the published statement (issue 18), fixed
+before the results were looked at, and printed beside its verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from agentreplay.study.experiments import GRID_HARDWARE
+from agentreplay.study.figures import gains
+
+VALIDATION_ERRORS = Path(__file__).resolve().parents[2] / "reports" / "validation" / "errors.parquet"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    word: str  #: agree | partly | disagree
+    rule: str
+    evidence: list[str] = field(default_factory=list)
+
+
+def _word(checks: list[bool]) -> str:
+    return "agree" if all(checks) else "disagree" if not any(checks) else "partly"
+
+
+def _mean(d: pd.DataFrame, metric: str, by: list[str]) -> pd.DataFrame:
+    return d.groupby(by, sort=True)[metric].mean().unstack()
+
+
+def routing(d: pd.DataFrame, ceiling: pd.DataFrame) -> tuple[pd.DataFrame, Verdict]:
+    hit = _mean(d, "prefix_hit_rate", ["x", "group_name"])
+    jct = _mean(d, "jct_mean_s", ["x", "group_name"])
+    ceil = ceiling.assign(x=ceiling["x"] * 4).groupby("x")["prefix_hit_rate"].mean()
+    rows, checks, ev = [], [], []
+    for x in hit.index:
+        sa = hit.loc[x, "session-affinity"]
+        for r in hit.columns:
+            rows.append({"programs/s (4 inst.)": x, "router": r, "hit rate": hit.loc[x, r],
+                         "ceiling - hit (points)": 100 * (ceil.get(x, np.nan) - hit.loc[x, r]),
+                         "mean JCT (s)": jct.loc[x, r], "JCT / session-affinity": jct.loc[x, r] / jct.loc[x,
+                                                                                                       "session-affinity"]})
+        near = ceil.get(x, np.nan) - sa <= 0.01
+        losses = [100 * (sa - hit.loc[x, r]) for r in ("round-robin", "least-loaded")]
+        slower = [jct.loc[x, r] / jct.loc[x, "session-affinity"] for r in ("round-robin", "least-loaded")]
+        checks += [bool(near), all(v >= 2.0 for v in losses), all(v >= 1.05 for v in slower)]
+        ev.append(f"{x:g} programs/s: session-affinity hit {sa:.3f} vs ceiling {ceil.get(x, np.nan):.3f}; "
+                  f"round-robin / least-loaded lose {losses[0]:.1f} / {losses[1]:.1f} points and run at "
+                  f"{slower[0]:.2f}x / {slower[1]:.2f}x its mean JCT")
+    rule = ("at every load, session-affinity's hit rate within 1 point of the single-instance ceiling, round-robin "
+            "and least-loaded at least 2 points lower and at least 5% slower in mean JCT (agree: all; partly: some)")
+    return pd.DataFrame(rows), Verdict(_word(checks), rule, ev)
+
+
+def reuse(d: pd.DataFrame) -> tuple[pd.DataFrame, Verdict]:
+    g = gains(d, "vllm")
+    piv = g.pivot_table(index="x", columns="group_name", values="mean")
+    agent = [c for c in piv.columns if c != "vllm"]
+    table = piv.reset_index().rename(columns={"x": "eta"})
+    table.insert(1, "vllm JCT (s)", d[d["group_name"] == "vllm"].groupby("x")["jct_mean_s"].mean().to_numpy())
+    low = piv.loc[piv.index <= 0.3 + 1e-9, agent]
+    high = piv.loc[piv.index >= 0.5 - 1e-9, agent]
+    spread_low = float((low.max(axis=1) / low.min(axis=1)).max()) if len(low) else np.nan
+    best_high = float(high.max(axis=1).max()) if len(high) else np.nan
+    spread_high = float((high.max(axis=1) / high.min(axis=1)).max()) if len(high) else np.nan
+    checks = [spread_low <= 1.1 and float(low.max().max()) <= 1.1, best_high >= 1.5 or spread_high >= 1.5]
+    rule = ("for eta <= 0.3 every policy within 10% of vllm and of each other; for some eta >= 0.5 a policy at "
+            "least 1.5x faster than vllm or than another policy ('multiplies JCT')")
+    ev = [f"eta <= 0.3: largest gain over vllm {float(low.max().max()):.2f}x, largest spread between policies "
+          f"{spread_low:.2f}x", f"eta >= 0.5: largest gain over vllm {best_high:.2f}x, largest spread between "
+          f"policies {spread_high:.2f}x"]
+    return table, Verdict(_word(checks), rule, ev)
+
+
+def tool_scale(d: pd.DataFrame) -> tuple[pd.DataFrame, Verdict]:
+    rows, checks, ev = [], [], []
+    for rate, dr in d.groupby("workload_rate_per_s"):
+        g = gains(dr, "vllm").pivot_table(index="x", columns="group_name", values="mean")
+        gs = gains(dr, "vllm", "jct_serving_mean_s").pivot_table(index="x", columns="group_name", values="mean")
+        for x in g.index:
+            for p in g.columns:
+                if p != "vllm":
+                    rows.append({"programs/s": rate, "tool scale": x, "policy": p, "JCT gain": g.loc[x, p],
+                                 "serving-JCT gain": gs.loc[x, p]})
+        for p in ("continuum", "agent-affinity"):
+            lo, hi = g.index.min(), g.index.max()
+            checks.append(bool(g.loc[hi, p] > g.loc[lo, p]))
+            ev.append(f"{rate:g} programs/s, {p}: JCT gain {g.loc[lo, p]:.2f}x at scale {lo:g} -> "
+                      f"{g.loc[hi, p]:.2f}x at {hi:g}; serving-JCT gain {gs.loc[lo, p]:.2f}x -> {gs.loc[hi, p]:.2f}x")
+    rule = ("the TTL policies' (continuum, agent-affinity) mean-JCT gain over vllm is larger at the largest tool "
+            "scale than at the smallest, at each load")
+    return pd.DataFrame(rows), Verdict(_word(checks), rule, ev)
+
+
+def tool_mechanism(p: pd.DataFrame) -> list[str]:
+    """Plain statements read off the probe table (numbers only; the report's reader judges)."""
+    out = []
+    for rate, pr in p.groupby("rate_per_s"):
+        c = pr[pr["policy"] == "continuum"].set_index("tool_scale")
+        v = pr[pr["policy"] == "vllm"].set_index("tool_scale")
+        nc = pr[pr["policy"] == "continuum-nocap"].set_index("tool_scale")
+        lo, hi = c.index.min(), c.index.max()
+        out.append(f"{rate:g} programs/s: continuum pins {c.loc[lo, 'pin_share']:.0%} of gaps at scale {lo:g} and "
+                   f"{c.loc[hi, 'pin_share']:.0%} at {hi:g} ({c.loc[hi, 'release_above_cap_share']:.0%} released "
+                   f"because the p80 TTL exceeds the 30 s cap); without the cap it pins {nc.loc[hi, 'pin_share']:.0%} "
+                   f"and its mean JCT is {nc.loc[hi, 'jct_mean_s']:.0f} s vs {c.loc[hi, 'jct_mean_s']:.0f} s with it")
+        out.append(f"{rate:g} programs/s: pins released under memory pressure per gap: "
+                   + ", ".join(f"{s:g}x {c.loc[s, 'unpins_on_pressure'] / c.loc[s, 'decisions']:.2f}"
+                               for s in c.index)
+                   + "; pins that expired before the tool returned: "
+                   + ", ".join(f"{s:g}x {c.loc[s, 'pins_expired_share']:.0%}" for s in c.index))
+        out.append(f"{rate:g} programs/s: prefix hit rate vllm / continuum: "
+                   + ", ".join(f"{s:g}x {v.loc[s, 'prefix_hit_rate']:.2f} / {c.loc[s, 'prefix_hit_rate']:.2f}"
+                               for s in c.index)
+                   + "; JCT difference vllm - continuum (s): "
+                   + ", ".join(f"{s:g}x {v.loc[s, 'jct_mean_s'] - c.loc[s, 'jct_mean_s']:.0f}" for s in c.index)
+                   + "; mean tool time per gap (s): "
+                   + ", ".join(f"{s:g}x {c.loc[s, 'tool_s_mean']:.1f}" for s in c.index))
+    return out
+
+
+def bimodal(d: pd.DataFrame) -> tuple[pd.DataFrame, Verdict]:
+    jct = _mean(d, "jct_mean_s", ["x", "group_name"])
+    p99 = _mean(d, "jct_p99_s", ["x", "group_name"])
+    rows, checks, ev = [], [], []
+    static, adaptive = "continuum static threshold (code)", "continuum adaptive TTL"
+    for x in jct.index:
+        base = jct.loc[x, "lru"]
+        for p in jct.columns:
+            rows.append({"tool scale": x, "retention": p, "mean JCT (s)": jct.loc[x, p], "p99 JCT (s)": p99.loc[x, p],
+                         "gain over none (lru)": base / jct.loc[x, p]})
+        best = max(base - jct.loc[x, adaptive], base - jct.loc[x, "oracle"])
+        share = (base - jct.loc[x, static]) / best if best > 0 else np.nan
+        checks.append(bool(share >= 0.5))
+        ev.append(f"scale {x:g}: none {base:.0f} s, static threshold {jct.loc[x, static]:.0f} s, adaptive TTL "
+                  f"{jct.loc[x, adaptive]:.0f} s, oracle {jct.loc[x, 'oracle']:.0f} s: the static rule captures "
+                  f"{share:.0%} of the best saving over none")
+    rule = ("the static threshold rule captures at least half of the larger of the adaptive TTL's and the oracle's "
+            "mean-JCT saving over no retention ('most of the benefit'), at each tool scale")
+    return pd.DataFrame(rows), Verdict(_word(checks), rule, ev)
+
+
+def tiers(d: pd.DataFrame) -> tuple[pd.DataFrame, Verdict]:
+    jct = _mean(d, "jct_mean_s", ["x", "group_name"])
+    p99 = _mean(d, "jct_p99_s", ["x", "group_name"])
+    rows = []
+    for x in jct.index:
+        for t in jct.columns:
+            rows.append({"programs/s": x, "tiers": t, "mean JCT (s)": jct.loc[x, t], "p99 JCT (s)": p99.loc[x, t],
+                         "mean / HBM only": jct.loc[x, t] / jct.loc[x, "HBM only"],
+                         "p99 / HBM only": p99.loc[x, t] / p99.loc[x, "HBM only"]})
+    high = jct.index.max()
+    soft = jct.loc[high, "+DRAM 64"] / jct.loc[high, "HBM only"]
+    cxl_mean = (jct["+DRAM 64 +CXL 256"] / jct["+DRAM 320"] - 1).abs()
+    cxl_p99 = (p99["+DRAM 64 +CXL 256"] / p99["+DRAM 320"] - 1).abs()
+    checks = [bool(soft <= 0.95), bool(0.03 <= cxl_mean.max() <= 0.2 or 0.03 <= cxl_p99.max() <= 0.2),
+              bool(cxl_p99.max() >= cxl_mean.max())]
+    rule = ("at the highest load a DRAM tier cuts HBM-only mean JCT by at least 5%; CXL's lower bandwidth (DRAM 64 + "
+            "CXL 256 vs DRAM 320, same capacity) moves mean or p99 JCT by 3-20% at some load; and more in the p99 "
+            "than in the mean")
+    ev = [f"{high:g} programs/s: +DRAM 64 mean JCT = {soft:.2f}x HBM only",
+          "CXL vs DRAM at equal capacity, |change| mean / p99 per load: "
+          + ", ".join(f"{x:g}/s {cxl_mean.loc[x]:.1%} / {cxl_p99.loc[x]:.1%}" for x in jct.index)]
+    return pd.DataFrame(rows), Verdict(_word(checks), rule, ev)
+
+
+def measured_counterparts(results: pd.DataFrame, errors: str | Path = VALIDATION_ERRORS) -> pd.DataFrame:
+    """Per grid hardware x model x TP cell: the measured sources covering the same GPU, model and TP."""
+    path = Path(errors)
+    e = pd.read_parquet(path, columns=["source", "gpu", "model", "tp", "role"]) if path.exists() else None
+    rows = []
+    for gpu, model, tp, _ in GRID_HARDWARE:
+        if e is None:
+            rows.append({"gpu": gpu, "model": model, "tp": tp, "measured": f"({path} absent)"})
+            continue
+        m = e[(e["gpu"] == gpu) & (e["model"] == model) & (e["tp"] == tp)]
+        srcs = sorted({f"{s} ({r})" for s, r in zip(m["source"], m["role"], strict=True)})
+        rows.append({"gpu": gpu, "model": model, "tp": tp, "measured": ", ".join(srcs) or "none",
+                     "agent workload": "yes (vllm only)" if "agent-jct" in set(m["source"]) else "no"})
+    return pd.DataFrame(rows)
