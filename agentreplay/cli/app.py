@@ -225,7 +225,7 @@ def main() -> None:
 
 def _register() -> None:
     """Import the command modules so their ``@app.command()`` decorators run."""
-    from agentreplay.cli import compare, drive, sim, study, sweep, tools, validate  # noqa: F401
+    from agentreplay.cli import compare, drive, sim, study, sweep, tasks, tools, validate  # noqa: F401
 
 
 _register()
