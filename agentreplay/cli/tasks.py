@@ -24,7 +24,8 @@ def _table(title: str, head: list[str], rows: list[list[str]]) -> Table:
 def tasks(
     sim_out: Annotated[Path, typer.Argument(metavar="OUT_DIR", help="The --out folder of agentreplay simulate.")],
     deadline: Annotated[float | None, typer.Option(
-        "--deadline", help="Task deadline in seconds of JCT (exclusive with --deadline-x).")] = None,
+        "--deadline", help="Task deadline in seconds of JCT (exclusive with --deadline-x). Default: none (the "
+        "relative deadline --deadline-x applies).")] = None,
     deadline_x: Annotated[float | None, typer.Option(
         "--deadline-x", help="Task deadline as a multiple of each program's uncontended JCT (alone on its "
         "instance, history cached, priced by the run's performance model, plus its tool time). Default: 3 when "
