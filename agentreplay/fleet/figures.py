@@ -52,9 +52,9 @@ def plot_cost_break_even(ax: Any, rep: TaskReport) -> Any:
     ax.plot(s["share_over_5m"], s["usd_per_1000_1h"], label="1-hour TTL")
     star, obs = be["break_even_share_s_star"], be["share_over_5m_tokens_s"]
     if star == star and 0 <= star <= 1:
-        ax.axvline(star, color="grey", ls="--", label=f"break-even s* = {star:.3f}")
+        ax.axvline(star, color="grey", ls="--", label=f"break-even s* = {star:.4f}")
     if obs == obs:
-        ax.axvline(obs, color="red", ls=":", label=f"this run s = {obs:.3f}")
+        ax.axvline(obs, color="red", ls=":", label=f"this run s = {obs:.4f}")
     ax.set_xlabel("share of readable prefix tokens behind a gap > 5 min (s)")
     ax.set_ylabel("USD per 1,000 tasks")
     ax.set_title(f"provider cost by cache TTL ({rep.summary['cost']['prices']['name']})")

@@ -20,12 +20,18 @@ def _f(x: Any, fmt: str = ",.3f") -> str:
 def cost_rows(rep: TaskReport) -> tuple[list[str], list[list[str]]]:
     c = rep.summary["cost"]
     be = c["break_even"]
-    rows = [["no prompt caching", _f(c["usd_per_1000_tasks"]["nocache"], ",.2f"), "-", "-"],
-            ["5-minute TTL", _f(c["usd_per_1000_tasks"]["5m"], ",.2f"), f"{be['gaps_over_5m']:,}",
-             f"{(rep.programs['cheaper_tier'] == '5m').sum():,}"],
-            ["1-hour TTL", _f(c["usd_per_1000_tasks"]["1h"], ",.2f"), f"{be['gaps_over_1h']:,}",
-             f"{(rep.programs['cheaper_tier'] == '1h').sum():,}"]]
-    return ["tier", "USD per 1,000 tasks", "gaps past TTL", "programs cheaper in this tier"], rows
+    p = rep.programs
+
+    def q(col: str) -> list[str]:
+        return [_f(float(p[col].quantile(0.5)), ",.3f"), _f(float(p[col].quantile(0.9)), ",.3f")]
+
+    rows = [["no prompt caching", _f(c["usd_per_1000_tasks"]["nocache"], ",.2f"), *q("nocache_usd"), "-", "-"],
+            ["5-minute TTL", _f(c["usd_per_1000_tasks"]["5m"], ",.2f"), *q("cost_5m_usd"), f"{be['gaps_over_5m']:,}",
+             f"{(p['cheaper_tier'] == '5m').sum():,}"],
+            ["1-hour TTL", _f(c["usd_per_1000_tasks"]["1h"], ",.2f"), *q("cost_1h_usd"), f"{be['gaps_over_1h']:,}",
+             f"{(p['cheaper_tier'] == '1h').sum():,}"]]
+    return ["tier", "USD per 1,000 tasks", "USD per task p50", "p90", "gaps past TTL",
+            "programs cheaper in this tier"], rows
 
 
 def break_even_rows(rep: TaskReport) -> tuple[list[str], list[list[str]]]:
@@ -104,11 +110,12 @@ def render(rep: TaskReport) -> str:
     run = s["run"]
     pr = s["cost"]["prices"]
     th = s["cache_health"]
+    policies = ", ".join(f"{k} {v}" for k, v in (run["policy"] or {}).items())
     parts = [
         "# Task-level view of a simulate run\n",
         f"Run: `{s['output']}`: {s['programs']:,} programs, {s['turns']:,} turns, {run['instances']} x "
         f"{run['model']} on {run['gpu']}, arrival {run['arrival']} (concurrency {run['concurrency']}), "
-        f"policies {run['policy']}. Decision log: {'yes' if s['decision_log'] else 'no'}; trace given: "
+        f"policies: {policies}. Decision log: {'yes' if s['decision_log'] else 'no'}; trace given: "
         f"{'yes' if s['trace'] else 'no (append-only context assumed)'}. Definitions: `agentreplay/fleet/` "
         "module docstrings.\n",
         "## Provider cost per task (prompt-cache pricing)\n",
