@@ -71,7 +71,7 @@ def tasks(
     try:
         th = Collapse(collapse_above, collapse_below)
         price = load_prices(prices) if prices is not None else Prices()
-        sim = read_output(sim_out)
+        sim = read_output(sim_out, decision_events=("retention",))  # all cache_health reads from the log
         tr = read_trace(trace) if trace is not None else None
         rep = analyse(sim, price, deadline_s=deadline, deadline_x=deadline_x, collapse=th,
                       trace_turns=tr.turns if tr is not None else None,

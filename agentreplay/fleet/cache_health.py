@@ -14,7 +14,8 @@ admission (``cached_tokens``, recorded by ``agentreplay.sim.scheduler.Scheduler`
 
 Collapse: turn ``t >= 1`` of a program collapses when the previous turn's ``reuse_hit`` was at least ``above``
 (default 0.8: the session was served from cache) and turn ``t``'s is below ``below`` (default 0.5: most of what
-it could reuse is computed again). The cause is the first of these that holds (what the outputs can tell):
+it could reuse is computed again); the earliest collapse is therefore at step 3. The cause is the first of these
+that holds (what the outputs can tell):
 
 1. ``routing miss``: the turn ran on another instance than the previous turn.
 2. ``reload from lower tier``: part of the prompt came back from DRAM / CXL / another instance.

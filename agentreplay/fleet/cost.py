@@ -15,7 +15,10 @@ Billing model (per program, per TTL tier; prices from :class:`Prices`, a config)
 - Turn ``t`` with ``P_t > 0`` and ``age_t <= TTL``: ``P_t`` tokens are cache reads, ``I_t - P_t`` cache writes
   at the tier's write price. Otherwise (first turn, nothing reusable, or the entry expired) the whole prompt is
   written again: a full-price prefill plus the write premium. A prompt below ``min_cacheable_tokens`` is not
-  cached (fresh input). Output tokens at the output price.
+  cached (fresh input), so the next turn has nothing to read. Output tokens at the output price.
+- Each program is billed on its own: a system prompt shared by all programs, which the provider may serve from
+  one cache entry across programs, is billed as part of each program's first prompt (an upper bound; on the
+  bundled trace the shared prefix is about 1% of the prompt tokens).
 
 Break-even between the tiers (prices per token: ``w5``, ``w1`` the 5-minute and 1-hour writes, ``r`` the read).
 With ``W`` the tokens written when every entry is alive (first prompts plus each turn's new tokens), ``R`` the

@@ -74,12 +74,15 @@ def reusable_tokens(turns: pd.DataFrame, reused_tokens: np.ndarray | None = None
     return np.where(first, 0, np.minimum(reuse, inp))
 
 
-def read_decisions(path: Path, program_ids: list[str]) -> pd.DataFrame:
-    """The decision log as a frame (columns: the union of the records' keys) with ``program_id`` added."""
+def read_decisions(path: Path, program_ids: list[str], events: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """The decision log as a frame (columns: the union of the records' keys) with ``program_id`` added; only the
+    records of ``events`` when given (a line is parsed only if it names one of them: a large run's log holds
+    several records per turn)."""
     rows = []
+    keys = None if events is None else tuple(f'"event": "{e}"' for e in events)
     with path.open() as fh:
         for n, line in enumerate(fh, 1):
-            if not line.strip():
+            if not line.strip() or (keys is not None and not any(k in line for k in keys)):
                 continue
             try:
                 rows.append(json.loads(line))
@@ -101,8 +104,9 @@ def read_decisions(path: Path, program_ids: list[str]) -> pd.DataFrame:
     return df
 
 
-def read_output(path: str | Path) -> SimOutput:
-    """Load the simulate output folder ``path`` (see the module docstring)."""
+def read_output(path: str | Path, decision_events: tuple[str, ...] | None = None) -> SimOutput:
+    """Load the simulate output folder ``path`` (see the module docstring); ``decision_events``: keep only these
+    events of ``decisions.jsonl`` (None: all)."""
     p = Path(path)
     if not p.is_dir():
         raise OutputError(f"{p}: not a folder; give the --out folder of agentreplay simulate")
@@ -130,5 +134,5 @@ def read_output(path: str | Path) -> SimOutput:
     turns = turns.assign(_p=turns["program_id"].map(order)).sort_values(["_p", "turn_idx"], kind="stable")
     turns = turns.drop(columns="_p").reset_index(drop=True)
     dec = p / "decisions.jsonl"
-    decisions = read_decisions(dec, ids) if dec.is_file() else None
+    decisions = read_decisions(dec, ids, decision_events) if dec.is_file() else None
     return SimOutput(p, turns, programs.reset_index(drop=True), summary, config, decisions)

@@ -1,0 +1,53 @@
+"""``analyse`` end to end on tiny real runs: programs cut by max_model_len, and the decision-log filter."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentreplay.fleet import Prices, analyse, read_output
+from agentreplay.sim import SimConfig, simulate
+from tests.factories import make_trace
+
+#: p0's third call (9,000 tokens) is over max_model_len 4,096: vLLM rejects it and the agent stops there.
+TRACE = make_trace([[(1000, 20, 1.0), (1500, 20, 1.0), (9000, 20, None)], [(1000, 20, 1.0), (1200, 20, None)]])
+
+
+@pytest.fixture(scope="module")
+def cut_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cut")
+    cfg = SimConfig().replace(scheduler={"max_model_len": 4096}, policy={"decision_log": True})
+    res = simulate(TRACE, cfg)
+    assert res.summary["rejected"]["programs_cut"] == 1
+    res.write(d)
+    return d
+
+
+def test_a_cut_program_misses_its_deadline_when_the_trace_tells(cut_run) -> None:
+    rep = analyse(read_output(cut_run), Prices(), deadline_s=1e9, trace_turns=TRACE.turns,
+                  trace_programs=TRACE.programs)
+    g = rep.summary["goodput"]
+    assert (g["attempted"], g["met"], g["programs_cut"]) == (2, 1, 1)
+    assert rep.programs.set_index("program_id")["cut"].to_dict() == {"p0": True, "p1": False}
+    assert not rep.notes
+
+
+def test_without_the_trace_a_cut_program_counts_and_the_report_says_so(cut_run) -> None:
+    rep = analyse(read_output(cut_run), Prices(), deadline_s=1e9)
+    assert rep.summary["goodput"]["met"] == 2
+    assert rep.notes == ["1 programs were cut at a call over max_model_len; without --trace they count as "
+                         "finished when their JCT meets the deadline"]
+
+
+def test_a_trace_without_a_turn_of_the_run_is_refused(cut_run) -> None:
+    other = make_trace([[(1000, 20, None)]])
+    with pytest.raises(ValueError, match="the trace has no turn 1 of program 'p0'"):
+        analyse(read_output(cut_run), Prices(), deadline_x=2, trace_turns=other.turns, trace_programs=other.programs)
+
+
+def test_decision_events_filter(cut_run) -> None:
+    everything = read_output(cut_run).decisions
+    kept = read_output(cut_run, decision_events=("retention",)).decisions
+    assert everything is not None and kept is not None
+    assert set(everything["event"]) >= {"route", "admit", "retention"}
+    assert set(kept["event"]) == {"retention"}
+    assert len(kept) == (everything["event"] == "retention").sum() == 2  # p0, p1 turn 0 (a last call: no gap)
