@@ -74,8 +74,7 @@ def tasks(
         sim = read_output(sim_out, decision_events=("retention",))  # all cache_health reads from the log
         tr = read_trace(trace) if trace is not None else None
         rep = analyse(sim, price, deadline_s=deadline, deadline_x=deadline_x, collapse=th,
-                      trace_turns=tr.turns if tr is not None else None,
-                      trace_programs=tr.programs if tr is not None else None)
+                      trace_turns=tr.turns if tr is not None else None)
         with staged(target, "tasks") as tmp:
             write_report(rep, tmp)
     except (OutputError, PricesError, TraceError, OutputDirError, ValueError) as exc:

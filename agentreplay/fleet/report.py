@@ -45,8 +45,7 @@ class TaskReport:
     notes: list[str] = field(default_factory=list)
 
 
-def trace_columns(out: SimOutput, trace_turns: pd.DataFrame, trace_programs: pd.DataFrame
-                  ) -> tuple[np.ndarray, np.ndarray]:
+def trace_columns(out: SimOutput, trace_turns: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """``(reused_tokens, cut)``: the trace's reuse per turn of the run (times the run's ``reuse_scale``, rounded
     down, as the simulator applies it) and, per program, whether the run has fewer turns than the trace."""
     key = trace_turns.set_index(["program_id", "turn_idx"])["reused_tokens"]
@@ -65,14 +64,16 @@ def trace_columns(out: SimOutput, trace_turns: pd.DataFrame, trace_programs: pd.
 
 def analyse(out: SimOutput, prices: c.Prices, *, deadline_s: float | None = None, deadline_x: float | None = None,
             collapse: Collapse | None = None, trace_turns: pd.DataFrame | None = None,
-            trace_programs: pd.DataFrame | None = None, pricers: Any = None) -> TaskReport:
-    """The task-level report of ``out`` (module docstring). Exactly one of ``deadline_s`` / ``deadline_x``."""
+            pricers: Any = None) -> TaskReport:
+    """The task-level report of ``out`` (module docstring). Exactly one of ``deadline_s`` / ``deadline_x``;
+    ``trace_turns``: the ``turns`` table of the trace the run replayed (optional); ``pricers``: override the
+    run's pricers (:func:`agentreplay.fleet.uncontended.pricers_for`, tests)."""
     th = collapse or Collapse()
     turns, progs = out.turns, out.programs
     notes: list[str] = []
     reused = cut = None
     if trace_turns is not None:
-        reused, cut = trace_columns(out, trace_turns, trace_programs if trace_programs is not None else pd.DataFrame())
+        reused, cut = trace_columns(out, trace_turns)
     rej = out.summary.get("rejected", {}) or {}
     removed = int(rej.get("programs_removed", 0) or 0)
     if int(rej.get("programs_cut", 0) or 0) and cut is None:

@@ -23,8 +23,7 @@ def cut_run(tmp_path_factory):
 
 
 def test_a_cut_program_misses_its_deadline_when_the_trace_tells(cut_run) -> None:
-    rep = analyse(read_output(cut_run), Prices(), deadline_s=1e9, trace_turns=TRACE.turns,
-                  trace_programs=TRACE.programs)
+    rep = analyse(read_output(cut_run), Prices(), deadline_s=1e9, trace_turns=TRACE.turns)
     g = rep.summary["goodput"]
     assert (g["attempted"], g["met"], g["programs_cut"]) == (2, 1, 1)
     assert rep.programs.set_index("program_id")["cut"].to_dict() == {"p0": True, "p1": False}
@@ -41,7 +40,7 @@ def test_without_the_trace_a_cut_program_counts_and_the_report_says_so(cut_run) 
 def test_a_trace_without_a_turn_of_the_run_is_refused(cut_run) -> None:
     other = make_trace([[(1000, 20, None)]])
     with pytest.raises(ValueError, match="the trace has no turn 1 of program 'p0'"):
-        analyse(read_output(cut_run), Prices(), deadline_x=2, trace_turns=other.turns, trace_programs=other.programs)
+        analyse(read_output(cut_run), Prices(), deadline_x=2, trace_turns=other.turns)
 
 
 def test_decision_events_filter(cut_run) -> None:
