@@ -34,6 +34,15 @@ def cost_rows(rep: TaskReport) -> tuple[list[str], list[list[str]]]:
             "programs cheaper in this tier"], rows
 
 
+def gpu_rows(rep: TaskReport) -> tuple[list[str], list[list[str]]]:
+    g = rep.summary["gpu_time"]
+    rows = [["GPUs / makespan (s)", f"{g['gpus']:,} / {_f(g['makespan_s'], ',.1f')}"],
+            ["GPU-hours per 1,000 tasks (GPUs x makespan)", _f(g["fleet_gpu_hours_per_1000_tasks"], ",.2f")],
+            ["busy GPU-hours per 1,000 tasks (engine busy time)", _f(g["busy_gpu_hours_per_1000_tasks"], ",.2f")],
+            ["busy share of GPU time", _f(g["busy_share"], ".3f")]]
+    return ["self-hosted GPU time (fleet level)", "value"], rows
+
+
 def break_even_rows(rep: TaskReport) -> tuple[list[str], list[list[str]]]:
     be = rep.summary["cost"]["break_even"]
     rows = [["W: tokens written with every entry alive", f"{be['written_tokens_W']:,}"],
@@ -125,6 +134,9 @@ def render(rep: TaskReport) -> str:
         f"{pr['min_cacheable_tokens']:,} tokens. Source: {pr['source']}.\n",
         _md(*cost_rows(rep)), "\n![cost by TTL](cost_ttl.png)\n",
         "### Break-even share of long gaps between the two TTL tiers\n", _md(*break_even_rows(rep)),
+        "### Self-hosted GPU time\n",
+        "The run's own GPUs, per 1,000 tasks, fleet level (per-program GPU-seconds need per-iteration token shares "
+        "the outputs do not hold).\n", _md(*gpu_rows(rep)),
         "## Task-level goodput\n", _md(*goodput_rows(rep)), "\n![goodput](goodput.png)\n",
         "## TTFT by step index\n", _md(*ttft_rows(rep)), "\n![TTFT by step](ttft_by_step.png)\n",
         "## Per-session cache health\n",

@@ -124,6 +124,7 @@ def analyse(out: SimOutput, prices: c.Prices, *, deadline_s: float | None = None
 
     cfg = out.config
     summary: dict[str, Any] = {
+        "gpu_time": gpu_time(out, n),
         "output": str(out.path),
         "run": {"gpu": cfg.hardware.gpu, "model": cfg.hardware.model, "instances": len(cfg.hardware.instance_specs()),
                 "arrival": cfg.workload.arrival, "concurrency": cfg.workload.concurrency,
@@ -153,6 +154,22 @@ def analyse(out: SimOutput, prices: c.Prices, *, deadline_s: float | None = None
     }
     return TaskReport(summary, p, turn_frame, ttft_by_step(turns), health_by_step(health, th), events, collapsed,
                       gx, gabs, share, notes)
+
+
+def gpu_time(out: SimOutput, n_programs: int) -> dict[str, Any]:
+    """Self-hosted GPU time per 1,000 tasks, fleet-level (not per program: that needs each iteration's token
+    shares, which the outputs do not hold): ``fleet`` = GPUs x makespan (idle time included), ``busy`` = each
+    instance's busy seconds (``summary.json`` ``engine.busy_s_per_instance``) x its GPUs."""
+    specs = out.config.hardware.instance_specs()
+    gpus = sum(tp for _, tp, _ in specs)
+    makespan = float(out.summary.get("makespan_s", float("nan")))
+    busy = (out.summary.get("engine") or {}).get("busy_s_per_instance")
+    busy_gpu_s = float(sum(b * tp for b, (_, tp, _) in zip(busy, specs, strict=True))) \
+        if busy is not None and len(busy) == len(specs) else float("nan")
+    per_k = 1000.0 / 3600.0 / n_programs if n_programs else float("nan")
+    return {"gpus": gpus, "makespan_s": makespan, "fleet_gpu_hours_per_1000_tasks": gpus * makespan * per_k,
+            "busy_gpu_hours_per_1000_tasks": busy_gpu_s * per_k,
+            "busy_share": busy_gpu_s / (gpus * makespan) if gpus and makespan > 0 else float("nan")}
 
 
 def write_report(rep: TaskReport, folder: Path) -> list[Path]:

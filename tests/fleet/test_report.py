@@ -50,3 +50,13 @@ def test_decision_events_filter(cut_run) -> None:
     assert set(everything["event"]) >= {"route", "admit", "retention"}
     assert set(kept["event"]) == {"retention"}
     assert len(kept) == (everything["event"] == "retention").sum() == 2  # p0, p1 turn 0 (a last call: no gap)
+
+
+def test_gpu_time_per_1000_tasks(cut_run) -> None:
+    out = read_output(cut_run)
+    g = analyse(out, Prices(), deadline_x=2).summary["gpu_time"]
+    makespan, busy = out.summary["makespan_s"], out.summary["engine"]["busy_s_per_instance"][0]
+    assert g["gpus"] == 1 and g["makespan_s"] == makespan
+    assert g["fleet_gpu_hours_per_1000_tasks"] == pytest.approx(makespan / 3600 / 2 * 1000)
+    assert g["busy_gpu_hours_per_1000_tasks"] == pytest.approx(busy / 3600 / 2 * 1000)
+    assert 0 < g["busy_share"] <= 1
