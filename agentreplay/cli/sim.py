@@ -164,12 +164,14 @@ def error_band_dict(summary: dict[str, Any], source: str) -> dict[str, Any]:
                 "n_cells": b.n_cells, "level": b.level, "text": b.text()} for k, b in bands_for(summary, res).items()}
 
 
-def findings(result: Any, trace: Any) -> list[dict[str, Any]]:
-    """Saturation / reuse findings of a run (:mod:`agentreplay.sim.diagnose`), as dicts for summary.json."""
+def findings(result: Any, workload: Any) -> list[dict[str, Any]]:
+    """Saturation / reuse findings of a run (:mod:`agentreplay.sim.diagnose`), as dicts for summary.json;
+    ``workload``: the trace as compiled (:class:`agentreplay.sim.workload.Workload`)."""
     from agentreplay.sim.diagnose import diagnose, reusable_tokens
 
-    reusable = reusable_tokens(trace.turns, result.turns, result.config.workload.reuse_scale)
-    return [f.as_dict() for f in diagnose(result.summary, result.turns, reusable)]
+    turns = result.columns("turns")
+    reusable = reusable_tokens(workload.trace_turns(), turns, result.config.workload.reuse_scale)
+    return [f.as_dict() for f in diagnose(result.summary, turns, reusable)]
 
 
 @app.command()
@@ -229,11 +231,15 @@ def simulate(
     Example: agentreplay simulate --trace datasets/swebench-verified --gpu h100-sxm --model llama-3.1-8b
     --concurrency 64 --out out/sim
     """
+    from agentreplay._deferred import defer_import
+
+    defer_import("pandas")  # the compiled metrics module imports it; this path never uses it (issue 17, item 14)
     from agentreplay.outdir import OutputDirError, staged
     from agentreplay.sim import CapacityError
     from agentreplay.sim import simulate as run_simulate
     from agentreplay.sim.run import plan_cluster
-    from agentreplay.trace.io import TraceError, read_trace
+    from agentreplay.sim.workload import load_workload
+    from agentreplay.trace.io import TraceError
 
     cfg = build_config(config, common_overrides(
         gpu, model, dtype, tp, instances, router, arrival, concurrency, rate, max_programs, tools, tool_scale,
@@ -242,7 +248,7 @@ def simulate(
         max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager,
         deployment_kernels=deployment_kernels, dp=dp, ep=ep, all2all_backend=all2all_backend), preset)
     try:
-        tr = read_trace(trace)
+        tr = load_workload(trace)  # without pandas (agentreplay.trace.columns)
     except TraceError as exc:
         raise fail(str(exc)) from None
     try:
@@ -254,7 +260,7 @@ def simulate(
 
                 with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                               TimeElapsedColumn(), console=console, transient=True) as bar:
-                    task = bar.add_task("programs", total=tr.programs.shape[0])
+                    task = bar.add_task("programs", total=tr.n_programs)
                     result = run_simulate(tr, cfg, progress=lambda done, total: bar.update(
                         task, completed=done, total=total))
             result.summary["findings"] = findings(result, tr)

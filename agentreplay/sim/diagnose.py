@@ -1,6 +1,6 @@
 """Plain-language findings about a finished simulation: saturation and collapsed prefix reuse.
 
-Computed from the run's outputs (summary, turns and programs frames), outside the compiled simulator. The
+Computed from the run's outputs (summary and turns; frames or column dicts), outside the compiled simulator. The
 thresholds are conventions for when a figure deserves a sentence in the summary, not fitted constants:
 
 - **Queueing dominates TTFT** when the mean time a call waits before its first scheduled iteration is at least
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import pandas as pd
+import numpy as np
 
 QUEUE_SHARE_OF_TTFT = 0.5  #: queueing share of mean TTFT from which a run counts as queue-bound
 MIN_QUEUED_S = 1.0  #: ... and the mean queueing time (s) it must reach
@@ -38,24 +38,35 @@ class Finding:
         return {"kind": self.kind, "message": self.message, "figures": dict(self.figures)}
 
 
-def reusable_tokens(trace_turns: pd.DataFrame, sim_turns: pd.DataFrame, reuse_scale: float = 1.0) -> int:
-    """Prompt tokens of the simulated turns that the trace says extend the previous turn's context."""
-    keys = sim_turns[["program_id", "turn_idx"]]
-    reused = keys.merge(trace_turns[["program_id", "turn_idx", "reused_tokens"]], how="left",
-                        on=["program_id", "turn_idx"])["reused_tokens"].fillna(0)
-    capped = reused.clip(upper=sim_turns["input_tokens"].to_numpy())
-    return int(capped.sum() * reuse_scale)
+def _col(table: Any, name: str) -> np.ndarray:
+    return np.asarray(table[name])
 
 
-def _moved_share(turns: pd.DataFrame) -> float:
+def reusable_tokens(trace_turns: Any, sim_turns: Any, reuse_scale: float = 1.0) -> int:
+    """Prompt tokens of the simulated turns that the trace says extend the previous turn's context.
+
+    Both tables are anything whose ``[column]`` gives an array (DataFrames, or the column dicts of
+    :meth:`agentreplay.sim.run.SimResult.columns` and :meth:`agentreplay.sim.workload.Workload.trace_turns`):
+    ``program_id``, ``turn_idx`` and ``reused_tokens`` of the trace, ``program_id``, ``turn_idx`` and
+    ``input_tokens`` of the run. A simulated turn the trace lacks counts 0."""
+    reused = dict(zip(zip(_col(trace_turns, "program_id").tolist(), _col(trace_turns, "turn_idx").tolist(),
+                          strict=True), _col(trace_turns, "reused_tokens").tolist(), strict=True))
+    keys = zip(_col(sim_turns, "program_id").tolist(), _col(sim_turns, "turn_idx").tolist(), strict=True)
+    got = np.fromiter((reused.get(k, 0) for k in keys), dtype=np.int64, count=len(_col(sim_turns, "turn_idx")))
+    return int(np.minimum(got, _col(sim_turns, "input_tokens")).sum() * reuse_scale)
+
+
+def _moved_share(turns: Any) -> float:
     """Share of follow-up turns served on another instance than the previous turn of their program."""
-    t = turns.sort_values(["program_id", "turn_idx"], kind="stable")
-    prev = t.groupby("program_id", sort=False)["instance"].shift()
-    follow = prev.notna()
-    return float((t["instance"][follow] != prev[follow]).mean()) if follow.any() else 0.0
+    _, prog = np.unique(_col(turns, "program_id"), return_inverse=True)
+    idx, inst = _col(turns, "turn_idx"), _col(turns, "instance")
+    order = np.lexsort((idx, prog))
+    prog, inst = prog[order], inst[order]
+    follow = prog[1:] == prog[:-1]
+    return float((inst[1:][follow] != inst[:-1][follow]).mean()) if follow.any() else 0.0
 
 
-def diagnose(summary: dict[str, Any], turns: pd.DataFrame, reusable: int | None = None) -> list[Finding]:
+def diagnose(summary: dict[str, Any], turns: Any, reusable: int | None = None) -> list[Finding]:
     """The findings that apply to a run (empty when none does); see the module docstring for the rules."""
     found: list[Finding] = []
     ttft, queued = float(summary["ttft_s"]["mean"]), float(summary["queued_s"]["mean"])

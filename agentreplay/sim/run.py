@@ -13,10 +13,9 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from agentreplay.kv.segment_pool import SegmentPool
@@ -28,6 +27,7 @@ from agentreplay.perf.table import pricer_from_names
 from agentreplay.policy.queue import make_queue_order
 from agentreplay.policy.retention import ToolStats, make_retention
 from agentreplay.policy.victim import make_victim
+from agentreplay.sim import tables
 from agentreplay.sim.admission import apply_max_model_len
 from agentreplay.sim.config import ConfigError, SimConfig, to_toml
 from agentreplay.sim.dp import LockstepGroup
@@ -41,6 +41,9 @@ from agentreplay.sim.scheduler import Scheduler
 from agentreplay.sim.tools import make_tools
 from agentreplay.sim.workload import Workload, compile_trace
 from agentreplay.trace.io import Trace, write_tables
+
+if TYPE_CHECKING:  # the DataFrames are built on demand (SimResult)
+    import pandas as pd
 
 
 class CapacityError(ValueError):
@@ -57,23 +60,74 @@ class ClusterPlan:
     kv_source: str  #: "memory model" or "config"
 
 
-@dataclass(frozen=True, slots=True, eq=False)
 class SimResult:
-    turns: pd.DataFrame
-    programs: pd.DataFrame
-    instances: pd.DataFrame
-    summary: dict[str, Any]
-    config: SimConfig
-    decisions: list[dict[str, Any]] | None = None
+    """A finished run: ``summary``, ``config``, ``decisions`` (None without the decision log) and its tables.
+
+    The tables come as NumPy columns (:meth:`columns`), Arrow tables (:meth:`tables`, what :meth:`write` writes)
+    or DataFrames (``turns``, ``programs``, ``instances``); the DataFrames are built on first use, since importing
+    pandas is most of a small run's start-up (:mod:`agentreplay.sim.tables`)."""
+
+    __slots__ = ("_columns", "_frames", "_migrations", "_rec", "config", "decisions", "summary")
+
+    def __init__(self, rec: Recorder, migrations: list[int], summary: dict[str, Any], config: SimConfig,
+                 decisions: list[dict[str, Any]] | None = None) -> None:
+        self.summary, self.config, self.decisions = summary, config, decisions
+        self._rec, self._migrations = rec, migrations
+        self._columns: dict[str, tables.Columns | None] = {}
+        self._frames: dict[str, pd.DataFrame] = {}
+
+    def columns(self, name: str) -> tables.Columns | None:
+        """``turns``, ``programs`` or ``instances`` as NumPy columns (None: instances of a run without
+        samples, whose frame has object columns)."""
+        if name not in self._columns:
+            if name == "turns":
+                self._columns[name] = tables.turn_columns(self._rec)
+            elif name == "programs":
+                turns = self.columns("turns")
+                assert turns is not None
+                self._columns[name] = tables.program_columns(self._rec, turns, self._migrations)
+            elif name == "instances":
+                self._columns[name] = tables.instance_columns(self._rec)
+            else:
+                raise KeyError(name)
+        return self._columns[name]
+
+    def _frame(self, name: str) -> pd.DataFrame:
+        if name not in self._frames:
+            rec = self._rec
+            if name == "programs":
+                df = rec.programs_frame(self.turns)
+                df["migrations"] = self._migrations
+            else:
+                df = rec.turns_frame() if name == "turns" else rec.instances_frame()
+            self._frames[name] = df
+        return self._frames[name]
+
+    @property
+    def turns(self) -> pd.DataFrame:
+        return self._frame("turns")
+
+    @property
+    def programs(self) -> pd.DataFrame:
+        return self._frame("programs")
+
+    @property
+    def instances(self) -> pd.DataFrame:
+        return self._frame("instances")
+
+    def tables(self) -> dict[str, pa.Table]:
+        """The three output tables, as ``pyarrow.Table.from_pandas`` would give them from the DataFrames."""
+        out = {}
+        for name in ("turns", "programs", "instances"):
+            cols = self.columns(name)
+            out[name] = (tables.to_arrow(cols) if cols is not None
+                         else pa.Table.from_pandas(self._frame(name), preserve_index=False))
+        return out
 
     def write(self, out_dir: str | os.PathLike[str]) -> dict[str, Path]:
         """Write turns/programs/instances.parquet, summary.json and config.toml (Parquet atomically)."""
         out = Path(out_dir)
-        paths = write_tables(out, {
-            "turns": pa.Table.from_pandas(self.turns, preserve_index=False),
-            "programs": pa.Table.from_pandas(self.programs, preserve_index=False),
-            "instances": pa.Table.from_pandas(self.instances, preserve_index=False),
-        })
+        paths = write_tables(out, self.tables())
         texts = [("summary.json", json.dumps(self.summary, indent=2, sort_keys=True) + "\n"),
                  ("config.toml", to_toml(self.config))]
         if self.decisions is not None:
@@ -250,10 +304,12 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
         raise RuntimeError(f"simulation ended with {unfinished} unfinished programs (a bug: please report)")
     for inst in instances:
         inst.check_idle()
-    turns = rec.turns_frame()
-    programs = rec.programs_frame(turns)
-    programs["migrations"] = [0 if info is None else info.affinity_breaks for info in orch.infos]
-    summary = summarize(turns, programs)
+    migrations = [0 if info is None else info.affinity_breaks for info in orch.infos]
+    result = SimResult(rec, migrations, {}, cfg, decisions)
+    summary = result.summary
+    turns, programs = result.columns("turns"), result.columns("programs")
+    assert turns is not None and programs is not None
+    summary.update(summarize(tables.FrameView(turns), tables.FrameView(programs)))
     summary["policy"] = {"router": cfg.router.policy, "queue": cfg.policy.queue, "victim": cfg.policy.victim,
                          "retention": cfg.policy.retention}
     summary["rejected"] = rejections.summary()
@@ -280,4 +336,4 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
                                    "lockstep": group is not None})
     if group is not None:
         summary["dp_group"] = dataclasses.asdict(group.stats)
-    return SimResult(turns, programs, rec.instances_frame(), summary, cfg, decisions)
+    return result

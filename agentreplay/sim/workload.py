@@ -7,10 +7,11 @@ Programs keep the trace's row order; turns are sorted by (program, turn_idx) and
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from agentreplay.sim.prefix_chain import build_chains
 from agentreplay.trace.io import Trace, TraceError
@@ -56,6 +57,12 @@ class Workload:
         """Every program is one request (a request-level trace): summaries speak of requests."""
         return bool(self.n_programs) and self.n_turns == self.n_programs
 
+    def trace_turns(self) -> dict[str, np.ndarray]:
+        """``program_id``, ``turn_idx`` and ``reused_tokens`` of every turn, as the trace gives them."""
+        prog = np.repeat(np.arange(self.n_programs), np.diff(self.turn_start))
+        return {"program_id": np.asarray(self.program_ids, dtype=object)[prog],
+                "turn_idx": np.arange(self.n_turns) - self.turn_start[prog], "reused_tokens": self.reused_tokens}
+
     def head(self, n: int) -> Workload:
         """The first ``n`` programs."""
         if n >= self.n_programs:
@@ -83,40 +90,93 @@ class Workload:
 
 
 def compile_trace(trace: Trace) -> Workload:
-    """Flatten a validated trace. Zero-output turns are given one output token (engines emit at least one);
-    the number of such turns is visible as ``(trace output == 0).sum()``."""
-    progs = trace.programs.reset_index(drop=True)
-    turns = trace.turns
-    if len(progs) == 0:
+    """Flatten a validated trace (:func:`compile_columns` on its frames' columns)."""
+    def col(df: Any, name: str, kind: str) -> np.ndarray:
+        if name not in df.columns:  # optional (prefix_hash_ids, hash_block_tokens)
+            return np.full(len(df), None, dtype=object)
+        if kind == "i":
+            return df[name].to_numpy(dtype=np.int64)
+        if kind == "f":
+            return df[name].to_numpy(dtype=np.float64, na_value=np.nan)
+        return np.asarray([*df[name].tolist(), None], dtype=object)[:-1]  # (a list per row stays one object)
+
+    return compile_columns({c: col(trace.programs, c, k) for c, k in _PROGRAM_COLUMNS.items()},
+                           {c: col(trace.turns, c, k) for c, k in _TURN_COLUMNS.items()})
+
+
+def load_workload(trace_dir: str | os.PathLike[str]) -> Workload:
+    """Read, validate and compile a canonical trace directory without pandas (:mod:`agentreplay.trace.columns`);
+    a trace that check refuses is read with :func:`agentreplay.trace.io.read_trace`, which names the problem (or,
+    if it accepts the trace after all, compiled from its frames)."""
+    from agentreplay.trace.columns import columns_valid, read_columns
+
+    programs, turns, nulls = read_columns(trace_dir)
+    if columns_valid(programs, turns, nulls):
+        return compile_columns(programs, turns)
+    from agentreplay.trace.io import read_trace
+
+    return compile_trace(read_trace(trace_dir))
+
+
+#: the columns the simulator uses, and how a frame's column is read: i int64, f float64 (NaN), o objects
+_PROGRAM_COLUMNS = {"program_id": "o", "task_id": "o", "shared_prefix_tokens": "i", "arrival_s": "f",
+                    "shared_prefix_id": "o"}
+_TURN_COLUMNS = {"program_id": "o", "turn_idx": "i", "input_tokens": "i", "output_tokens": "i", "reused_tokens": "i",
+                 "tool_duration_s": "f", "tool_class": "o", "prefix_hash_ids": "o", "hash_block_tokens": "f"}
+
+
+def _missing(v: object) -> bool:
+    return v is None or (isinstance(v, float) and v != v)
+
+
+def compile_columns(programs: dict[str, np.ndarray], turns: dict[str, np.ndarray]) -> Workload:
+    """Flatten a validated trace given as columns (``programs``: program_id, task_id, shared_prefix_tokens,
+    arrival_s, shared_prefix_id; ``turns``: program_id, turn_idx, input / output / reused_tokens,
+    tool_duration_s, tool_class, prefix_hash_ids, hash_block_tokens; missing values None or NaN). Programs keep
+    their order, turns are sorted by (program, turn_idx). Zero-output turns are given one output token (engines
+    emit at least one); the number of such turns is visible as ``(trace output == 0).sum()``."""
+    from agentreplay.trace.columns import program_index
+
+    pids = programs["program_id"]
+    if len(pids) == 0:
         raise TraceError("trace has no programs")
-    order = {pid: i for i, pid in enumerate(progs["program_id"])}
-    t = turns.assign(_p=turns["program_id"].map(order)).sort_values(["_p", "turn_idx"], kind="stable")
-    counts = t.groupby("_p").size().reindex(range(len(progs)), fill_value=0).to_numpy()
+    p = program_index(pids, turns["program_id"])
+    if (p < 0).any():
+        raise TraceError(f"turn of program {turns['program_id'][int(np.argmax(p < 0))]!r}: no such program")
+    order = np.lexsort((turns["turn_idx"], p))
+    counts = np.bincount(p, minlength=len(pids))
     if (counts == 0).any():
-        raise TraceError(f"program {progs['program_id'].iloc[int(np.argmax(counts == 0))]!r} has no turns")
-    start = np.zeros(len(progs) + 1, dtype=np.int64)
+        raise TraceError(f"program {pids[int(np.argmax(counts == 0))]!r} has no turns")
+    start = np.zeros(len(pids) + 1, dtype=np.int64)
     np.cumsum(counts, out=start[1:])
-    inp = t["input_tokens"].to_numpy(dtype=np.int64)
+    inp = np.asarray(turns["input_tokens"], dtype=np.int64)[order]
     min_input = np.minimum.reduceat(inp, start[:-1])
-    prefix = np.minimum(progs["shared_prefix_tokens"].to_numpy(dtype=np.int64), min_input)
+    prefix = np.minimum(np.asarray(programs["shared_prefix_tokens"], dtype=np.int64), min_input)
     chains, bounds = None, None
-    if "prefix_hash_ids" in t.columns and t["prefix_hash_ids"].notna().any():
-        chains, bounds = build_chains([None if v is None or (isinstance(v, float) and np.isnan(v)) else v
-                                       for v in t["prefix_hash_ids"].tolist()], inp.tolist(),
-                                      [None if pd.isna(v) else int(v) for v in t["hash_block_tokens"].tolist()])
+    hash_ids = turns["prefix_hash_ids"][order].tolist()
+    if any(not _missing(v) for v in hash_ids):
+        chains, bounds = build_chains([None if _missing(v) else v for v in hash_ids], inp.tolist(),
+                                      [None if _missing(v) else int(v)
+                                       for v in turns["hash_block_tokens"][order].tolist()])
     return Workload(
-        program_ids=progs["program_id"].tolist(),
-        task_ids=progs["task_id"].tolist(),
+        program_ids=pids.tolist(),
+        task_ids=programs["task_id"].tolist(),
         turn_start=start,
         input_tokens=inp,
-        output_tokens=np.maximum(t["output_tokens"].to_numpy(dtype=np.int64), 1),
-        reused_tokens=t["reused_tokens"].to_numpy(dtype=np.int64),
-        tool_s=t["tool_duration_s"].to_numpy(dtype=np.float64, na_value=np.nan),
-        tool_class=t["tool_class"].tolist(),
-        arrival_s=progs["arrival_s"].to_numpy(dtype=np.float64, na_value=np.nan),
-        prefix_ids=[None if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)
-                    for v in progs["shared_prefix_id"].tolist()],
+        output_tokens=np.maximum(np.asarray(turns["output_tokens"], dtype=np.int64)[order], 1),
+        reused_tokens=np.asarray(turns["reused_tokens"], dtype=np.int64)[order],
+        tool_s=_floats(turns["tool_duration_s"])[order],
+        tool_class=turns["tool_class"][order].tolist(),
+        arrival_s=_floats(programs["arrival_s"]),
+        prefix_ids=[None if _missing(v) else str(v) for v in programs["shared_prefix_id"].tolist()],
         prefix_tokens=prefix,
         chains=chains,
         seg_bounds=bounds,
     )
+
+
+def _floats(x: np.ndarray) -> np.ndarray:
+    """float64, NaN where missing (an object column may hold None)."""
+    if x.dtype == object:
+        return np.array([np.nan if _missing(v) else float(v) for v in x.tolist()], dtype=np.float64)
+    return np.asarray(x, dtype=np.float64)

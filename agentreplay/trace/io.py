@@ -13,8 +13,8 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -29,6 +29,9 @@ from agentreplay.trace.schema import (
     TOOL_DURATION_KINDS,
 )
 from agentreplay.trace.taxonomy import TOOL_CLASSES
+
+if TYPE_CHECKING:  # pandas is imported where a function needs it: `simulate` reads traces without it
+    import pandas as pd
 
 
 class TraceError(ValueError):
@@ -46,6 +49,8 @@ class Trace:
 
 def to_table(name: str, df: pd.DataFrame) -> pa.Table:
     """Convert a DataFrame to the canonical Arrow table ``name``, with schema metadata; columns in order."""
+    import pandas as pd
+
     schema = SCHEMAS[name]
     if name == "turns":  # optional columns: absent or all-null (NaN from a frame built without them) -> None
         df = df.assign(**{c: pd.Series([None] * len(df), index=df.index, dtype=object)
@@ -93,8 +98,9 @@ def write_tables(out_dir: str | os.PathLike[str], tables: dict[str, pa.Table]) -
                 tmp_path.unlink()
 
 
-def read_table(path: str | os.PathLike[str], name: str) -> pd.DataFrame:
-    """Read one canonical table, checking the schema version and column types."""
+def open_table(path: str | os.PathLike[str], name: str) -> pa.Table:
+    """Read one canonical table as Arrow, checking the schema version and column types (columns in schema order;
+    a version-1 ``turns`` file lacks the columns added since)."""
     p = Path(path)
     try:
         pf = pq.ParquetFile(p)
@@ -119,12 +125,19 @@ def read_table(path: str | os.PathLike[str], name: str) -> pd.DataFrame:
         actual = got.field(field.name).type
         if actual != field.type:
             raise TraceError(f"{p}: column {field.name!r} has type {actual}, expected {field.type}")
-    df = pf.read(columns=[f.name for f in schema if f.name in got.names]).to_pandas()
+    return pf.read(columns=[f.name for f in schema if f.name in got.names])
+
+
+def read_table(path: str | os.PathLike[str], name: str) -> pd.DataFrame:
+    """Read one canonical table, checking the schema version and column types."""
+    import pandas as pd
+
+    df = open_table(path, name).to_pandas()
     if name == "turns":  # optional columns: absent (version 1) or all null read as None, like frames() builds them
         for col in READABLE_VERSIONS["1"]:
             if col not in df.columns or not df[col].notna().any():
                 df[col] = pd.Series([None] * len(df), index=df.index, dtype=object)
-    return df[[f.name for f in schema]]
+    return df[[f.name for f in SCHEMAS[name]]]
 
 
 def read_trace(trace_dir: str | os.PathLike[str], *, with_tool_calls: bool = False) -> Trace:
@@ -225,6 +238,8 @@ def _validate_hash_ids(turns: pd.DataFrame, where: str) -> None:
     prompt has (the last may be partial: ``len(ids) <= ceil(input_tokens / hash_block_tokens)``)."""
     if "prefix_hash_ids" not in turns.columns or not turns["prefix_hash_ids"].notna().any():
         return
+    import pandas as pd
+
     has = turns["prefix_hash_ids"].notna()
     hbt = turns["hash_block_tokens"] if "hash_block_tokens" in turns.columns else pd.Series(None, index=turns.index)
     bad = has & (hbt.isna() | (hbt.fillna(0) < 1))
