@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -169,7 +170,22 @@ def to_arrow(columns: Columns) -> pa.Table:
 
 
 def _pandas_version() -> str:
+    """``pandas.__version__`` without importing pandas: the loaded module's, else the ``__version__ = "..."`` line
+    of the installed ``pandas/_version_meson.py`` (where pandas reads it from), else the distribution's metadata
+    (``tests/sim/test_tables.py`` compares the result with pandas' own)."""
+    import re
     import sys
+    from importlib.util import find_spec
 
-    loaded = "pandas.core" in sys.modules  # (not a placeholder: agentreplay._deferred)
-    return str(sys.modules["pandas"].__version__) if loaded else metadata.version("pandas")
+    if "pandas.core" in sys.modules:  # (not a placeholder: agentreplay._deferred)
+        return str(sys.modules["pandas"].__version__)
+    spec = find_spec("pandas")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            text = (Path(folder) / "_version_meson.py").read_text()
+        except OSError:
+            continue
+        m = re.search(r'^__version__\s*=\s*["\']([^"\']+)["\']', text, re.M)
+        if m:
+            return m.group(1)
+    return metadata.version("pandas")

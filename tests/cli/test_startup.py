@@ -43,3 +43,23 @@ def test_a_simulate_run_never_loads_pandas(tmp_path) -> None:
         assert res.returncode == 0, res.stderr
         assert "pandas loaded: False" in res.stdout
         assert (out / "programs.parquet").exists() and (out / "summary.json").exists()
+
+
+def test_every_command_maps_to_its_module() -> None:
+    """``agentreplay CMD`` imports only CMD's module (agentreplay.cli.app.COMMANDS): the map names every command."""
+    from agentreplay.cli.app import COMMANDS, _name, app
+
+    got = {_name(c): c.callback.__module__.rsplit(".", 1)[1] for c in app.registered_commands}
+    got.update({g.name: g.typer_instance.registered_commands[0].callback.__module__.rsplit(".", 1)[1]
+                for g in app.registered_groups})
+    assert got == COMMANDS
+
+
+def test_one_command_imports_only_its_module(tmp_path) -> None:
+    code = ("import sys\nsys.argv = ['agentreplay', 'catalog', '--json']\nfrom agentreplay.cli import main\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "print(sorted(m for m in sys.modules if m.startswith('agentreplay.cli.')))")
+    res = run(code)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == str(["agentreplay.cli.app", "agentreplay.cli.options",
+                                                        "agentreplay.cli.sim"])

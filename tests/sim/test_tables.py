@@ -67,3 +67,14 @@ def test_to_arrow_is_from_pandas() -> None:
     got = to_arrow(cols)
     assert got.schema.equals(want.schema, check_metadata=True)
     assert got.equals(want)
+
+
+def test_pandas_version_is_read_without_importing_pandas() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom agentreplay.sim.tables import _pandas_version\nv = _pandas_version()\n"
+            "assert 'pandas' not in sys.modules\nprint(v)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == pd.__version__
