@@ -7,6 +7,8 @@ Run from the project root:  python benchmarks/startup.py [--runs 7] [--root PATH
 - ``simulate``: wall time and CPU time of ``agentreplay simulate`` (the console script's entry point, in a fresh
   process) on a one-request trace (the bundled trace's first program, first turn only, no tool gap), pinned to one core
   with ``taskset -c 0`` where available;
+- CPU seconds per start-up stage of such a process (:data:`STAGES`), and whether it imported pandas (the simulate
+  path does not: ``tests/cli/test_startup.py``);
 - the eight modules with the largest cumulative import time in that simulate process (top-level imports only).
 
 ``--root`` measures other checkouts of the project (e.g. a ``git worktree`` of an older commit, with the compiled
@@ -105,19 +107,25 @@ STAGES = """
 import sys, time
 marks = [("interpreter start", time.process_time())]
 def mark(name): marks.append((name, time.process_time()))
-import agentreplay.cli.app; mark("import agentreplay.cli.app (typer, rich, command modules)")
+import agentreplay.cli.app; mark("import agentreplay.cli.app (typer, rich; command modules where imported eagerly)")
 import typer._adapters; mark("import typer's pydantic coercion (used to parse options)")
-import numpy, pandas, pyarrow.parquet; mark("import numpy, pandas, pyarrow")
-import agentreplay.sim.run; mark("import the simulator (agentreplay.sim.run)")
+import numpy, pyarrow.parquet; mark("import numpy, pyarrow")
+try:  # as the simulate command does (a checkout before it had no agentreplay._deferred: pandas then loads)
+    from agentreplay._deferred import defer_import
+    defer_import("pandas")
+except ImportError:
+    pass
+import agentreplay.sim.run; mark("import the simulator (agentreplay.sim.run), with pandas if it loads")
 sys.argv = ["agentreplay", *sys.argv[1:]]
 from agentreplay.cli import main
 try:
     main()
 except SystemExit:
     pass
-mark("parse, read trace, simulate, write, print")
+mark("the command's module, parse, read trace, simulate, write, print")
 for (_, a), (name, b) in zip(marks, marks[1:]):
     print(f"{b - a:.3f} {name}", file=sys.stderr)
+print(f"pandas loaded: {'pandas.core' in sys.modules}", file=sys.stderr)
 """
 
 
@@ -127,8 +135,13 @@ def stages(root: Path, trace: Path, out: Path, pin: bool) -> list[tuple[float, s
     if pin and shutil.which("taskset"):
         cmd = ["taskset", "-c", "0", *cmd]
     res = subprocess.run(cmd, cwd=root, env=_env(root), capture_output=True, text=True, check=True)
+    PANDAS[str(root)] = "pandas loaded: True" in res.stderr
     return [(float(line.split(" ", 1)[0]), line.split(" ", 1)[1]) for line in res.stderr.splitlines()
             if line[:1].isdigit()]
+
+
+#: Whether the last :func:`stages` process of each checkout imported pandas.
+PANDAS: dict[str, bool] = {}
 
 
 def main() -> None:
@@ -165,7 +178,7 @@ def main() -> None:
         print(f"  simulate, one request{'' if args.no_pin else ', one core'}: min {min(walls[r]):.3f} s, median "
               f"{statistics.median(walls[r]):.3f} s; CPU (user + system) min {min(cpus[r]):.3f} s, median "
               f"{statistics.median(cpus[r]):.3f} s ({args.runs} runs)")
-        print("  CPU seconds per stage (median over the runs):")
+        print(f"  CPU seconds per stage (median over the runs; pandas imported: {PANDAS[str(r)]}):")
         for k, (_, name) in enumerate(stage_runs[r][0]):
             print(f"    {statistics.median(run[k][0] for run in stage_runs[r]):7.3f} s  {name}")
         print("  largest top-level imports in one such simulate process (cumulative):")
