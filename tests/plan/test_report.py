@@ -1,0 +1,91 @@
+"""The plan's outputs: JSON / CSV / Markdown / figure from a small plan, error bands, and the CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import agentreplay.cli.plan  # noqa: F401  (registers `plan` on the app)
+from agentreplay.bands import Band
+from agentreplay.cli.app import app
+from agentreplay.plan import PlanRequest, parse_slo, plan
+from agentreplay.plan.figure import draw
+from agentreplay.plan.report import band_of, to_dict, within_band, write
+from agentreplay.plan.search import Family, Trial
+from tests.plan.conftest import InlineExecutor
+
+runner = CliRunner()
+RESIDUALS = [  # two workstation / dense-small cells, one datacenter / moe cell
+    {"cell_id": "a", "gpu_class": "workstation", "model_class": "dense-small", "family": "jct", "error_pct": 10.0},
+    {"cell_id": "b", "gpu_class": "workstation", "model_class": "dense-small", "family": "e2e", "error_pct": -30.0},
+    {"cell_id": "c", "gpu_class": "datacenter", "model_class": "moe", "family": "jct", "error_pct": 50.0},
+]
+
+
+def _trial(gpu: str, model: str = "llama-3.1-8b") -> Trial:
+    return Trial(Family(gpu, model, 1, "vllm"), 1, 1, "c", "ok", None, 0.1, False, {"jct_p90_s": 100.0}, 1.0)
+
+
+def test_band_only_for_the_same_gpu_and_model_class() -> None:
+    lat, good = parse_slo("jct_p90<=120,goodput@600>=0.9")
+    b, text = band_of(lat, _trial("rtx4090"), RESIDUALS)
+    assert b is not None and b.mape_pct == pytest.approx(20.0) and b.n_cells == 2 and text.startswith("+-20%")
+    b, text = band_of(lat, _trial("h100-sxm"), RESIDUALS)  # datacenter dense-small: no cell of that class
+    assert b is None and text.startswith("no band (nearest:")
+    assert band_of(lat, _trial("h100-sxm"), [])[1] == "no band"
+    assert band_of(good, _trial("rtx4090"), RESIDUALS)[1] == "no band (not a validated figure)"
+    edge = Band(20.0, 0.0, 2, "GPU and model class")
+    assert within_band(lat, 100.0, edge) is True and within_band(lat, 101.0, edge) is False
+    assert within_band(lat, 100.0, None) is None
+
+
+def test_outputs_of_a_small_plan(bundled: Path, tmp_path: Path) -> None:
+    req = PlanRequest(bundled, 0.5, parse_slo("jct_p90<=100000,goodput@100000>=0.5"), gpus=("h100-sxm", "rtx4090"),
+                      max_programs=8, max_instances=2)
+    res = plan(req, InlineExecutor(), tmp_path / "sweepdir")
+    data = to_dict(res, RESIDUALS)
+    assert data["chosen"]["gpus"] == 1 and data["configurations_tried"] == len(res.trials) >= 2
+    assert data["programs"] == 8 and data["max_programs"] == 8
+    rtx = next(r for r in data["configurations"] if r["gpu"] == "rtx4090")
+    assert rtx["jct_p90 band"].startswith("+-20%") and rtx["goodput@100000 band"].startswith("no band")
+    paths = write(res, tmp_path / "out", data)
+    assert json.loads(paths[0].read_text())["slo"] == ["jct_p90<=100000s", "goodput@100000>=0.5"]
+    with paths[1].open() as f:
+        assert len(list(csv.DictReader(f))) == len(res.trials)
+    md = paths[2].read_text()
+    assert "cheapest configuration meeting" in md and "the first 8 programs of the trace (--max-programs 8)" in md
+    assert "total wall time" in md and "GPU-hours per 1,000 tasks = GPUs x 1000 / (load x 3600)" in md
+    png = draw(data, tmp_path / "out" / "cost_vs_slo.png")
+    assert png.stat().st_size > 10_000
+
+
+def test_cli_bad_objective_is_a_clear_error(bundled: Path, tmp_path: Path) -> None:
+    r = runner.invoke(app, ["plan", "--trace", str(bundled), "--load", "0.1", "--slo", "jct_p90>600",
+                            "--out", str(tmp_path / "o")])
+    assert r.exit_code == 1 and "--slo" in r.output and "operator '>' is not supported" in r.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_bad_values_fail_before_running(bundled: Path, tmp_path: Path) -> None:
+    r = runner.invoke(app, ["plan", "--trace", str(tmp_path / "nope"), "--load", "0.1", "--slo", "jct_p90<=600"])
+    assert r.exit_code == 1 and "no such folder" in r.output
+    r = runner.invoke(app, ["plan", "--trace", str(bundled), "--load", "0.1", "--slo", "jct_p90<=600", "--tp", "x",
+                            "--out", str(tmp_path / "o")])
+    assert r.exit_code == 1 and "--tp 'x'" in r.output
+
+
+def test_cli_end_to_end_json(bundled: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    r = runner.invoke(app, ["plan", "--trace", str(bundled), "--load", "0.5", "--slo", "jct_p90<=100000",
+                            "--max-programs", "6", "--max-instances", "2", "--workers", "1", "--out", str(out),
+                            "--json"])
+    assert r.exit_code == 0, r.output
+    assert {p.name for p in out.iterdir()} >= {"plan.json", "plan.md", "configurations.csv", "cost_vs_slo.png",
+                                               "sweep"}
+    data = json.loads((out / "plan.json").read_text())
+    assert data["chosen"]["label"] == "1x h100-sxm tp1 vllm (llama-3.1-8b)"
+    assert data["chosen"]["gpu_hours_per_1000_tasks"] == pytest.approx(1000 / (0.5 * 3600))
