@@ -247,7 +247,7 @@ def _name(info: typer.models.CommandInfo) -> str:
 COMMANDS = {"collect": "app", "describe": "app", "query": "app", "simulate": "sim", "catalog": "sim",
             "compare": "compare", "drive": "drive", "drive-profile": "drive", "study": "study", "sweep": "sweep",
             "report": "sweep", "tasks": "tasks", "fit-tools": "tools", "synth": "tools", "calibrate": "validate",
-            "validate": "validate"}
+            "validate": "validate", "plan": "plan"}
 
 
 def main() -> None:
