@@ -113,8 +113,8 @@ def plan(
         raise fail(escape(f"cannot start the executor ({scheduler_address or 'local pool'}): {exc}")) from None
     say = err if as_json else console
 
-    def progress(round_no: int, probes: list[Any]) -> None:
-        say.print(f"round {round_no}: {len(probes)} configuration(s): "
+    def progress(round_no: int | str, probes: list[Any]) -> None:
+        say.print(f"{'round ' if isinstance(round_no, int) else ''}{round_no}: {len(probes)} configuration(s): "
                   + ", ".join(f"{n}x {f.gpu} tp{f.tp} {f.preset}" for f, n in probes), markup=False, soft_wrap=True)
 
     say.print(f"plan: {len(req.gpus) * len(req.models) * len(req.tps) * len(req.presets)} GPU/model/TP/preset "

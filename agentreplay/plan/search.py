@@ -144,7 +144,7 @@ class PlanResult:
     executor: str
 
 
-Progress = Callable[[int, list[tuple[Family, int]]], None]
+Progress = Callable[[int | str, list[tuple[Family, int]]], None]  #: (round number or "check", probes)
 
 
 def families(req: PlanRequest) -> list[FamilyState]:
@@ -288,7 +288,7 @@ def plan(req: PlanRequest, executor: Any, out: str | Path, progress: Progress | 
 
     def run(probes: list[tuple[FamilyState, int]], tag: int, check: bool = False) -> list[Trial]:
         if progress:
-            progress(tag, [(st.family, n) for st, n in probes])
+            progress("check" if check else tag, [(st.family, n) for st, n in probes])
         rows = [{**{"hardware.gpu": st.family.gpu, "hardware.model": st.family.model, "hardware.tp": st.family.tp,
                     "hardware.instances": n}, **presets[st.family.preset]} for st, n in probes]
         spec_data = {"sweep": {"trace": str(req.trace), "seeds": [req.seed]}, "base": base,
@@ -356,8 +356,9 @@ def monotonicity(trials: Sequence[Trial], slo: Sequence[Term]) -> list[str]:
                 va, vb = a.value(term), b.value(term)
                 if va is None or vb is None or not (math.isfinite(va) and math.isfinite(vb)):
                     continue
-                worse = (vb - va) / abs(va) if term.op == "<=" else (va - vb) / abs(va)
-                if va and worse > MONOTONE_TOLERANCE:
+                scale = abs(va) or 1.0  # a goodput of 0 at the smaller n: compare absolutely
+                worse = ((vb - va) if term.op == "<=" else (va - vb)) / scale
+                if worse > MONOTONE_TOLERANCE:
                     out.append(f"{fam.label}: {term.metric} {va:.4g} at n={a.instances} -> {vb:.4g} at "
                                f"n={b.instances} ({worse:+.1%} worse)")
     return out

@@ -169,4 +169,9 @@ def test_monotonicity_check_flags_a_larger_n_that_does_worse() -> None:
     assert any("n=2 meets the objective but n=3 does not" in v for v in flagged)
     assert any("jct_p90 90 at n=2 -> 150 at n=3" in v for v in flagged)
     assert monotonicity([trial(2, 90), trial(3, 90.5)], slo) == []  # within the 1% tolerance
+    good = parse_slo("goodput@600>=0.9")
+    g0 = Trial(fam, 1, 1, "g1", "ok", None, 0.1, False, {"goodput_600s": 0.0}, 1.0)
+    g1 = Trial(fam, 2, 1, "g2", "ok", None, 0.1, False, {"goodput_600s": 0.5}, 2.0)
+    assert monotonicity([g0, g1], good) == []  # a goodput of 0 is a valid starting point
+    assert monotonicity([g1, g0], good) == []  # (sorted by n: g0 is n=1)
     assert not math.isnan(trial(2, 1).cost)
