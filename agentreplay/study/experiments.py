@@ -49,7 +49,8 @@ TOOL_SCALES = [0.25, 1.0, 4.0, 8.0]
 RETENTIONS = [("lru", 30.0), ("evict", 30.0), ("ttl", 30.0), ("continuum", 30.0), ("continuum", 1.0e6),
               ("infercept", 30.0), ("oracle", 30.0)]
 ETA_POLICIES = ["vllm", "autellix", "continuum", "infercept", "agent-affinity"]
-TOOL_POLICIES = ["vllm", "autellix", "continuum", "continuum-nocap", "agent-affinity", "infercept"]
+TOOL_POLICIES = ["vllm", "autellix", "continuum", "continuum-nocap", "continuum-strict", "vllm+program-fcfs",
+                 "vllm+continuum-ttl", "agent-affinity", "infercept"]
 BIMODAL_RETENTION = [("none (lru)", "lru", "paper", 30.0), ("static threshold", "continuum", "code", 30.0),
                      ("adaptive TTL", "continuum", "paper", 30.0), ("adaptive TTL, no cap", "continuum", "paper",
                                                                      1.0e6), ("oracle", "oracle", "paper", 30.0)]
@@ -142,19 +143,19 @@ def experiments(opts: StudyOptions, workload: Workload, bimodal_model: str | Pat
                           {s: eta_of(head, s) for s in scales}))
     # Finding 3: tool latency scale (the cell: 0.1 programs/s) and bimodal tools
     out.append(Experiment("tool-scale", "3", "Tool-duration scale x preset, one panel per load",
-                          ("tools.scale", *POLICIES["vllm"]), "tools_scale", "policy",
+                          ("tools.scale", "workload.rate_per_s", *POLICIES["vllm"]), "tools_scale", "policy",
                           _spec(opts, _with(base, tools={"mode": "scale"}),
                                 {"workload.rate_per_s": [0.05, 0.1], "tools.scale": TOOL_SCALES},
                                 [policy_zip(TOOL_POLICIES)]), facet="workload_rate_per_s"))
     bim = {"policy.retention": [r[1] for r in BIMODAL_RETENTION],
            "policy.continuum_variant": [r[2] for r in BIMODAL_RETENTION],
            "policy.continuum_max_ttl_s": [r[3] for r in BIMODAL_RETENTION]}
-    out.append(Experiment("bimodal-tools", "3", "Bimodal generative tools: retention alone (FCFS, 0.1 programs/s)",
+    out.append(Experiment("bimodal-tools", "3", "Bimodal generative tools: retention alone (FCFS)",
                           ("policy.retention", "policy.continuum_variant", "policy.continuum_max_ttl_s",
-                           "tools.scale"), "tools_scale", "retention",
-                          _spec(opts, _with(base, workload={"rate_per_s": 0.1},
-                                            tools={"mode": "generative", "model_path": str(bimodal_model)}),
-                                {"tools.scale": [1.0, 4.0]}, [bim])))
+                           "tools.scale", "workload.rate_per_s"), "tools_scale", "retention",
+                          _spec(opts, _with(base, tools={"mode": "generative", "model_path": str(bimodal_model)}),
+                                {"workload.rate_per_s": [0.05, 0.1], "tools.scale": [1.0, 4.0]}, [bim]),
+                          facet="workload_rate_per_s"))
     # Finding 4: tiers alone (offload retention, so the tiers are used), light to saturated
     out.append(Experiment("tiers", "4", "Tiers alone: LMCache-style offload, HBM / +DRAM / +CXL",
                           ("tiers.dram_gib", "tiers.cxl_gib", "workload.rate_per_s"), "workload_rate_per_s", "tier",

@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from agentreplay.study.experiments import Experiment
+from agentreplay.study.experiments import GRID_HARDWARE, GRID_POLICIES, Experiment
 
 
 def spread(df: pd.DataFrame, metric: str, by: list[str]) -> pd.DataFrame:
@@ -92,9 +92,12 @@ def experiment_figure(df: pd.DataFrame, exp: Experiment, panels: list[tuple[str,
 def grid_heatmap(df: pd.DataFrame, path: Path, baseline: str = "vllm") -> tuple[Path, pd.DataFrame]:
     """The 80-cell grid: mean-JCT gain over ``baseline`` per (hardware x model, policy); returns the table too."""
     d = df[df["status"] == "ok"].copy()
-    d["cell"] = d["hardware_gpu"] + " " + d["hardware_model"].str.replace("llama-3.1-", "") + " tp" + \
-        d["hardware_tp"].astype(str)
+    cell = d["hardware_gpu"] + " " + d["hardware_model"].str.replace("llama-3.1-", "") + " tp"
+    d["cell"] = cell + d["hardware_tp"].astype(int).astype(str)
     piv = d.pivot_table(index="cell", columns="group_name", values="jct_mean_s", sort=False)
+    rows = [f"{g} {m.replace('llama-3.1-', '')} tp{t}" for g, m, t, _ in GRID_HARDWARE]
+    piv = piv.reindex(index=[r for r in rows if r in piv.index],
+                      columns=[c for c in GRID_POLICIES if c in piv.columns])
     gain = piv[[baseline]].to_numpy() / piv
     fig, ax = plt.subplots(figsize=(11, 4.6))
     im = ax.imshow(np.log2(gain.to_numpy(dtype=float)), cmap="RdBu", vmin=-1.5, vmax=1.5, aspect="auto")
@@ -113,7 +116,7 @@ def grid_heatmap(df: pd.DataFrame, path: Path, baseline: str = "vllm") -> tuple[
 def probe_figure(probe: pd.DataFrame, path: Path) -> Path:
     """The tool-scale mechanism: what Continuum's retention decided and how it fared, against tool scale."""
     fig, axes = plt.subplots(1, 3, figsize=(13.5, 3.6))
-    c = probe[probe["policy"] != "vllm"]
+    c = probe[probe.groupby("policy")["pin_share"].transform("max") > 0]  # the policies that pin
     for name, g in c.groupby("policy", sort=False):
         axes[0].plot(g["tool_scale"], g["pin_share"], marker="o", label=f"{name}: pinned")
         axes[0].plot(g["tool_scale"], g["pins_expired_share"], marker="x", ls="--", label=f"{name}: pin expired")

@@ -20,7 +20,8 @@ from agentreplay.sim.workload import Workload
 from agentreplay.study.experiments import TOOL_SCALES, base_config
 from agentreplay.study.spec import POLICIES, StudyOptions, tool_s_per_program
 
-PROBE_POLICIES = ("vllm", "continuum", "continuum-nocap")
+PROBE_POLICIES = ("vllm", "continuum", "continuum-nocap", "continuum-strict", "vllm+program-fcfs",
+                  "vllm+continuum-ttl")
 
 
 def to_dict(cfg: SimConfig) -> dict[str, Any]:
@@ -73,7 +74,8 @@ def probe_tool_scale(workload: Workload, opts: StudyOptions, scales: list[float]
             cfg = probe_config(opts.programs, policy, scale, opts.seeds[0], rate_per_s)
             res = simulate(workload, cfg)
             s = res.summary
-            row = {"policy": policy, "rate_per_s": rate_per_s, "tool_scale": scale, "jct_mean_s": s["jct_s"]["mean"],
+            row = {"policy": policy, "rate_per_s": rate_per_s, "seed": cfg.seed, "tool_scale": scale,
+                   "jct_mean_s": s["jct_s"]["mean"],
                    "jct_serving_mean_s": s["jct_s"]["mean"] - tool_s_per_program(workload, to_dict(cfg)),
                    "jct_p99_s": s["jct_s"]["p99"], "prefix_hit_rate": s["prefix_hit_rate"],
                    "recomputed_tokens": s["recomputed_tokens"], "queued_mean_s": s["queued_s"]["mean"],

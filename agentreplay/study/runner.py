@@ -22,7 +22,7 @@ import pandas as pd
 from agentreplay.sim.workload import Workload
 from agentreplay.study.experiments import GROUPS, Experiment, experiments
 from agentreplay.study.spec import StudyOptions, tool_s_per_program, write_bimodal
-from agentreplay.sweep import Executor, SweepProgress, parse_spec, run_sweep
+from agentreplay.sweep import Executor, SpecError, SweepProgress, parse_spec, run_sweep
 from agentreplay.sweep.store import ResultStore
 from agentreplay.sweep.worker import load_workload
 
@@ -35,6 +35,7 @@ class StudyRun:
     experiments: list[Experiment]
     timings: dict[str, dict[str, Any]]  #: experiment -> {"cells", "ran", "wall_s", "executor"}
     failed: list[dict[str, Any]] = field(default_factory=list)
+    options: StudyOptions | None = None
 
 
 def plan(opts: StudyOptions, work: str | Path) -> list[Experiment]:
@@ -59,7 +60,11 @@ def run_study(opts: StudyOptions, work: str | Path, executor: Executor, *, only:
     frames, failed = [], []
     for exp in exps:
         spec = parse_spec(exp.spec, base_dir=work)
-        outcome = run_sweep(spec, work / exp.name, executor, progress=progress(exp) if progress else None)
+        try:
+            outcome = run_sweep(spec, work / exp.name, executor, progress=progress(exp) if progress else None)
+        except SpecError as exc:
+            raise SpecError(f"{exc}. The study's {exp.name} experiment changed since that folder was written: "
+                            f"delete {work / exp.name} or use another --work") from None
         ran = outcome.ok + outcome.failed
         if ran:  # keep the timing of the run that ran the cells
             timings[exp.name] = {"cells": outcome.total, "ran": ran, "wall_s": outcome.wall_s,
@@ -68,7 +73,7 @@ def run_study(opts: StudyOptions, work: str | Path, executor: Executor, *, only:
         frames.append(_frame(exp, spec, work / exp.name, load_workload(opts.trace)))
     _write_json(work / TIMINGS, timings)
     results = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return StudyRun(results, exps, timings, failed)
+    return StudyRun(results, exps, timings, failed, opts)
 
 
 def _frame(exp: Experiment, spec: Any, folder: Path, workload: Workload) -> pd.DataFrame:

@@ -37,7 +37,7 @@ MEASURED_TOOLS = ROOT / "datasets" / "tool-models" / "claude-code-measured.json"
 
 #: the config paths a policy sets (every policy sets all of them, so policies can be one [[zip]] group)
 POLICY_KEYS = ("router.policy", "policy.queue", "policy.victim", "policy.retention", "policy.continuum_variant",
-               "policy.continuum_max_ttl_s", "tiers.dram_gib")
+               "policy.continuum_max_ttl_s", "policy.unpin_on_pressure", "tiers.dram_gib")
 #: "no cap" for Continuum's TTL: longer than any simulated run (a TOML-safe stand-in for infinity), seconds
 NO_CAP_S = 1.0e6
 
@@ -56,13 +56,19 @@ def _policies() -> dict[str, dict[str, Any]]:
     cont = out["continuum"]
     out["continuum-nocap"] = {**cont, "policy.continuum_max_ttl_s": NO_CAP_S}
     out["continuum-code"] = {**cont, "policy.continuum_variant": "code"}
+    out["continuum-strict"] = {**cont, "policy.unpin_on_pressure": False}
     out["oracle"] = {**out["vllm"], "policy.retention": "oracle"}
+    # Continuum taken apart: its queue order alone, its retention alone (vllm's router and the rest)
+    out["vllm+program-fcfs"] = {**out["vllm"], "policy.queue": "program-fcfs"}
+    out["vllm+continuum-ttl"] = {**out["vllm"], "policy.retention": "continuum"}
     return out
 
 
 #: name -> {config path: value}; ``continuum-nocap``: Continuum's p80 TTL without the 30 s cap;
 #: ``continuum-code``: the authors' released rule (pin 2 s when the tool's mean is <= 2 s: a static threshold);
-#: ``oracle``: vllm with the retention that knows each gap (a bound)
+#: ``continuum-strict``: pins are honoured until their TTL (not released when a waiting call needs the memory);
+#: ``oracle``: vllm with InferCept's waste rule fed the true gap; ``vllm+program-fcfs`` / ``vllm+continuum-ttl``:
+#: vllm with only Continuum's queue order / only its TTL retention
 POLICIES: dict[str, dict[str, Any]] = _policies()
 
 
