@@ -51,9 +51,12 @@ RETENTIONS = [("lru", 30.0), ("evict", 30.0), ("ttl", 30.0), ("continuum", 30.0)
 ETA_POLICIES = ["vllm", "autellix", "continuum", "infercept", "agent-affinity"]
 TOOL_POLICIES = ["vllm", "autellix", "continuum", "continuum-nocap", "continuum-strict", "vllm+program-fcfs",
                  "vllm+continuum-ttl", "agent-affinity", "infercept"]
-BIMODAL_RETENTION = [("none (lru)", "lru", "paper", 30.0), ("static threshold", "continuum", "code", 30.0),
-                     ("adaptive TTL", "continuum", "paper", 30.0), ("adaptive TTL, no cap", "continuum", "paper",
-                                                                     1.0e6), ("oracle", "oracle", "paper", 30.0)]
+#: (retention, continuum variant, TTL cap s, unpin on pressure): none, static threshold, adaptive TTL (each also
+#: with pins honoured until their TTL), adaptive TTL without the cap, oracle
+BIMODAL_RETENTION = [("lru", "paper", 30.0, True), ("continuum", "code", 30.0, True),
+                     ("continuum", "paper", 30.0, True), ("continuum", "code", 30.0, False),
+                     ("continuum", "paper", 30.0, False), ("continuum", "paper", 1.0e6, True),
+                     ("oracle", "paper", 30.0, True)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +76,11 @@ def _retention_name(c: dict[str, Any]) -> str:
     ret, variant = config_value(c, "policy.retention"), config_value(c, "policy.continuum_variant")
     if ret != "continuum":
         return str(ret)
+    honoured = " (pins honoured)" if config_value(c, "policy.unpin_on_pressure") is False else ""
     if variant == "code":
-        return "continuum static threshold (code)"
-    return "continuum adaptive TTL" + (" (no cap)" if config_value(c, "policy.continuum_max_ttl_s") > 100 else "")
+        return "continuum static threshold (code)" + honoured
+    cap = " (no cap)" if config_value(c, "policy.continuum_max_ttl_s") > 100 else ""
+    return "continuum adaptive TTL" + cap + honoured
 
 
 def _tier_name(c: dict[str, Any]) -> str:
@@ -147,12 +152,14 @@ def experiments(opts: StudyOptions, workload: Workload, bimodal_model: str | Pat
                           _spec(opts, _with(base, tools={"mode": "scale"}),
                                 {"workload.rate_per_s": [0.05, 0.1], "tools.scale": TOOL_SCALES},
                                 [policy_zip(TOOL_POLICIES)]), facet="workload_rate_per_s"))
-    bim = {"policy.retention": [r[1] for r in BIMODAL_RETENTION],
-           "policy.continuum_variant": [r[2] for r in BIMODAL_RETENTION],
-           "policy.continuum_max_ttl_s": [r[3] for r in BIMODAL_RETENTION]}
+    bim = {"policy.retention": [r[0] for r in BIMODAL_RETENTION],
+           "policy.continuum_variant": [r[1] for r in BIMODAL_RETENTION],
+           "policy.continuum_max_ttl_s": [r[2] for r in BIMODAL_RETENTION],
+           "policy.unpin_on_pressure": [r[3] for r in BIMODAL_RETENTION]}
     out.append(Experiment("bimodal-tools", "3", "Bimodal generative tools: retention alone (FCFS)",
                           ("policy.retention", "policy.continuum_variant", "policy.continuum_max_ttl_s",
-                           "tools.scale", "workload.rate_per_s"), "tools_scale", "retention",
+                           "policy.unpin_on_pressure", "tools.scale", "workload.rate_per_s"), "tools_scale",
+                          "retention",
                           _spec(opts, _with(base, tools={"mode": "generative", "model_path": str(bimodal_model)}),
                                 {"workload.rate_per_s": [0.05, 0.1], "tools.scale": [1.0, 4.0]}, [bim]),
                           facet="workload_rate_per_s"))

@@ -89,11 +89,16 @@ def experiment_figure(df: pd.DataFrame, exp: Experiment, panels: list[tuple[str,
     return path
 
 
+def cell_labels(d: pd.DataFrame) -> pd.Series:
+    """``h100-sxm 70b tp4`` per grid row."""
+    cell = d["hardware_gpu"] + " " + d["hardware_model"].str.replace("llama-3.1-", "") + " tp"
+    return cell + d["hardware_tp"].astype(int).astype(str)
+
+
 def grid_heatmap(df: pd.DataFrame, path: Path, baseline: str = "vllm") -> tuple[Path, pd.DataFrame]:
     """The 80-cell grid: mean-JCT gain over ``baseline`` per (hardware x model, policy); returns the table too."""
     d = df[df["status"] == "ok"].copy()
-    cell = d["hardware_gpu"] + " " + d["hardware_model"].str.replace("llama-3.1-", "") + " tp"
-    d["cell"] = cell + d["hardware_tp"].astype(int).astype(str)
+    d["cell"] = cell_labels(d)
     piv = d.pivot_table(index="cell", columns="group_name", values="jct_mean_s", sort=False)
     rows = [f"{g} {m.replace('llama-3.1-', '')} tp{t}" for g, m, t, _ in GRID_HARDWARE]
     piv = piv.reindex(index=[r for r in rows if r in piv.index],

@@ -14,7 +14,7 @@ import pandas as pd
 
 from agentreplay.study import findings as F
 from agentreplay.study.experiments import Experiment
-from agentreplay.study.figures import experiment_figure, grid_heatmap, probe_figure
+from agentreplay.study.figures import cell_labels, experiment_figure, grid_heatmap, probe_figure
 from agentreplay.study.runner import StudyRun
 from agentreplay.study.spec import POLICIES, POLICY_KEYS
 
@@ -301,6 +301,12 @@ def _grid(run: StudyRun, out: Path, probes: pd.DataFrame | None,
              f"cluster). {int((all_cells['status'] == 'ok').sum())} of {len(all_cells)} cells ok.", "",
              "![grid](grid.png)", "", "Mean-JCT gain over vllm per cell:", "",
              md_table(gain.reset_index().rename(columns={"cell": "hardware"}), "{:.2f}"), ""]
+    moved = [str(c) for c, row in gain.iterrows() if ((row.drop("oracle", errors="ignore") - 1).abs() > 0.02).any()]
+    vllm = d[d["group_name"] == "vllm"]
+    quiet = vllm.loc[~cell_labels(vllm).isin(moved), "recomputed_tokens"].sum()
+    lines += [f"Cells where some policy other than `oracle` is more than 2% away from vllm: {len(moved)} of "
+              f"{len(gain)} ({', '.join(moved) or 'none'}); vllm re-prefilled {quiet:,.0f} tokens in all the other "
+              "cells together (nothing evicted there, so the policies tie at this load).", ""]
     rej = d.groupby("hardware_gpu")["rejected_rejected_requests"].sum() if "rejected_rejected_requests" in d else None
     if rej is not None and rej.sum() > 0:
         lines += ["Rejected calls (prompt >= max_model_len), summed over the policies: "
