@@ -155,9 +155,10 @@ def markdown(data: dict[str, Any], figure: str | None = "cost_vs_slo.png") -> st
              f"{', '.join(map(str, data['tp']))}; presets {', '.join(data['presets'])}; 1 to "
              f"{data['max_instances']} instances",
              f"- {data['configurations_tried']} configurations tried in {data['rounds']} rounds "
-             f"({data['configurations_simulated_now']} simulated now, the rest reused from this folder); "
-             f"total wall time {data['wall_s']:.1f} s (sum of simulation times {data['simulation_wall_s_sum']:.1f} s) "
-             f"on {data['executor']}",
+             + (f"({data['configurations_simulated_now']} simulated now, the rest reused from this folder); "
+                if data["configurations_simulated_now"] < data["configurations_tried"] else "(all simulated now); ")
+             + f"total wall time {data['wall_s']:.1f} s (sum of simulation times "
+             f"{data['simulation_wall_s_sum']:.1f} s) on {data['executor']}",
              f"- {data['cost_definition']}",
              f"- {data['assumption']}: "
              + (f"{len(data['monotonicity_violations'])} violation(s), listed below"
