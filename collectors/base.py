@@ -1,14 +1,14 @@
-"""What every collector shares: the result type, per-file skip handling, the registry and auto-detection.
+"""What every collector shares: the result type, the Protocol, per-file skip handling and trace assembly.
 
 A collector reads one native format and returns a :class:`CollectResult`: the canonical trace plus the
 ingest accounting (files read, files skipped with the reason). A bad file never aborts the whole ingest
 and is never dropped silently: the collector raises :class:`BadInput` while parsing it, :func:`per_file`
-records the skip, and ``--strict`` turns any skip into a failure (DESIGN §8).
+records the skip, and ``--strict`` turns any skip into a failure (DESIGN §8). The collectors by name, format
+detection and the ingest itself: :mod:`collectors.registry`.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +16,7 @@ from typing import Protocol, TypeVar
 
 import pandas as pd
 
-from agentreplay.trace.io import Trace, write_trace
+from agentreplay.trace.io import Trace
 from agentreplay.trace.schema import PROGRAMS, TOOL_CALLS, TURNS
 
 
@@ -115,63 +115,3 @@ def frames(programs: list[dict], turns: list[dict], tool_calls: list[dict] | Non
         turns=df(turns, TURNS),
         tool_calls=None if tool_calls is None else df(tool_calls, TOOL_CALLS),
     )
-
-
-def _registry() -> dict[str, Collector]:
-    from collectors.azure_llm import AzureLLMCollector
-    from collectors.claude_code import ClaudeCodeCollector
-    from collectors.llmservingsim import LLMServingSimCollector
-    from collectors.lmcache import LMCacheCollector
-    from collectors.mini_swe_agent import MiniSweAgentCollector
-    from collectors.mooncake import MooncakeCollector
-    from collectors.splitwise import SplitwiseCollector
-    from collectors.swe_agent import SweAgentCollector
-
-    cs: list[Collector] = [MiniSweAgentCollector(), ClaudeCodeCollector(), SweAgentCollector(), LMCacheCollector(),
-                           SplitwiseCollector(), AzureLLMCollector(), MooncakeCollector(), LLMServingSimCollector()]
-    return {c.name: c for c in cs}
-
-
-def formats() -> dict[str, Collector]:
-    """Registered trajectory collectors by format name."""
-    return _registry()
-
-
-def detect_format(path: Path) -> str:
-    """Name of the one collector that recognises ``path``; :class:`CollectError` if none or several do."""
-    hits = [name for name, c in _registry().items() if c.detect(path)]
-    if not hits:
-        raise CollectError(f"{path}: format not recognised by any collector ({', '.join(_registry())}); "
-                           "name it explicitly")
-    if len(hits) > 1:
-        raise CollectError(f"{path}: ambiguous format, recognised by {hits}; name it explicitly")
-    return hits[0]
-
-
-def collect(fmt: str, path: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
-            *, strict: bool = False) -> CollectResult:
-    """Ingest ``path`` with collector ``fmt`` (or ``"auto"``) and write the trace to ``out_dir`` if given.
-
-    Under ``strict`` any skipped file fails the ingest before anything is written.
-    """
-    p = Path(path)
-    if not p.exists():
-        raise CollectError(f"{p}: no such file or directory")
-    reg = _registry()
-    name = detect_format(p) if fmt == "auto" else fmt
-    if name not in reg:
-        raise CollectError(f"unknown format {fmt!r}; known: auto, {', '.join(reg)}")
-    result = reg[name].collect(p)
-    if strict and result.skips:
-        first = result.skips[0]
-        raise CollectError(f"--strict: {len(result.skips)} file(s) skipped, first {first.path}: {first.reason}")
-    if result.files_read == 0 and not result.skips:
-        raise CollectError(f"{p}: no {name} files found")
-    if out_dir is not None:
-        if result.n_programs == 0 and result.n_tool_calls == 0:
-            why = "; ".join(f"{s.path}: {s.reason}" for s in result.skips[:3])
-            more = f"; and {len(result.skips) - 3} more" if len(result.skips) > 3 else ""
-            raise CollectError(f"{p}: nothing could be ingested ({len(result.skips)} file(s) skipped: {why}{more}); "
-                               "no output written")
-        write_trace(out_dir, result.trace)
-    return result

@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from collectors.base import collect
+from collectors.registry import collect
 
 SOURCE = Path("..") / "shared" / "datasets" / "swebench-verified-mini-swe-agent" / "trajs"
 DEST = Path("datasets") / "swebench-verified"

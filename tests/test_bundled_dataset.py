@@ -7,7 +7,7 @@ import json
 import pandas as pd
 
 from agentreplay.trace.io import read_trace
-from collectors.base import collect
+from collectors.registry import collect
 from tests.conftest import ROOT, shared_path
 
 BUNDLED = ROOT / "datasets" / "swebench-verified"

@@ -40,6 +40,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from agentreplay.perf import GpuSpec
+from validation.calibrate_settings import FIT_EXCLUDE, ROBUST_SCALE, SHARE_FLOOR, TILE_ARCHITECTURES
 
 CALIBRATION: Final = "calibration"
 VALIDATION: Final = "validation"
@@ -56,6 +57,24 @@ SPLIT: Final = {
                 "whole-model cell, every measured end-to-end run. They fitted and chose nothing.",
     FIDELITY: "not a cell role: the table pricer rebuilt from every other point of a cell and judged on the points "
               "in between (in-cell interpolation, 'table fidelity'); reported apart, never as validation.",
+}
+
+#: The pricers compared on the component cells and what judges each (report section "Pricer comparison"); the
+#: roles are those of this module (whole cells; ``fidelity`` = in-cell interpolation, not validation).
+PRICERS: Final = {
+    "roofline": "PerfModel with the gpus.toml efficiencies (what the simulator runs by default), fitted on the "
+                "calibration cells; judged on the validation cells (validation.protocol)",
+    "refined": "RefinedPerfModel with catalog/roofline.toml (GEMM saturation, per-class kernel costs, attention "
+               "fixed and per-sequence costs), fitted on the same calibration cells, judged on the same validation "
+               "cells",
+    "table": "TablePerfModel, refined roofline as the fallback. Validation (out of cell): the TP=1 table of each "
+             "cell (all its points) scaled to the TP>1 cells of the same source, GPU and model by the refined "
+             "roofline's TP ratio; Splitwise whole-model iterations from the Vidur TP=1 table of the same GPU and "
+             "model scaled the same way, with Vidur's all-reduce curve where its GPU count calibrates (2, 8; else "
+             "the fallback's all-reduce); the 4-GPU all-reduce by the fallback (no table of a validation curve). "
+             "Table fidelity (role 'fidelity', not validation): each cell's table rebuilt from every other point "
+             "(attention: every other row and column of the grid; all-reduce: every other size) and judged on "
+             "the points in between",
 }
 
 
@@ -189,7 +208,6 @@ def global_rows(cv_scores: list[dict[str, Any]]) -> list[dict[str, Any]]:
     settings and the protocol's own choices. ``cv_scores``: :func:`validation.crossval.cv_scores` records."""
     from agentreplay.perf import catalog as cat
     from agentreplay.perf import memory, table, tiles
-    from validation import calibrate as K
     from validation import components as C
 
     def cv_detail(tunable: str) -> str:
@@ -223,14 +241,14 @@ def global_rows(cv_scores: list[dict[str, Any]]) -> list[dict[str, Any]]:
          "provenance": "hand-set", "detail": "memory CUDA does not report, where usable_memory_gib is not measured"},
         {"constant": "tiles.BLOCK_M / tile_shape", "scope": "refined roofline", "value": tiles.BLOCK_M,
          "provenance": "engine default", "detail": "FlashAttention-2 split-KV forward kernel tile (kBlockM)"},
-        {"constant": "TILE_ARCHITECTURES", "scope": "calibration", "value": ", ".join(sorted(K.TILE_ARCHITECTURES)),
+        {"constant": "TILE_ARCHITECTURES", "scope": "calibration", "value": ", ".join(sorted(TILE_ARCHITECTURES)),
          "provenance": "engine default", "detail": "vLLM runs FA2 off Hopper (vllm/attention/utils/fa_utils.py "
                                                    "get_flash_attn_version)"},
-        {"constant": "FIT_EXCLUDE", "scope": "calibration", "value": len(K.FIT_EXCLUDE), "provenance": "hand-set",
-         "detail": "HF-eager modules of LLMServingSim v0 (" + ", ".join(sorted(g for _, g in K.FIT_EXCLUDE))
+        {"constant": "FIT_EXCLUDE", "scope": "calibration", "value": len(FIT_EXCLUDE), "provenance": "hand-set",
+         "detail": "HF-eager modules of LLMServingSim v0 (" + ", ".join(sorted(g for _, g in FIT_EXCLUDE))
                    + "): not the fused serving kernels the model prices"},
         {"constant": "ROBUST_SCALE / SHARE_FLOOR", "scope": "calibration",
-         "value": f"{K.ROBUST_SCALE} / {K.SHARE_FLOOR}", "provenance": "hand-set",
+         "value": f"{ROBUST_SCALE} / {SHARE_FLOOR}", "provenance": "hand-set",
          "detail": "fit settings: soft-L1 scale on log residuals; smallest operator weight share"},
         {"constant": "MAX_POINTS / TABLE_POINTS", "scope": "calibration", "value": f"{C.MAX_POINTS} / "
          f"{C.TABLE_POINTS}", "provenance": "hand-set", "detail": "points kept per curve (fit; shipped tables)"},

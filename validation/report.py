@@ -1,110 +1,30 @@
-"""Validation report: headline figures, plots (helpers take an ``ax``), Markdown and a self-contained HTML page.
+"""The validation report rendered: Markdown (images as files beside it) and a self-contained HTML page.
 
-Every number in the report is computed here from ``errors.parquet`` (and the per-request distributions of the
-simulated runs); nothing is typed in. Targets (from the validation brief) are thresholds, not results.
+What it shows is computed elsewhere and handed in: the summary (:mod:`validation.report_data`, the end-to-end
+headline of :mod:`validation.headline`), the error tables, the figures (:mod:`validation.figures`, helpers take an
+``ax``). Functions here turn data into text; nothing here computes a figure of merit.
 """
 
 from __future__ import annotations
 
 import base64
-import itertools
-import json
 import os
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from validation import calibrate as K
 from validation import components as C
-from validation import diagnostics, e2e
-from validation.figures import COMPONENT_METRICS, ITERATION_METRICS, figures
+from validation import diagnostics
+from validation import report_data as D
+from validation.calibrate_data import SPLIT, mape_table
+from validation.calibrate_settings import FIT_EXCLUDE
+from validation.figures import figures
 from validation.headline import not_simulated, summarise
+from validation.protocol import PRICERS, render_protocol_markdown
 from validation.report_e2e import e2e_sections, llmperf_section, split_sections
 from validation.tables import md as _md
-
-TARGETS: Final = {"component_validation_mape_pct": 5.0, "vllm_run_mean_pct": 10.0}
-
-# ---------------------------------------------------------------------------------------------- headline
-def headline(df: pd.DataFrame, burst: pd.DataFrame | None = None) -> dict[str, Any]:
-    """The figures the brief asks for, computed from the error rows."""
-    out: dict[str, Any] = {"targets": TARGETS}
-    comp = df[df["metric"].isin(COMPONENT_METRICS)]
-    out["component_mape_pct"] = {}
-    for g, d in comp.groupby("gpu"):
-        v = d[d["role"] == "validation"]
-        att = v["metric"].str.startswith("attention")
-        out["component_mape_pct"][g] = {
-            **{r: K.mape(d.loc[d["role"] == r, "rel_error"]) for r in ("calibration", "validation")},
-            "validation_layer_time": K.mape(v.loc[v["metric"] == "layer_time_s", "rel_error"]),
-            "validation_attention": K.mape(v.loc[att, "rel_error"]),
-            "validation_time_weighted": float((v["rel_error"].abs() * v["measured"]).sum() / v["measured"].sum()
-                                              * 100) if len(v) else float("nan")}
-    it = df[df["metric"].isin(ITERATION_METRICS)]
-    out["splitwise_mape_pct"] = {g: {**{f"{m} MAPE": K.mape(d.loc[d["metric"] == m, "rel_error"])
-                                        for m in ITERATION_METRICS},
-                                     **{f"{m} median APE": float(d.loc[d["metric"] == m, "rel_error"].abs()
-                                                                 .median() * 100) for m in ITERATION_METRICS}}
-                                 for g, d in it.groupby("gpu")}
-    b1 = it[(it["metric"] == "decode_iteration_s") & (it["batch_size"] == 1)]
-    out["splitwise_decode_batch1_ms"] = {
-        g: {int(tp): {"measured": float(x["measured"].median() * 1e3), "simulated": float(x["simulated"].median()
-                                                                                          * 1e3)}
-            for tp, x in d.groupby("tp")} for g, d in b1.groupby("gpu")}
-    run = df[df["source"] == "vllm-run"]
-    out["vllm_run_pct"] = {m: float(run.loc[run["metric"] == m, "rel_error"].mean() * 100)
-                           for m in ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "throughput_output_tok_s")
-                           if (run["metric"] == m).any()}
-    lp = df[(df["source"] == "llmperf") & (df["gpu"] == "rtx3090") & (df["dtype"] == "bf16")]
-    tput = lp[lp["metric"] == "throughput_output_tok_s"]
-    if len(tput):
-        out["llmperf_rtx3090_bf16_throughput_pct"] = {
-            "mean_signed": float(tput["rel_error"].mean() * 100), "runs": len(tput),
-            "per_run": dict(zip(tput["cell_id"], (tput["rel_error"] * 100).round(2), strict=True))}
-    if burst is not None and len(burst):
-        b = burst[burst["metric"] == "throughput_output_tok_s"]
-        out["llmperf_rtx3090_bf16_burst_throughput_pct"] = float(b["rel_error"].mean() * 100)
-    ag = df[df["source"] == "agent-jct"]
-    if len(ag):
-        out["agent_jct_pct"] = dict(zip(ag["metric"], (ag["rel_error"] * 100).round(2), strict=True))
-        out["agent_caveat"] = e2e.AGENT_CAVEAT
-    return out
-
-
-PRICER_ORDER: Final = ("roofline", "refined", "table")
-_E2E_HEAD: Final = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "throughput_output_tok_s")
-
-
-def pricer_headline(p: pd.DataFrame) -> dict[str, Any]:
-    """Per GPU, pricer and role: component MAPE (the metrics of the headline); per pricer: the vLLM-run and
-    LLMPerf RTX 3090 BF16 errors of the replays with that pricer."""
-    out: dict[str, Any] = {}
-    if not len(p):
-        return out
-    comp = p[p["metric"].isin(COMPONENT_METRICS)]
-    out["pricer_component_mape_pct"] = {
-        g: {pr: {r: K.mape(x.loc[x["role"] == r, "rel_error"]) for r in ("calibration", "validation", "fidelity")
-                 if (x["role"] == r).any()}
-            for pr, x in d.groupby("pricer")} for g, d in comp.groupby("gpu")}
-    val = comp[comp["role"] == "validation"]
-    ar = val["metric"] == "all_reduce_s"
-    out["pricer_component_parts_mape_pct"] = {  # the iteration components the target names; the all-reduce apart
-        g: {pr: {"iteration_components": K.mape(x.loc[~ar.loc[x.index], "rel_error"]),
-                 "all_reduce": K.mape(x.loc[ar.loc[x.index], "rel_error"]), "all_reduce_n": int(ar.loc[x.index].sum())}
-            for pr, x in d.groupby("pricer")} for g, d in val.groupby("gpu")}
-    run = p[p["source"] == "vllm-run"]
-    out["pricer_vllm_run_pct"] = {pr: {m: float(x.loc[x["metric"] == m, "rel_error"].mean() * 100)
-                                       for m in _E2E_HEAD if (x["metric"] == m).any()}
-                                  for pr, x in run.groupby("pricer")}
-    sw = p[p["metric"].isin(ITERATION_METRICS)]
-    out["pricer_splitwise_mape_pct"] = {
-        g: {pr: {m: K.mape(x.loc[x["metric"] == m, "rel_error"]) for m in ITERATION_METRICS}
-            for pr, x in d.groupby("pricer")} for g, d in sw.groupby("gpu")}
-    lp = p[(p["source"] == "llmperf") & (p["metric"] == "throughput_output_tok_s")]
-    out["pricer_llmperf_rtx3090_bf16_throughput_pct"] = {pr: float(x["rel_error"].mean() * 100)
-                                                         for pr, x in lp.groupby("pricer")}
-    return out
 
 
 def _best(mape_by_pricer: dict[str, float]) -> str:
@@ -113,7 +33,7 @@ def _best(mape_by_pricer: dict[str, float]) -> str:
                 and np.isfinite(v)), default=None)
     if best is None:  # a GPU whose every component cell calibrates (validation.protocol): nothing to judge
         return "no validation cell"
-    return f"{best[0]:.2f} ({best[1]}): " + _verdict(best[0], TARGETS["component_validation_mape_pct"])
+    return f"{best[0]:.2f} ({best[1]}): " + _verdict(best[0], D.TARGETS["component_validation_mape_pct"])
 
 
 def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.DataFrame,
@@ -125,7 +45,7 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
     rows = []
     for g, d in pc.items():
         row: dict[str, Any] = {"gpu": g}
-        for pr in PRICER_ORDER:
+        for pr in D.PRICER_ORDER:
             for r in ("calibration", "validation"):
                 row[f"{pr} {r[:3]}. %"] = d.get(pr, {}).get(r, float("nan"))
         row["table fidelity % (in-cell, not validation)"] = d.get("table", {}).get("fidelity", float("nan"))
@@ -148,7 +68,7 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
                     "fitted on the 2- and 8-GPU curves; the table prices it by its fallback, since no table of a "
                     "validation curve is shipped); the table above counts both:\n\n"
                     f"{_md(pd.DataFrame(parts))}\n")
-    t = TARGETS["vllm_run_mean_pct"]
+    t = D.TARGETS["vllm_run_mean_pct"]
     for pr, v in s.get("pricer_vllm_run_pct", {}).items():
         head.append(f"- RTX 4090 vLLM run with the {pr} pricer: " + ", ".join(
             f"{m} {x:+.1f}% ({_verdict(x, t)})" for m, x in v.items()))
@@ -164,8 +84,6 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
                                  for pr, v in d.items()) for g, d in sw.items())
             + " (the table: the Vidur profile of the same GPU, model and TP; no kernel-level pricer sees that "
               "engine's per-iteration floor)")
-    from validation.validate import PRICERS  # the protocol texts live beside the code that applies them
-
     secs = [("Pricers and their validation protocols", "\n".join(f"- **{k}**: {v}" for k, v in PRICERS.items())
              + "\n- The simulator runs the **roofline** unless given another pricer (``simulate(perf=...)``); "
                "the refined roofline's parameters are in catalog/roofline.toml, the tables `agentreplay calibrate` "
@@ -176,20 +94,10 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
                "mixed_attention = \"one_kernel\"``, the default); **KIND:apart** is KIND with the two parts priced "
                "apart, shown for the end-to-end cells on those GPUs (``python benchmarks/attention_mixed.py`` "
                "compares both on the profiles' mixed shots).")]
-    comp = pricers[pricers["metric"].isin(COMPONENT_METRICS) & (pricers["role"] == "validation")]
-    diag = []
-    for (g, m), d in comp.groupby(["gpu", "metric"]):
-        row = {"gpu": g, "metric": m}
-        for pr in PRICER_ORDER[:3]:
-            x = d[d["pricer"] == pr]
-            tot = comp[(comp["gpu"] == g) & (comp["pricer"] == pr)]["rel_error"].abs().sum()
-            row[f"{pr} n"] = len(x)
-            row[f"{pr} MAPE %"] = K.mape(x["rel_error"])
-            row[f"{pr} share %"] = float(x["rel_error"].abs().sum() / tot * 100) if tot else float("nan")
-        diag.append(row)
+    diag = D.error_shares(pricers)
     lines = ["Validation points per GPU and metric: MAPE and the metric's share of the GPU's summed absolute error "
-             "(what the per-GPU MAPE is made of).", "", _md(pd.DataFrame(diag)), ""]
-    for g, d in pd.DataFrame(diag).groupby("gpu") if diag else ():  # none: every component cell calibrates
+             "(what the per-GPU MAPE is made of).", "", _md(diag), ""]
+    for g, d in diag.groupby("gpu") if len(diag) else ():  # none: every component cell calibrates
         top = d.sort_values("refined share %", ascending=False).iloc[0]
         lines.append(f"- {g}: the refined roofline's largest contributor is {top['metric']} "
                      f"({top['refined share %']:.0f}% of its absolute error, MAPE {top['refined MAPE %']:.1f}% over "
@@ -198,11 +106,7 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
         lines += ["", _residual_shapes(pricer_ops)]
     secs.append(("Where the component error comes from", "\n".join(lines)))
     if len(pricer_ops):
-        t = pricer_ops.groupby(["gpu", "group", "pricer", "role"])["rel_error"].apply(
-            K.mape).unstack(["pricer", "role"])
-        cols = [(pr, r) for pr in PRICER_ORDER for r in ("calibration", "validation") if (pr, r) in t.columns]
-        t = t.reindex(columns=cols)
-        t.columns = [f"{pr} {r[:3]}." for pr, r in cols]
+        t = D.operator_errors_by_pricer(pricer_ops)
         secs.append(("Operator error by pricer (MAPE %, per GPU and operator group)", _md(t.round(1).reset_index(),
                                                                                         ".1f")))
     if s.get("prefill_forms"):
@@ -217,7 +121,7 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
     lim = diagnostics.limits_markdown(s, _md)
     if lim:
         secs.append(("Limits of the table pricer", lim))
-    ref = refinement_table(catalog)
+    ref = D.refinement_table(catalog)
     if len(ref):
         secs.append(("Refined roofline parameters (catalog/roofline.toml)", "Fitted on the calibration split only "
                      "(validation/calibrate.py REFINED_STAGES); empty = not fitted (catalog value or plain-roofline "
@@ -225,81 +129,17 @@ def _pricer_sections(s: dict[str, Any], pricers: pd.DataFrame, pricer_ops: pd.Da
     return "\n".join(head), secs
 
 
-_BANDS: Final = (0, 16, 64, 256, 1024, 1 << 30)
-
 
 def _residual_shapes(ops: pd.DataFrame) -> str:
     """The misfit shapes behind the refinements: signed mean GEMM error by token band (one efficiency per GPU
     over-prices small and large M and under-prices the ridge), and attention calls under 20 us."""
-    o = ops[ops["pricer"].isin(["roofline", "refined"])]
-    gemm = o[o["group"].isin(K.GEMM_GROUPS[:4])]
-    band = pd.cut(gemm["num_tokens"], _BANDS, labels=[f"{a + 1}-{b}" if b < 1 << 30 else f">{a}"
-                                                       for a, b in itertools.pairwise(_BANDS)])
-    t = (gemm.groupby(["gpu", "pricer", band], observed=True)["rel_error"].mean() * 100).unstack(2)
-    att = o[o["group"].str.startswith("attention") & (o["measured_s"] < 20e-6) & (o["probe"] != "tokens")]
-    a = (att.groupby(["gpu", "pricer"])["rel_error"].agg(["size", "mean"]).rename(
-        columns={"size": "attention calls < 20 us", "mean": "signed mean error %"}))
-    a["signed mean error %"] *= 100
+    t, a = D.gemm_error_bands(ops), D.short_attention_errors(ops)
     return ("GEMM operators (qkv, o, gate_up, down; all cells and roles): signed mean error % by token count "
             "M. The plain roofline's pattern (too slow at small and large M, too fast near the ridge point) is "
             "what one constant efficiency per GPU gives; the refined roofline's M_half saturation and GEMM launch "
             "cost flatten it.\n\n" + _md(t.round(1).reset_index(), ".1f") + "\n\nShort attention calls "
             "(measured < 20 us, attention profiles): signed mean error; the plain roofline has no fixed cost per "
             "attention kernel beyond the shared per-kernel overhead.\n\n" + _md(a.round(1).reset_index(), ".1f"))
-
-
-def _calibration_record(catalog: str | Path | None) -> dict[str, Any]:
-    """The ``calibration.json`` that goes with ``catalog`` (empty when there is none)."""
-    from agentreplay.perf.table import calibration_path
-
-    path = calibration_path(catalog)
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
-def _origin(rec: dict[str, Any] | None) -> str:
-    """One GPU's entry of ``calibration.json`` in words: fitted, or borrowed from which GPU."""
-    if rec is None:
-        return "not calibrated (catalog values)"
-    if rec.get("calibrated_from"):
-        return f"no measured profile: those of {rec['calibrated_from']}"
-    return "fitted on its own profiles"
-
-
-def refinement_table(catalog: str | Path | None = None) -> pd.DataFrame:
-    """The parameters in the refined roofline's TOML, one row per GPU, with where they come from (``from``: its
-    own fit, or borrowed from the nearest profiled GPU)."""
-    import tomllib
-
-    from agentreplay.perf.table import refinement_path
-
-    with open(refinement_path(catalog), "rb") as fh:
-        gpus = tomllib.load(fh).get("gpu", {})
-    recs = _calibration_record(catalog).get("refined", {}).get("gpus", {})
-    params = [p for _, _, ps in K.REFINED_STAGES for p in ps]
-    return pd.DataFrame([{"gpu": g, "from": _origin(recs.get(g)), **{p: v.get(p, float("nan")) for p in params}}
-                         for g, v in sorted(gpus.items())])
-
-
-def gpu_provenance(df: pd.DataFrame, catalog: str | Path | None = None) -> pd.DataFrame:
-    """Where each catalog GPU's performance parameters come from: its datasheet peaks (gpus.toml) and either its
-    own fit on measured profiles (``calibration.json``: the calibration points) or, for a GPU without any measured
-    profile, the kernel-level efficiencies of the nearest profiled GPU (:data:`validation.calibrate.NEAREST`);
-    and how many measured cells of ``df`` (the errors table) judge it."""
-    from agentreplay.perf import list_gpus, load_gpu
-
-    recs = _calibration_record(catalog).get("gpus", {})
-    cells = df.groupby("gpu")["cell_id"].nunique() if len(df) else pd.Series(dtype=int)
-    rows = []
-    for g in list_gpus(catalog):
-        spec = load_gpu(g, catalog)
-        rows.append({"gpu": g, "architecture": spec.architecture, "bf16 TFLOPS": spec.bf16_tflops,
-                     "memory GB/s": spec.mem_bandwidth_gbps, "interconnect GB/s": spec.interconnect_bw_gbps,
-                     "efficiencies": _origin(recs.get(g)),
-                     "borrowed from": (recs.get(g) or {}).get("calibrated_from") or "",
-                     "operator points (cal. / val.)": "{calibration:,} / {validation:,}".format(
-                         **(recs.get(g) or {}).get("points", {"calibration": 0, "validation": 0})),
-                     "measured cells": int(cells.get(g, 0))})
-    return pd.DataFrame(rows)
 
 
 def _verdict(err_pct: float, target: float) -> str:
@@ -316,8 +156,8 @@ def _sections(df: pd.DataFrame, ops: pd.DataFrame, agg: dict[str, pd.DataFrame],
     rows = [{"gpu": g, "calibration MAPE %": v["calibration"], "validation MAPE %": v["validation"],
              "val. layer time %": v["validation_layer_time"], "val. attention %": v["validation_attention"],
              "val. time-weighted %": v["validation_time_weighted"],
-             "target %": TARGETS["component_validation_mape_pct"],
-             "verdict": _verdict(v["validation"], TARGETS["component_validation_mape_pct"])} for g, v in comp.items()]
+             "target %": D.TARGETS["component_validation_mape_pct"],
+             "verdict": _verdict(v["validation"], D.TARGETS["component_validation_mape_pct"])} for g, v in comp.items()]
     head = ["- Component cells (layer time, attention, lm_head, all-reduce), MAPE per GPU and role, with the "
             "simulator's default pricer (the plain roofline; every pricer in the next table, whose last column is "
             "the verdict per GPU); the time-weighted column is sum(|error| x measured) / sum(measured) over the "
@@ -336,7 +176,7 @@ def _sections(df: pd.DataFrame, ops: pd.DataFrame, agg: dict[str, pd.DataFrame],
                                       pricer_ops if pricer_ops is not None else pd.DataFrame(), catalog)
     if p_head:
         head.insert(1 + bool(s.get("splitwise_mape_pct")), p_head)
-    prov = gpu_provenance(df, catalog)
+    prov = D.gpu_provenance(df, catalog)
     borrowed = prov[prov["borrowed from"] != ""]
     if len(borrowed):
         head.append("- GPUs without any measured profile (" + ", ".join(
@@ -345,11 +185,9 @@ def _sections(df: pd.DataFrame, ops: pd.DataFrame, agg: dict[str, pd.DataFrame],
               "so no error figure exists for them (see 'Where each GPU's parameters come from').")
     secs = [("Component figures", "\n".join(head))]
     if s.get("protocol"):  # the split, the constants' provenance, LOGO / LOMO, table fidelity
-        from validation.protocol import render_protocol_markdown
-
         secs += split_sections(render_protocol_markdown(s))
-    secs.append(("Calibration / validation split", "\n".join(f"- **{k}**: {v}" for k, v in K.SPLIT.items()) + (
-        "\n- Operators compared but not fitted: " + ", ".join(sorted({g for _, g in K.FIT_EXCLUDE}))
+    secs.append(("Calibration / validation split", "\n".join(f"- **{k}**: {v}" for k, v in SPLIT.items()) + (
+        "\n- Operators compared but not fitted: " + ", ".join(sorted({g for _, g in FIT_EXCLUDE}))
         + " of HF-eager (LLMServingSim v0) profiles (unfused kernels; see validation/calibrate.py FIT_EXCLUDE)."
         + "\n- Source operators not compared: " + "; ".join(
             f"{op} ({why})" for op, why in sorted(C.NOT_MAPPED.items())) + "."
@@ -364,7 +202,7 @@ def _sections(df: pd.DataFrame, ops: pd.DataFrame, agg: dict[str, pd.DataFrame],
                  "measured cells: the cells of this report on that GPU.\n\n" + _md(prov, ".4g")))
     secs += p_secs
     if len(ops) and not p_secs:
-        t = K.mape_table(ops).round(1).reset_index()
+        t = mape_table(ops).round(1).reset_index()
         secs.append(("Operator fit error (MAPE %, per GPU and operator group)", _md(t, ".1f")))
     secs.append(("Aggregates: MAPE per source", _md(agg["source"])))
     secs.append(("Aggregates: MAPE per metric", _md(agg["metric"])))

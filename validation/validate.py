@@ -10,11 +10,11 @@ Component metrics: ``layer_time_s`` (one decoder layer = the sum of the measured
 ``lm_head_s``, ``prefill_iteration_s`` / ``decode_iteration_s`` (Splitwise whole-model iterations) and
 ``all_reduce_s``. Operator-level rows (the fit diagnostics) go to ``component_ops.parquet``.
 
-Pricer comparison (:data:`PRICERS`): the same component points priced by the default roofline, the refined
-roofline and the measured-table pricer (and its GEMM-tile ablation), each judged under its own declared split, go
-to ``pricers.parquet`` (metric rows, plus the RTX 4090 vLLM run and the LLMPerf RTX 3090 BF16 cells replayed with
-each pricer) and ``pricer_ops.parquet`` (operator rows). What limits the table pricer (all-reduce across GPU counts,
-the decode form) is summarised by :func:`table_limits`.
+Pricer comparison (:data:`validation.protocol.PRICERS`): the same component points priced by the default roofline,
+the refined roofline and the measured-table pricer (and its GEMM-tile ablation), each judged under its own declared
+split, go to ``pricers.parquet`` (metric rows, plus the RTX 4090 vLLM run and the LLMPerf RTX 3090 BF16 cells
+replayed with each pricer) and ``pricer_ops.parquet`` (operator rows). What limits the table pricer (all-reduce
+across GPU counts, the decode form) is summarised by :func:`table_limits`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from agentreplay.perf.table import (
     load_refinement,
     refinement_path,
 )
-from validation import bands, crossval, diagnostics, e2e, e2e_llmperf, e2e_outofcell, headline, report
+from validation import bands, crossval, diagnostics, e2e, e2e_llmperf, e2e_outofcell, headline, report, report_data
 from validation import calibrate as K
 from validation import components as C
 from validation.measured import Measured, load
@@ -92,23 +92,6 @@ def component_rows(measured: Measured, catalog: str | Path | None = None, data: 
 
 
 # ---------------------------------------------------------------------------------------------- pricers
-#: The pricers compared on the component cells and what judges each (report section "Pricer comparison"); the
-#: roles are those of :mod:`validation.protocol` (whole cells; ``fidelity`` = in-cell interpolation, not validation).
-PRICERS: Final = {
-    "roofline": "PerfModel with the gpus.toml efficiencies (what the simulator runs by default), fitted on the "
-                "calibration cells; judged on the validation cells (validation.protocol)",
-    "refined": "RefinedPerfModel with catalog/roofline.toml (GEMM saturation, per-class kernel costs, attention "
-               "fixed and per-sequence costs), fitted on the same calibration cells, judged on the same validation "
-               "cells",
-    "table": "TablePerfModel, refined roofline as the fallback. Validation (out of cell): the TP=1 table of each "
-             "cell (all its points) scaled to the TP>1 cells of the same source, GPU and model by the refined "
-             "roofline's TP ratio; Splitwise whole-model iterations from the Vidur TP=1 table of the same GPU and "
-             "model scaled the same way, with Vidur's all-reduce curve where its GPU count calibrates (2, 8; else "
-             "the fallback's all-reduce); the 4-GPU all-reduce by the fallback (no table of a validation curve). "
-             "Table fidelity (role 'fidelity', not validation): each cell's table rebuilt from every other point "
-             "(attention: every other row and column of the grid; all-reduce: every other size) and judged on "
-             "the points in between",
-}
 _SIBLING = re.compile(r"/tp\d+$")
 
 
@@ -129,10 +112,10 @@ def out_of_cell_tables(data: K.ComponentData, g: str, fallback: dict[str, Any]) 
 
 
 def pricer_rows(data: K.ComponentData, catalog: str | Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(metric rows, operator rows) of every pricer in :data:`PRICERS` on the component cells of catalog GPUs:
-    ``pricer, cell_id, gpu, metric | group, measured, simulated, rel_error, role`` and the operating point; roles
-    per :mod:`validation.protocol` (the table's in-cell rows: ``fidelity``; its in-table points, reproduced by
-    construction, are not listed)."""
+    """(metric rows, operator rows) of every pricer in :data:`validation.protocol.PRICERS` on the component cells of
+    catalog GPUs: ``pricer, cell_id, gpu, metric | group, measured, simulated, rel_error, role`` and the operating
+    point; roles per :mod:`validation.protocol` (the table's in-cell rows: ``fidelity``; its in-table points,
+    reproduced by construction, are not listed)."""
     known = set(list_gpus(catalog))
     src = {c: C.source_of(c) for c in data.ops["cell_id"].unique()}
     op_parts, metric_parts = [], []
@@ -346,8 +329,8 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
         sensitivity.to_parquet(out / "llmperf_sensitivity.parquet", index=False)
     burst = sensitivity[(sensitivity["setting"] == "arrivals") & (sensitivity["value"] == "burst")
                         & (sensitivity["dtype"] == "bf16")] if len(sensitivity) else sensitivity
-    summary = report.headline(errors, burst)
-    summary.update(report.pricer_headline(pricers))
+    summary = report_data.headline(errors, burst)
+    summary.update(report_data.pricer_headline(pricers))
     if has_components and len(pricer_ops):
         summary["table_limits"] = table_limits(data, pricers, pricer_ops, catalog)
         summary["prefill_forms"] = _records(prefill_forms(data, catalog))

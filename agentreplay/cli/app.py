@@ -128,7 +128,7 @@ def collect(
     """
     from agentreplay.outdir import OutputDirError, staged
     from collectors.base import CollectError
-    from collectors.base import collect as run_collect
+    from collectors.registry import collect as run_collect
 
     try:
         with staged(out, "trace") as tmp:

@@ -130,7 +130,7 @@ def test_the_config_literals_match_the_policy_registries() -> None:
 def test_collect_formats_in_help_are_the_collector_registry() -> None:
     """collect lists its formats without importing the collectors; the list is the registry's, in order."""
     from collectors import FORMATS
-    from collectors.base import formats
+    from collectors.registry import formats
 
     assert tuple(formats()) == FORMATS
     res = runner.invoke(app, ["collect", "--help"], terminal_width=200)

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from agentreplay.trace.io import read_trace, validate
-from collectors.base import CollectError, collect
+from collectors.base import CollectError
 from collectors.mini_swe_agent import MiniSweAgentCollector
+from collectors.registry import collect
 from collectors.tokens import CHARS_PER_TOKEN, calibrate
 from tests.conftest import shared_path
 

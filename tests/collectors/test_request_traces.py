@@ -14,8 +14,9 @@ import pytest
 
 from agentreplay.sim.workload import compile_trace
 from agentreplay.trace.io import read_trace, validate
-from collectors.base import CollectError, collect, detect_format
+from collectors.base import CollectError
 from collectors.mooncake import reuse_bound
+from collectors.registry import collect, detect_format
 from tests.conftest import shared_path
 
 RT = ("datasets", "request-traces")

@@ -18,8 +18,9 @@ from agentreplay.sim.config import SimConfig
 from agentreplay.sim.prefix_chain import build_chains
 from agentreplay.trace.io import read_trace, write_trace
 from agentreplay.trace.schema import SCHEMA_VERSION_KEY
-from collectors.base import collect, frames
+from collectors.base import frames
 from collectors.mooncake import reuse_bound
+from collectors.registry import collect
 from tests.conftest import shared_path
 from tests.factories import make_trace
 

@@ -174,7 +174,7 @@ def test_fit_tools_command(tmp_path) -> None:
 
 @pytest.mark.shared
 def test_measured_claude_code_vs_estimated_mini_swe_agent(tmp_path_factory, bundled_fit) -> None:
-    from collectors.base import collect
+    from collectors.registry import collect
 
     out = tmp_path_factory.mktemp("cc")
     collect("claude-code", shared_path("datasets", "swe-rebench-claude-code"), out)

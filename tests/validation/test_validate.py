@@ -16,7 +16,7 @@ import agentreplay.cli.validate  # noqa: F401  (registers the commands)
 from agentreplay.cli.app import app
 from agentreplay.perf import list_gpus, load_gpu
 from tests.conftest import shared_path
-from validation import report as R
+from validation import report_data as R
 from validation import validate as V
 from validation.measured import collect_path
 
