@@ -175,3 +175,15 @@ def test_monotonicity_check_flags_a_larger_n_that_does_worse() -> None:
     assert monotonicity([g0, g1], good) == []  # a goodput of 0 is a valid starting point
     assert monotonicity([g1, g0], good) == []  # (sorted by n: g0 is n=1)
     assert not math.isnan(trial(2, 1).cost)
+
+
+def test_a_family_whose_cells_fail_is_reported_with_the_error(bundled: Path, tmp_path: Path,
+                                                              inline: InlineExecutor) -> None:
+    req = PlanRequest(bundled, LOAD, parse_slo("jct_p90<=100000"), gpus=("rtx3090", "h100-sxm"),
+                      models=("llama-3.1-70b",), max_programs=4, max_instances=2, runners_up=0)
+    res = plan(req, inline, tmp_path / "p")
+    bad = next(s for s in res.states if s.family.gpu == "rtx3090")
+    assert bad.end == "error" and bad.error
+    failed = [t for t in res.trials if t.family.gpu == "rtx3090"]
+    assert len(failed) == 1 and failed[0].status == "failed" and failed[0].why.startswith("failed: ")
+    assert res.chosen is None or res.chosen.family.gpu == "h100-sxm"
