@@ -54,6 +54,9 @@ def plan(
                                                 "/ instances, the preset's policies and the arrivals. Default: "
                                                 "the simulator's defaults.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of every run (arrivals, tools).")] = 0,
+    executor: Annotated[str | None, typer.Option(help="Where cells run: local (a process pool) or dask (needs "
+                                                 "--scheduler-address). Default: dask when --scheduler-address is "
+                                                 "given, else local.")] = None,
     workers: Annotated[int | None, typer.Option(help="Local worker processes (default: one per CPU).")] = None,
     scheduler_address: Annotated[str | None, typer.Option(
         help="Run the cells on a Dask distributed cluster, e.g. tcp://10.0.0.5:8786 (workers need agentreplay "
@@ -67,9 +70,11 @@ def plan(
     sustained load, in GPU-hours per 1,000 tasks, with the runners-up, each figure's error band, a figure of cost
     vs the objective's metrics, and every configuration tried with its wall time.
 
-    Per GPU / model / TP / preset the instance count is searched (1, 2, 4, ... until the objective is met, then
-    bisection), assuming more instances never hurt (checked on the results); families that cannot place among
-    the cheapest stop early. The cells run on the sweep engine (local pool or Dask).
+    Per GPU / model / TP / preset the instance count is searched (1, 2, 3, 5, 8, ... until the objective is met,
+    then bisection), assuming more instances never hurt (checked on the results); the cheapest pending
+    configurations run first and families that cannot place among the cheapest stop early. The cells run on the
+    sweep engine (local pool or Dask). Objective grammar and cost definition: reports/plan/README.md and
+    agentreplay/plan/slo.py.
 
     Example: agentreplay plan --trace datasets/swebench-verified --load 0.1 --slo "jct_p90<=600"
     --gpus h100-sxm,b200 --tp 1,2 --presets vllm,sglang --out out/plan
@@ -107,6 +112,12 @@ def plan(
         raise fail(str(exc)) from None
     if workers is not None and workers < 1:
         raise fail(f"--workers {workers} is invalid: >= 1")
+    if executor not in (None, "local", "dask"):
+        raise fail(f"--executor {executor!r}: local or dask")
+    if executor == "dask" and not scheduler_address:
+        raise fail("--executor dask needs --scheduler-address tcp://HOST:PORT (a running Dask scheduler)")
+    if executor == "local" and scheduler_address:
+        raise fail("--executor local and --scheduler-address contradict each other; drop one")
     try:
         executor = make_executor(workers, scheduler_address)
     except (OSError, TimeoutError, ValueError) as exc:

@@ -89,3 +89,22 @@ def test_cli_end_to_end_json(bundled: Path, tmp_path: Path) -> None:
     data = json.loads((out / "plan.json").read_text())
     assert data["chosen"]["label"] == "1x h100-sxm tp1 vllm (llama-3.1-8b)"
     assert data["chosen"]["gpu_hours_per_1000_tasks"] == pytest.approx(1000 / (0.5 * 3600))
+
+
+def test_cli_executor_choice_is_checked(bundled: Path, tmp_path: Path) -> None:
+    base = ["plan", "--trace", str(bundled), "--load", "0.1", "--slo", "jct_p90<=600", "--out", str(tmp_path / "o")]
+    r = runner.invoke(app, [*base, "--executor", "dask"])
+    assert r.exit_code == 1 and "--executor dask needs --scheduler-address" in r.output
+    r = runner.invoke(app, [*base, "--executor", "ray"])
+    assert r.exit_code == 1 and "--executor 'ray'" in r.output
+
+
+def test_cli_rerun_with_another_load_into_the_same_folder_is_refused(bundled: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    args = ["plan", "--trace", str(bundled), "--slo", "jct_p90<=100000", "--max-programs", "4", "--max-instances",
+            "1", "--workers", "1", "--out", str(out), "--json"]
+    assert runner.invoke(app, [*args, "--load", "0.5"]).exit_code == 0
+    again = runner.invoke(app, [*args, "--load", "0.5"])
+    assert again.exit_code == 0 and '"configurations_simulated_now": 0' in again.output.replace("\n", "")
+    other = runner.invoke(app, [*args, "--load", "0.25"])
+    assert other.exit_code == 1 and "different sweep" in other.output
