@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -57,10 +57,12 @@ def study(
     except (OSError, TimeoutError, ValueError) as exc:
         raise fail(escape(f"cannot start the executor ({scheduler_address or 'local pool'}): {exc}")) from None
     console.print(f"study: sweeps in {work} on {executor.description}")
+    def announce(exp: Any) -> None:
+        console.print(f"  {exp.name}: {exp.title}")
+
     with executor:
         try:
-            run = run_study(opts, work, executor, only=only,
-                            progress=lambda exp: (console.print(f"  {exp.name}: {exp.title}"), None)[1])
+            run = run_study(opts, work, executor, only=only, progress=announce)
         except (SpecError, ValueError) as exc:
             raise fail(escape(str(exc))) from None
     probes = None

@@ -152,10 +152,11 @@ def experiments(opts: StudyOptions, workload: Workload, bimodal_model: str | Pat
                           _spec(opts, _with(base, tools={"mode": "scale"}),
                                 {"workload.rate_per_s": [0.05, 0.1], "tools.scale": TOOL_SCALES},
                                 [policy_zip(TOOL_POLICIES)]), facet="workload_rate_per_s"))
-    bim = {"policy.retention": [r[0] for r in BIMODAL_RETENTION],
-           "policy.continuum_variant": [r[1] for r in BIMODAL_RETENTION],
-           "policy.continuum_max_ttl_s": [r[2] for r in BIMODAL_RETENTION],
-           "policy.unpin_on_pressure": [r[3] for r in BIMODAL_RETENTION]}
+    bim: dict[str, list[Any]] = {
+        "policy.retention": [r[0] for r in BIMODAL_RETENTION],
+        "policy.continuum_variant": [r[1] for r in BIMODAL_RETENTION],
+        "policy.continuum_max_ttl_s": [r[2] for r in BIMODAL_RETENTION],
+        "policy.unpin_on_pressure": [r[3] for r in BIMODAL_RETENTION]}
     out.append(Experiment("bimodal-tools", "3", "Bimodal generative tools: retention alone (FCFS)",
                           ("policy.retention", "policy.continuum_variant", "policy.continuum_max_ttl_s",
                            "policy.unpin_on_pressure", "tools.scale", "workload.rate_per_s"), "tools_scale",
@@ -184,8 +185,9 @@ def experiments(opts: StudyOptions, workload: Workload, bimodal_model: str | Pat
                           ("workload.rate_per_s", *POLICIES["vllm"]), "workload_rate_per_s", "policy",
                           _spec(opts, base, {"workload.rate_per_s": LOADS}, [policy_zip(PRESETS7)])))
     # The 80-cell grid: hardware x model x policy, one seed
-    hw = {"hardware.gpu": [h[0] for h in GRID_HARDWARE], "hardware.model": [h[1] for h in GRID_HARDWARE],
-          "hardware.tp": [h[2] for h in GRID_HARDWARE], "scheduler.max_model_len": [h[3] for h in GRID_HARDWARE]}
+    hw: dict[str, list[Any]] = {
+        "hardware.gpu": [h[0] for h in GRID_HARDWARE], "hardware.model": [h[1] for h in GRID_HARDWARE],
+        "hardware.tp": [h[2] for h in GRID_HARDWARE], "scheduler.max_model_len": [h[3] for h in GRID_HARDWARE]}
     out.append(Experiment("grid", "grid", "80-cell grid: 4 GPUs x 2 models x 10 policies",
                           ("hardware.gpu", "hardware.model", "hardware.tp", "scheduler.max_model_len",
                            *POLICIES["vllm"]), "hardware_gpu", "policy",

@@ -78,7 +78,7 @@ def experiment_figure(df: pd.DataFrame, exp: Experiment, panels: list[tuple[str,
                 draw_lines(ax, spread(d, metric, ["x", "group_name"]))
             _xaxis(ax, exp, d["x"].unique())
             ax.set_ylabel(ylabel)
-            if fv is not None:
+            if fv is not None and exp.facet:
                 ax.set_title(f"{exp.facet.replace('workload_', '').replace('_', ' ')} = {fv:g}", fontsize="small")
     axes[0][-1].legend(fontsize="x-small")
     seeds = df["seed"].nunique()

@@ -174,12 +174,12 @@ def bimodal_tool_model(measured: str | Path = MEASURED_TOOLS, *, draws: int = 20
     overall = {"family": "lognormal_mix2", "n": modes["fast"]["n"] + modes["slow"]["n"], "p_zero": 0.0,
                "params": {"w": w, "mu1": f["mu"], "sigma1": f["sigma"], "mu2": s["mu"], "sigma2": s["sigma"]},
                "aic": None, "bic": None, "ks": None, "ks_p": None, "ad": None, "median_s": None, "p90_s": None}
-    classes = {c: modes[mode] for mode, cs in groups.items() for c in cs}
+    by_class = {c: modes[mode] for mode, cs in groups.items() for c in cs}
     return {"format": FORMAT, "version": VERSION, "default_source": "study:bimodal",
             "provenance": {"derived_from": str(Path(measured).name), "method": "agentreplay.study.spec."
                            "bimodal_tool_model", "fast_median_below_s": FAST_MEDIAN_S, "draws": draws,
                            "seed": seed, "modes": {m: modes[m]["classes"] for m in modes}},
-            "classes": classes, "overall": overall}
+            "classes": by_class, "overall": overall}
 
 
 def write_bimodal(path: str | Path, measured: str | Path = MEASURED_TOOLS) -> Path:
