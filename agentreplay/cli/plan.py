@@ -19,6 +19,16 @@ def _names(value: str, option: str) -> tuple[str, ...]:
     return names
 
 
+def _seeds(value: str) -> tuple[int, ...]:
+    try:
+        out = tuple(dict.fromkeys(int(v) for v in _names(value, "--seeds")))
+    except ValueError:
+        raise fail(f"--seeds {value!r}: expected comma-separated non-negative integers, e.g. 0,1,2") from None
+    if any(v < 0 for v in out):
+        raise fail(f"--seeds {value!r}: seeds must be >= 0")
+    return out
+
+
 def _ints(value: str, option: str) -> tuple[int, ...]:
     try:
         out = tuple(dict.fromkeys(int(v) for v in _names(value, option)))
@@ -53,10 +63,12 @@ def plan(
                                                 "cache, scheduler ...); the plan sets hardware gpu / model / tp "
                                                 "/ instances, the preset's policies and the arrivals. Default: "
                                                 "the simulator's defaults.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of every run (arrivals, tools).")] = 0,
-    executor: Annotated[str | None, typer.Option(help="Where cells run: local (a process pool) or dask (needs "
-                                                 "--scheduler-address). Default: dask when --scheduler-address is "
-                                                 "given, else local.")] = None,
+    seeds: Annotated[str, typer.Option(help="Seeds (arrivals, tools), comma-separated: each configuration runs "
+                                       "once per seed and meets the objective only under every seed, judged on "
+                                       "the worst.")] = "0",
+    executor_kind: Annotated[str | None, typer.Option(
+        "--executor", help="Where cells run: local (a process pool) or dask (needs --scheduler-address). Default: "
+        "dask when --scheduler-address is given, else local.")] = None,
     workers: Annotated[int | None, typer.Option(help="Local worker processes (default: one per CPU).")] = None,
     scheduler_address: Annotated[str | None, typer.Option(
         help="Run the cells on a Dask distributed cluster, e.g. tcp://10.0.0.5:8786 (workers need agentreplay "
@@ -105,18 +117,18 @@ def plan(
             raise fail(str(exc)) from None
     req = PlanRequest(trace.resolve(), load, terms, _names(gpus, "--gpus"), _names(models, "--models"),
                       _ints(tp, "--tp"), _names(presets, "--presets"), max_instances, max_programs, runners_up,
-                      seed, base)
+                      _seeds(seeds), base)
     try:
         check(out, "plan")
     except OutputDirError as exc:
         raise fail(str(exc)) from None
     if workers is not None and workers < 1:
         raise fail(f"--workers {workers} is invalid: >= 1")
-    if executor not in (None, "local", "dask"):
-        raise fail(f"--executor {executor!r}: local or dask")
-    if executor == "dask" and not scheduler_address:
+    if executor_kind not in (None, "local", "dask"):
+        raise fail(f"--executor {executor_kind!r}: local or dask")
+    if executor_kind == "dask" and not scheduler_address:
         raise fail("--executor dask needs --scheduler-address tcp://HOST:PORT (a running Dask scheduler)")
-    if executor == "local" and scheduler_address:
+    if executor_kind == "local" and scheduler_address:
         raise fail("--executor local and --scheduler-address contradict each other; drop one")
     try:
         executor = make_executor(workers, scheduler_address)

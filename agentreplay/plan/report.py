@@ -56,6 +56,8 @@ def trial_row(t: Trial, res: PlanResult, residuals: list[dict[str, Any]]) -> dic
     for term in res.request.slo:
         b, text = band_of(term, t, residuals)
         row[term.metric] = t.value(term)
+        if t.per_seed:
+            row[f"{term.metric} per seed"] = t.per_seed.get(term.metric)
         row[f"{term.metric} band"] = text
         row[f"{term.metric} meets at band edge"] = within_band(term, t.value(term), b)
     row.update({"feasible": t.feasible, "why_not": t.why, "status": t.status, "wall_s": t.wall_s,
@@ -79,7 +81,8 @@ def to_dict(res: PlanResult, residuals: list[dict[str, Any]] | None = None) -> d
         "trace": _shown(req.trace), "load_programs_per_s": req.load_per_s, "tasks_per_day": req.load_per_s * 86400,
         "slo": [t.text() for t in req.slo], "programs": _programs(res),
         "max_programs": req.max_programs, "gpus": list(req.gpus), "models": list(req.models), "tp": list(req.tps),
-        "presets": list(req.presets), "max_instances": req.max_instances, "seed": req.seed,
+        "presets": list(req.presets), "max_instances": req.max_instances, "seed": req.seeds[0],
+        "seeds": list(req.seeds),
         "executor": res.executor, "rounds": res.rounds, "configurations_tried": len(res.trials),
         "configurations_simulated_now": len(ran), "simulation_wall_s_sum": sum(t.wall_s for t in ran),
         "wall_s": res.wall_s, "cost_definition": COST_DEFINITION, "assumption": MONOTONE_ASSUMPTION,
@@ -120,6 +123,14 @@ def write(res: PlanResult, out: Path, data: dict[str, Any]) -> list[Path]:
     return paths
 
 
+def _seeds(data: dict[str, Any]) -> str:
+    seeds = data.get("seeds", [data["seed"]])
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    return (f"seeds {', '.join(map(str, seeds))} (a configuration meets the objective only under every seed; each "
+            "objective figure is the worst over the seeds)")
+
+
 def _json_default(x: Any) -> Any:
     return x.item() if hasattr(x, "item") else str(x)
 
@@ -150,7 +161,7 @@ def markdown(data: dict[str, Any], figure: str | None = "cost_vs_slo.png") -> st
               if data["max_programs"] else f"all {data['programs']} programs of the trace")
     lines = [f"# Capacity plan: {', '.join(slo)} at {data['load_programs_per_s']:g} programs/s", "",
              f"- trace: `{data['trace']}`, {subset}; Poisson arrivals at {data['load_programs_per_s']:g} programs/s "
-             f"({data['tasks_per_day']:,.0f} tasks a day), seed {data['seed']}",
+             f"({data['tasks_per_day']:,.0f} tasks a day), " + _seeds(data),
              f"- searched: GPUs {', '.join(data['gpus'])}; models {', '.join(data['models'])}; TP "
              f"{', '.join(map(str, data['tp']))}; presets {', '.join(data['presets'])}; 1 to "
              f"{data['max_instances']} instances",

@@ -2,7 +2,8 @@
 
 A *family* is one (GPU, model, TP, preset); a configuration is a family and an instance count ``n``. Programs
 arrive open-loop (Poisson at the given load, programs/s); every configuration replays the same programs with the
-same seed.
+same seeds. With several seeds a configuration meets the objective only if it does under every seed, and its
+figure for each objective term is the worst over the seeds (other figures are the first seed's).
 
 Cost (GPU-hours per 1,000 tasks) of a configuration with ``G = n x TP`` GPUs at a load of ``L`` programs/s is the
 steady-state figure ``G x 1000 / (L x 3600)``: at a fixed arrival rate the fleet is provisioned for the arrival
@@ -81,7 +82,7 @@ class PlanRequest:
     max_instances: int = 16  #: the largest instance count tried per family
     max_programs: int | None = None  #: replay only the trace's first N programs (None: all)
     runners_up: int = 3  #: families reported (and searched) beyond the cheapest
-    seed: int = 0
+    seeds: tuple[int, ...] = (0,)  #: every configuration runs once per seed; judged on the worst
     base: dict[str, Any] = field(default_factory=dict)  #: base config in TOML layout (``--config``)
 
     def cost(self, gpus: int) -> float:
@@ -106,6 +107,7 @@ class Trial:
     feasible: bool = False
     why: str = ""  #: why it misses the objective ("" when feasible)
     check: bool = False  #: run only to check monotonicity (chosen n + 1)
+    per_seed: dict[str, list[float | None]] = field(default_factory=dict)  #: term metric -> per-seed values
 
     @property
     def gpus(self) -> int:
@@ -183,7 +185,7 @@ def families(req: PlanRequest) -> list[FamilyState]:
 
 def base_config(req: PlanRequest) -> dict[str, Any]:
     """The base config (TOML layout): the request's ``base`` with Poisson arrivals at the load, the programs
-    subset and the seed."""
+    subset and the first seed."""
     from agentreplay.sim.config import ConfigError, from_dict
 
     base = {k: (dict(v) if isinstance(v, dict) else v) for k, v in req.base.items()}
@@ -192,7 +194,7 @@ def base_config(req: PlanRequest) -> dict[str, Any]:
                         "gpu, tp and instances itself")
     base.setdefault("workload", {}).update(arrival="poisson", rate_per_s=float(req.load_per_s),
                                           max_programs=req.max_programs)
-    base["seed"] = req.seed
+    base["seed"] = req.seeds[0]
     try:
         from_dict(base)
     except ConfigError as exc:
@@ -291,19 +293,28 @@ def plan(req: PlanRequest, executor: Any, out: str | Path, progress: Progress | 
             progress("check" if check else tag, [(st.family, n) for st, n in probes])
         rows = [{**{"hardware.gpu": st.family.gpu, "hardware.model": st.family.model, "hardware.tp": st.family.tp,
                     "hardware.instances": n}, **presets[st.family.preset]} for st, n in probes]
-        spec_data = {"sweep": {"trace": str(req.trace), "seeds": [req.seed]}, "base": base,
+        spec_data = {"sweep": {"trace": str(req.trace), "seeds": list(req.seeds)}, "base": base,
                      "zip": [{p: [r[p] for r in rows] for p in PATHS}]}
         try:
             spec = parse_spec(spec_data)
         except SpecError as exc:
             raise PlanError(str(exc)) from None
         before = ResultStore(sweep_dir / "results", spec.params).ok_ids() if sweep_dir.is_dir() else set()
+        for c in spec.cells:  # a row from an earlier plan without a figure this objective needs is run again
+            if c.cell_id in before and any(_row(sweep_dir, c.cell_id).get(t.column) is None for t in req.slo):
+                for f in sweep_dir.glob(f"results/*/{c.cell_id}.parquet"):
+                    f.unlink()
+                before.discard(c.cell_id)
         run_sweep(spec, sweep_dir, ex)
         new = []
-        for (st, n), cell in zip(probes, spec.cells, strict=True):
-            row = _row(sweep_dir, cell.cell_id)
-            t = Trial(st.family, n, tag, cell.cell_id, row["status"], row.get("error"), float(row["wall_s"]),
-                      cell.cell_id in before, _figures(row), req.cost(n * st.family.tp), check=check)
+        k = len(req.seeds)  # the spec expands each probe into one cell per seed, in seed order
+        for i, (st, n) in enumerate(probes):
+            cells = spec.cells[i * k:(i + 1) * k]
+            rows = [_row(sweep_dir, c.cell_id) for c in cells]
+            status, error, figures, per_seed = combine(rows, req.slo)
+            t = Trial(st.family, n, tag, "+".join(c.cell_id for c in cells), status, error,
+                      sum(float(r["wall_s"]) for r in rows), all(c.cell_id in before for c in cells), figures,
+                      req.cost(n * st.family.tp), check=check, per_seed=per_seed)
             judge(t, req.slo)
             trials.append(t)
             tried[(st.family, n)] = t
@@ -362,6 +373,30 @@ def monotonicity(trials: Sequence[Trial], slo: Sequence[Term]) -> list[str]:
                     out.append(f"{fam.label}: {term.metric} {va:.4g} at n={a.instances} -> {vb:.4g} at "
                                f"n={b.instances} ({worse:+.1%} worse)")
     return out
+
+
+def combine(rows: Sequence[dict[str, Any]], slo: Sequence[Term]) -> tuple[
+        str, str | None, dict[str, Any], dict[str, list[float | None]]]:
+    """One configuration's result from its per-seed rows: failed if any seed failed; else the first seed's
+    figures with each objective term's worst value over the seeds and the most programs removed by admission
+    (and, with several seeds, each term's value per seed)."""
+    bad = [r for r in rows if r["status"] != "ok"]
+    if bad:
+        return "failed", bad[0].get("error"), {}, {}
+    figs = [_figures(r) for r in rows]
+    out = dict(figs[0])
+    per_seed: dict[str, list[float | None]] = {}
+    for term in slo:
+        vals = [None if f.get(term.column) is None else float(f[term.column]) for f in figs]
+        known = [v for v in vals if v is not None and math.isfinite(v)]
+        if len(known) < len(vals):
+            out[term.column] = None  # a seed without the figure: nothing to judge on
+        else:
+            out[term.column] = max(known) if term.op == "<=" else min(known)
+        if len(rows) > 1:
+            per_seed[term.metric] = vals
+    out["rejected_programs_removed"] = max(int(f.get("rejected_programs_removed") or 0) for f in figs)
+    return "ok", None, out, per_seed
 
 
 def _row(sweep_dir: Path, cell_id: str) -> dict[str, Any]:

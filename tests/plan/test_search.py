@@ -187,3 +187,35 @@ def test_a_family_whose_cells_fail_is_reported_with_the_error(bundled: Path, tmp
     failed = [t for t in res.trials if t.family.gpu == "rtx3090"]
     assert len(failed) == 1 and failed[0].status == "failed" and failed[0].why.startswith("failed: ")
     assert res.chosen is None or res.chosen.family.gpu == "h100-sxm"
+
+
+def test_several_seeds_judge_on_the_worst(bundled: Path, tmp_path: Path, inline: InlineExecutor) -> None:
+    from agentreplay.sim.config import SimConfig
+
+    def p90(seed: int) -> float:
+        cfg = SimConfig().replace(hardware={"gpu": "h100-sxm", "model": "llama-3.1-8b", "instances": 1},
+                                  workload={"arrival": "poisson", "rate_per_s": LOAD, "max_programs": PROGRAMS},
+                                  seed=seed)
+        return float(worker.run_cell(str(bundled), cfg.to_dict())["figures"]["jct_p90_s"])
+
+    v0, v1 = p90(0), p90(1)
+    assert v0 != v1  # the seeds draw different arrivals
+    lo, hi = sorted((v0, v1))
+    req = _request(bundled, (Term("jct_p90", "<=", (lo + hi) / 2),), max_instances=1, seeds=(0, 1))
+    res = plan(req, inline, tmp_path / "p")
+    (t,) = res.trials
+    assert t.per_seed["jct_p90"] == [v0, v1] and t.value(req.slo[0]) == hi
+    assert not t.feasible and res.chosen is None  # meets under one seed only
+    assert inline.calls == 2 and "+" in t.cell_id
+    ok = plan(_request(bundled, (Term("jct_p90", "<=", hi),), max_instances=1, seeds=(0, 1)), InlineExecutor(),
+              tmp_path / "p")
+    assert ok.chosen is not None and ok.trials[0].reused
+
+
+def test_a_new_goodput_deadline_reruns_the_reused_cells(bundled: Path, tmp_path: Path) -> None:
+    first = plan(_request(bundled, parse_slo("goodput@100000>=0.5"), max_instances=1), InlineExecutor(), tmp_path)
+    assert first.trials[0].value(first.request.slo[0]) == 1.0
+    again = plan(_request(bundled, parse_slo("goodput@100000>=0.5"), max_instances=1), InlineExecutor(), tmp_path)
+    assert again.trials[0].reused
+    other = plan(_request(bundled, parse_slo("goodput@1>=0.5"), max_instances=1), InlineExecutor(), tmp_path)
+    assert not other.trials[0].reused and other.trials[0].value(other.request.slo[0]) == 0.0
