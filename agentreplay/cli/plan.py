@@ -167,6 +167,9 @@ def plan(
 def _render(data: dict[str, Any]) -> None:
     metrics = [s.split("<=")[0].split(">=")[0] for s in data["slo"]]
     subset = f"first {data['programs']} programs" if data["max_programs"] else f"all {data['programs']} programs"
+    seeds = data.get("seeds", [data["seed"]])
+    if len(seeds) > 1:
+        subset += f", {len(seeds)} seeds each, figures the worst"
     t = Table(title=f"{data['configurations_tried']} configurations tried ({subset}, Poisson "
               f"{data['load_programs_per_s']:g} programs/s, objective {', '.join(data['slo'])})")
     for col in ("round", "configuration", "GPUs", "GPU-h/1k tasks", *(c for m in metrics for c in (m, "band")),
