@@ -31,13 +31,13 @@ MANIFEST = ROOT / "agentreplay" / "_native_sources.json"
 
 #: Hot-path modules compiled with mypyc (paths relative to the project root).
 HOT = [
-    "agentreplay/sim/engine.py",
-    "agentreplay/sim/request.py",
-    "agentreplay/sim/cohort.py",
-    "agentreplay/sim/scheduler.py",
+    "agentreplay/engine.py",
+    "agentreplay/request.py",
+    "agentreplay/scheduler/cohort.py",
+    "agentreplay/scheduler/scheduler.py",
     "agentreplay/sim/instance.py",
-    "agentreplay/sim/residency.py",
-    "agentreplay/sim/router.py",
+    "agentreplay/kv/residency.py",
+    "agentreplay/router/policies.py",
     "agentreplay/sim/orchestrator.py",
     "agentreplay/sim/metrics.py",
     "agentreplay/sim/tools.py",
@@ -45,9 +45,9 @@ HOT = [
     "agentreplay/kv/tiers.py",
     "agentreplay/perf/model.py",
     "agentreplay/perf/tiles.py",
-    "agentreplay/policy/queue.py",
-    "agentreplay/policy/retention.py",
-    "agentreplay/policy/victim.py",
+    "agentreplay/scheduler/queue.py",
+    "agentreplay/kv/retention.py",
+    "agentreplay/scheduler/victim.py",
 ]
 
 

@@ -40,16 +40,16 @@ SCALE = {
 
 #: Components of the hot path for ``--profile``: self time of the functions in these files, summed.
 COMPONENTS = {
-    "scheduler (vLLM step + admission)": ("agentreplay/sim/scheduler.py",),
+    "scheduler (vLLM step + admission)": ("agentreplay/scheduler/scheduler.py",),
     "instance (step, completion, runs, retention)": ("agentreplay/sim/instance.py",),
-    "decode cohort": ("agentreplay/sim/cohort.py",),
+    "decode cohort": ("agentreplay/scheduler/cohort.py",),
     "performance model": ("agentreplay/perf/",),
-    "KV pool and tiers": ("agentreplay/kv/", "agentreplay/sim/residency.py"),
-    "router": ("agentreplay/sim/router.py",),
+    "KV pool and tiers": ("agentreplay/kv/", "agentreplay/kv/residency.py"),
+    "router": ("agentreplay/router/policies.py",),
     "orchestrator, tools, requests": ("agentreplay/sim/orchestrator.py", "agentreplay/sim/tools",
-                                      "agentreplay/sim/request.py", "agentreplay/policy/"),
+                                      "agentreplay/request.py", "agentreplay/policy/"),
     "metrics recorder": ("agentreplay/sim/metrics.py",),
-    "event engine": ("agentreplay/sim/engine.py",),
+    "event engine": ("agentreplay/engine.py",),
 }
 
 

@@ -1,7 +1,7 @@
 """Per-session cache health: each program's prefix-hit share by step, and the steps where it collapses, with cause.
 
 Two per-turn shares, both from the prompt tokens found in the instance's HBM prefix cache at the turn's first
-admission (``cached_tokens``, recorded by ``agentreplay.sim.scheduler.Scheduler``):
+admission (``cached_tokens``, recorded by ``agentreplay.scheduler.scheduler.Scheduler``):
 
 - ``hit_share = cached_tokens / input_tokens``: the run's prefix hit rate, per turn (DESIGN §4 metric).
 - ``reuse_hit = cached_tokens / reusable_tokens``: the share of what the turn *could* have hit that it did.

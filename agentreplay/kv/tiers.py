@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from agentreplay.sim.engine import PHASE_COMPLETE, Engine
+from agentreplay.engine import PHASE_COMPLETE, Engine, Event
 
 
 @dataclass(slots=True, eq=False)
@@ -37,7 +37,7 @@ class Link:
         self.bytes_moved = 0
         self.transfers = 0
         self._last = 0.0
-        self._gen = 0
+        self._next: Event | None = None  #: the pending completion (cancelled when a transfer starts or ends)
 
     def start(self, nbytes: int, on_done: Callable[[], None]) -> None:
         """Begin moving ``nbytes``; ``on_done()`` runs when the last byte arrives."""
@@ -57,17 +57,17 @@ class Link:
         self._last = now
 
     def _reschedule(self) -> None:
-        self._gen += 1
+        if self._next is not None:
+            self._next.cancel()
+            self._next = None
         if not self.active:
             return
         first = min(self.active, key=lambda t: t.remaining_bytes)
         dt = max(0.0, first.remaining_bytes) * len(self.active) / self.bytes_per_s
-        self.engine.at(self.engine.now + dt, PHASE_COMPLETE, self._on_event, (self._gen, first))
+        self._next = self.engine.at(self.engine.now + dt, PHASE_COMPLETE, self._on_event, first)
 
-    def _on_event(self, arg: tuple[int, _Transfer]) -> None:
-        gen, first = arg
-        if gen != self._gen:
-            return
+    def _on_event(self, first: _Transfer) -> None:
+        self._next = None
         self._advance()
         # the transfer this event was scheduled for is done whatever float residue is left; others that end
         # at the same moment (within a byte) finish with it

@@ -21,7 +21,7 @@ class IterationPricer(Protocol):
     ``decode_ctx`` holds one entry per decoding sequence. The simulator passes their real contexts only to a pricer
     whose ``needs_decode_contexts`` attribute is true; to any other it passes their sum as the first entry and
     zeros after it (the count and the sum are what such a pricer may read), which keeps a step O(1) in the number
-    of decoding requests (:mod:`agentreplay.sim.cohort`).
+    of decoding requests (:mod:`agentreplay.scheduler.cohort`).
     """
 
     def iteration_time_s(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> float: ...

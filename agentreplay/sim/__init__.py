@@ -1,7 +1,7 @@
 """The discrete-event simulator: engine, orchestrator, tools, router, instances (scheduler + KV + perf).
 
 The public names are loaded lazily so that low-level modules (``agentreplay.kv.tiers`` uses the engine) can
-import ``agentreplay.sim.engine`` without pulling in the whole simulator.
+import ``agentreplay.engine`` without pulling in the whole simulator.
 """
 
 from typing import Any

@@ -169,7 +169,7 @@ class SchedulerConfig:
     max_num_batched_tokens: int | None = None  #: token budget per iteration (chunked prefill)
     fast_decode: bool = True  #: advance unchanged decode batches in one event (exact; see Instance)
     #: keep decoding requests in a lazily advanced cohort, so a step costs the same however many decode
-    #: (exact; see agentreplay.sim.cohort). Off = the reference path: every step visits every running request
+    #: (exact; see agentreplay.scheduler.cohort). Off = the reference path: every step visits every running request
     #: (and fast_decode, which advances the cohort, has no effect).
     lazy_decode: bool = True
     #: admit a waiting request only if its whole remaining prompt fits in the free blocks, not just its first
@@ -243,7 +243,7 @@ class ToolConfig:
 
 @dataclass(frozen=True, slots=True)
 class RouterConfig:
-    """How a released turn picks an instance (see :mod:`agentreplay.sim.router` for each policy's source).
+    """How a released turn picks an instance (see :mod:`agentreplay.router.policies` for each policy's source).
 
     Cache-aware defaults are the SGLang router's (sgl-model-gateway ``CacheAware`` policy as logged at start-up:
     cache_threshold 0.3, balance_abs_threshold 64, balance_rel_threshold 1.5, eviction_interval_secs 60,

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agentreplay.engine import PHASE_COMPLETE, PHASE_SCHEDULE, Engine
 from agentreplay.perf.parallel import Batch, DPStepPricer, batch_tokens
-from agentreplay.sim.engine import PHASE_COMPLETE, PHASE_SCHEDULE, Engine
 from agentreplay.sim.instance import Instance
 
 

@@ -13,7 +13,7 @@ not enough free blocks, which decoding only makes scarcer), the instance commits
 allocation would fail, and the event time is the closed-form sum of the ``k`` step times. A request submitted
 while such a run is in flight truncates it at the end of the step in progress, where the scheduler runs again:
 the result equals a step-by-step run (a test checks this). Runs and single steps advance the scheduler's
-decode cohort as a whole (:mod:`agentreplay.sim.cohort`); a request whose prompt completes joins it.
+decode cohort as a whole (:mod:`agentreplay.scheduler.cohort`); a request whose prompt completes joins it.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from typing import Any
 
 import numpy as np
 
+from agentreplay.engine import PHASE_COMPLETE, PHASE_SCHEDULE, Engine, Event
+from agentreplay.kv.residency import Residency
+from agentreplay.kv.retention import GapContext, Retention
 from agentreplay.kv.segment_pool import SegmentPool
 from agentreplay.perf.pricer import IterationPricer
-from agentreplay.policy.retention import GapContext, Retention
-from agentreplay.sim.engine import PHASE_COMPLETE, PHASE_SCHEDULE, Engine
-from agentreplay.sim.request import Request
-from agentreplay.sim.residency import Residency
-from agentreplay.sim.scheduler import Scheduler, StepPlan
+from agentreplay.request import Request
+from agentreplay.scheduler.scheduler import Scheduler, StepPlan
 
 _STABLE_STOPS = frozenset({"empty", "max_seqs", "no_budget", "no_blocks"})
 _SHORT_RUN = 64  #: runs up to this many steps sum their step times in Python, longer ones with numpy
@@ -115,7 +115,7 @@ class Instance:
         self.stats = InstanceStats()
         self._busy = False
         self._wake_pending = False
-        self._gen = 0  # invalidates a truncated decode run's old completion event
+        self._done: Event | None = None  # the pending completion (a truncated run cancels and replaces it)
         self._plan: StepPlan | None = None
         self._run: _Run | None = None
         self._t_start = 0.0
@@ -189,7 +189,7 @@ class Instance:
             a, c = self.perf.decode_coeffs(n_dec)
             dt = a + c * sum_ctx
         self._run = None
-        self.engine.at(now + dt, PHASE_COMPLETE, self._complete, self._gen)
+        self._done = self.engine.at(now + dt, PHASE_COMPLETE, self._complete)
 
     def begin_lockstep(self) -> tuple[list[tuple[int, int, bool]], list[int]] | None:
         """Lockstep hook (:mod:`agentreplay.sim.dp`): run the scheduler for this rank's part of a group step and
@@ -209,7 +209,7 @@ class Instance:
 
     def complete_lockstep(self) -> None:
         """Lockstep hook: the group step this rank took part in has ended; apply it."""
-        self._complete(self._gen)
+        self._complete()
 
     def _begin(self) -> StepPlan | None:
         """Run the scheduler now and start the step it plans (busy, admissions logged, sampled); None when it
@@ -265,7 +265,7 @@ class Instance:
         a, c = self.perf.decode_coeffs(n)
         run = _Run(self.engine.now, n, co.sum_ctx, k, a, c)
         self._run = run
-        self.engine.at(run.end_of_step(k), PHASE_COMPLETE, self._complete, self._gen)
+        self._done = self.engine.at(run.end_of_step(k), PHASE_COMPLETE, self._complete)
 
     def _truncate_run(self) -> None:
         """Something woke the instance mid-run: end the run at the end of the step in progress."""
@@ -275,12 +275,12 @@ class Instance:
         if j >= run.steps:
             return
         run.steps = j
-        self._gen += 1
-        self.engine.at(run.end_of_step(j), PHASE_COMPLETE, self._complete, self._gen)
+        assert self._done is not None
+        self._done.cancel()
+        self._done = self.engine.at(run.end_of_step(j), PHASE_COMPLETE, self._complete)
 
-    def _complete(self, gen: int) -> None:
-        if gen != self._gen:
-            return  # superseded by a truncation
+    def _complete(self, _: object = None) -> None:
+        self._done = None
         now = self.engine.now
         plan = self._plan
         assert plan is not None

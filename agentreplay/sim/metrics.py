@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from agentreplay.sim.request import Request
+from agentreplay.request import Request
 from agentreplay.sim.workload import Workload
 
 

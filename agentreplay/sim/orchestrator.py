@@ -14,14 +14,14 @@ from typing import Any
 
 import numpy as np
 
+from agentreplay.engine import PHASE_RELEASE, Engine
+from agentreplay.kv.retention import ToolStats
 from agentreplay.kv.segment_pool import Segment
-from agentreplay.policy.retention import ToolStats
+from agentreplay.request import ProgramInfo, Request
+from agentreplay.router.policies import Router
 from agentreplay.sim.config import WorkloadConfig
-from agentreplay.sim.engine import PHASE_RELEASE, Engine
 from agentreplay.sim.instance import Instance
 from agentreplay.sim.metrics import Recorder
-from agentreplay.sim.request import ProgramInfo, Request
-from agentreplay.sim.router import Router
 from agentreplay.sim.tools import ToolModel
 from agentreplay.sim.workload import Workload
 

@@ -13,7 +13,7 @@ a contiguous run from its start, :mod:`agentreplay.kv.segment_pool`), so the tri
 - a prompt's chain is the list of segments on its path. Two prompts share a segment exactly when they share the
   whole path up to its end, so a segment's identity implies everything before it, as vLLM's chained block hashes
   do (``hash_block_tokens`` in vllm/v1/core/kv_cache_utils.py), and a hit walks the chain from the first segment
-  and stops at the first miss (:func:`agentreplay.sim.scheduler.chain_hit`).
+  and stops at the first miss (:func:`agentreplay.scheduler.scheduler.chain_hit`).
 
 Only whole ``B``-token blocks are named: a prompt's last, partial block (its id is never reused as a full block
 in the Mooncake traces) and everything after it are the request's own. The cut at every prompt end means no

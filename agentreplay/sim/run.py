@@ -18,26 +18,26 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from agentreplay.engine import Engine
+from agentreplay.kv.residency import GIB, Residency
+from agentreplay.kv.retention import ToolStats, make_retention
 from agentreplay.kv.segment_pool import SegmentPool
 from agentreplay.kv.tiers import HostTier, Link
 from agentreplay.perf import IterationPricer, kv_capacity, load_gpu, load_model
 from agentreplay.perf.deploy import default_cudagraph_sizes, graph_padding, kv_cache_dtype
 from agentreplay.perf.parallel import DPStepPricer, EPComm, check_deployment, expert_weight_bytes_freed, lockstep
 from agentreplay.perf.table import pricer_from_names
-from agentreplay.policy.queue import make_queue_order
-from agentreplay.policy.retention import ToolStats, make_retention
-from agentreplay.policy.victim import make_victim
+from agentreplay.router.policies import make_router
+from agentreplay.scheduler.queue import make_queue_order
+from agentreplay.scheduler.scheduler import Scheduler
+from agentreplay.scheduler.victim import make_victim
 from agentreplay.sim import tables
 from agentreplay.sim.admission import apply_max_model_len
 from agentreplay.sim.config import ConfigError, SimConfig, to_toml
 from agentreplay.sim.dp import LockstepGroup
-from agentreplay.sim.engine import Engine
 from agentreplay.sim.instance import Instance
 from agentreplay.sim.metrics import Recorder, summarize
 from agentreplay.sim.orchestrator import Orchestrator
-from agentreplay.sim.residency import GIB, Residency
-from agentreplay.sim.router import make_router
-from agentreplay.sim.scheduler import Scheduler
 from agentreplay.sim.tools import make_tools
 from agentreplay.sim.workload import Workload, compile_trace
 from agentreplay.trace.io import Trace, write_tables

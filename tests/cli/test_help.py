@@ -116,8 +116,8 @@ def test_main_keeps_only_the_command_it_runs(monkeypatch) -> None:
 
 def test_the_config_literals_match_the_policy_registries() -> None:
     """Help lists the Literals; the registries are what runs: the two name the same policies."""
-    from agentreplay.policy.victim import VICTIMS
-    from agentreplay.sim.router import ROUTERS
+    from agentreplay.router.policies import ROUTERS
+    from agentreplay.scheduler.victim import VICTIMS
 
     assert set(get_args(C.RouterName)) == set(ROUTERS)
     assert set(get_args(C.VictimName)) == set(VICTIMS)

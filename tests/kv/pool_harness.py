@@ -41,8 +41,8 @@ from dataclasses import dataclass
 
 from agentreplay.kv import BlockKeyer, BlockPool
 from agentreplay.kv.segment_pool import Segment, SegmentPool
-from agentreplay.sim.request import Request
-from agentreplay.sim.scheduler import Scheduler, StepPlan, held_blocks
+from agentreplay.request import Request
+from agentreplay.scheduler.scheduler import Scheduler, StepPlan, held_blocks
 
 BS = 4
 BIG = 1 << 30

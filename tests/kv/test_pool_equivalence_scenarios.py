@@ -4,8 +4,8 @@ hand-written agent traffic (:mod:`tests.kv.pool_harness`), and the regressions o
 from __future__ import annotations
 
 from agentreplay.kv.segment_pool import SegmentPool
-from agentreplay.sim.request import Request
-from agentreplay.sim.scheduler import Scheduler
+from agentreplay.request import Request
+from agentreplay.scheduler.scheduler import Scheduler
 from tests.kv.pool_harness import BIG, BS, Harness, run_turn
 
 

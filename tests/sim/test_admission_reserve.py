@@ -6,12 +6,12 @@ Blocks of 16 tokens, 20 free; program 0 has 4 blocks (64 tokens) in a host tier,
 
 from __future__ import annotations
 
+from agentreplay.engine import Engine
+from agentreplay.kv.residency import Residency
 from agentreplay.kv.segment_pool import Segment, SegmentPool
 from agentreplay.kv.tiers import HostTier, Link
-from agentreplay.sim.engine import Engine
-from agentreplay.sim.request import ProgramInfo, Request
-from agentreplay.sim.residency import Residency
-from agentreplay.sim.scheduler import Scheduler
+from agentreplay.request import ProgramInfo, Request
+from agentreplay.scheduler.scheduler import Scheduler
 
 BS = 16
 

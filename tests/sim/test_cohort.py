@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentreplay.kv.segment_pool import SegmentPool
-from agentreplay.sim.cohort import DecodeCohort
-from agentreplay.sim.request import Request
+from agentreplay.request import Request
+from agentreplay.scheduler.cohort import DecodeCohort
 
 BS = 16
 

@@ -7,17 +7,17 @@ import json
 import numpy as np
 import pytest
 
+from agentreplay.engine import Engine
 from agentreplay.kv.segment_pool import Segment, SegmentPool
 from agentreplay.perf import PerfModel
 from agentreplay.perf.catalog import load_gpu, load_model
 from agentreplay.perf.parallel import DPStepPricer, EPComm
+from agentreplay.request import ProgramInfo, Request
+from agentreplay.router.policies import VllmDP
+from agentreplay.scheduler.scheduler import Scheduler
 from agentreplay.sim.config import ConfigError, HardwareConfig, RouterConfig, SimConfig
-from agentreplay.sim.engine import Engine
 from agentreplay.sim.instance import Instance
-from agentreplay.sim.request import ProgramInfo, Request
-from agentreplay.sim.router import VllmDP
 from agentreplay.sim.run import simulate
-from agentreplay.sim.scheduler import Scheduler
 from tests.sim.fakes import LinearPerf
 from validation.e2e_common import single_turn_trace
 

@@ -27,7 +27,7 @@ from agentreplay.policy.presets import PRESETS, apply_preset
 from agentreplay.sim import SimConfig, simulate
 from agentreplay.sim.workload import compile_trace
 from agentreplay.trace.io import read_trace
-import agentreplay.sim.scheduler as sched
+import agentreplay.scheduler.scheduler as sched
 
 out = Path(sys.argv[1])
 w = compile_trace(read_trace(Path(sys.argv[2]))).head(40)

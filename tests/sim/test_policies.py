@@ -8,15 +8,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentreplay.engine import Engine
+from agentreplay.kv.retention import GapContext, ToolStats, _min_waste
 from agentreplay.kv.segment_pool import Segment
 from agentreplay.kv.tiers import HostTier, Link
 from agentreplay.policy.presets import PRESETS, apply_preset
-from agentreplay.policy.queue import ContinuumOrder, Plas
-from agentreplay.policy.retention import GapContext, ToolStats, _min_waste
-from agentreplay.policy.victim import AgeAware, LowestPriority, MostRecent
+from agentreplay.request import ProgramInfo, Request
+from agentreplay.scheduler.queue import ContinuumOrder, Plas
+from agentreplay.scheduler.victim import AgeAware, LowestPriority, MostRecent
 from agentreplay.sim import SimConfig, simulate
-from agentreplay.sim.engine import Engine
-from agentreplay.sim.request import ProgramInfo, Request
 from tests.factories import make_trace
 from tests.sim.fakes import LinearPerf
 from tests.sim.test_properties import grow, programs_st
@@ -162,7 +162,7 @@ def test_infercept_min_waste_choices() -> None:
 
 
 def test_continuum_ttl_uses_the_tool_distribution() -> None:
-    from agentreplay.policy.retention import ContinuumTtl
+    from agentreplay.kv.retention import ContinuumTtl
     from agentreplay.sim.config import PolicyConfig
 
     stats = ToolStats()

@@ -8,11 +8,11 @@ import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from agentreplay.engine import Engine
 from agentreplay.kv.segment_pool import SegmentPool
-from agentreplay.sim.engine import Engine
+from agentreplay.request import ProgramInfo, Request
+from agentreplay.scheduler.scheduler import Scheduler
 from agentreplay.sim.instance import Instance
-from agentreplay.sim.request import ProgramInfo, Request
-from agentreplay.sim.scheduler import Scheduler
 from tests.sim.fakes import LinearPerf
 
 BS = 4

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from agentreplay.policy.queue import QueueOrder
+from agentreplay.request import Request
+from agentreplay.scheduler.queue import QueueOrder
 from agentreplay.sim.config import PolicyConfig
-from agentreplay.sim.request import Request
 
 
 class VictimPolicy(Protocol):

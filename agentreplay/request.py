@@ -30,7 +30,7 @@ class Request:
     - it finishes when ``generated == target_out``; preemption by recompute resets ``computed`` to 0 and keeps
       ``generated`` (vLLM ``Scheduler._preempt_request``), so re-admission recomputes prompt + output so far.
 
-    While the request decodes in its instance's :class:`~agentreplay.sim.cohort.DecodeCohort` (``lazy``), its
+    While the request decodes in its instance's :class:`~agentreplay.scheduler.cohort.DecodeCohort` (``lazy``), its
     ``computed`` and ``generated`` are advanced lazily: read them only after ``DecodeCohort.sync``.
     """
 

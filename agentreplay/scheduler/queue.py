@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from agentreplay.request import Request
 from agentreplay.sim.config import PolicyConfig
-from agentreplay.sim.request import Request
 
 
 class QueueOrder(Protocol):

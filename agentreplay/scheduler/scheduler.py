@@ -15,11 +15,11 @@ Follows ``vllm/v1/core/sched/scheduler.py::Scheduler.schedule`` (V1 always uses 
    admission (FCFS). Requests whose KV is
    still arriving from another tier are skipped (vLLM ``WAITING_FOR_REMOTE_KVS``).
 
-Policy hooks: the waiting order (:mod:`agentreplay.policy.queue`; FCFS keeps vLLM's deque semantics), the
-preemption victim (:mod:`agentreplay.policy.victim`), and the instance's :class:`~agentreplay.sim.residency.
+Policy hooks: the waiting order (:mod:`agentreplay.scheduler.queue`; FCFS keeps vLLM's deque semantics), the
+preemption victim (:mod:`agentreplay.scheduler.victim`), and the instance's :class:`~agentreplay.kv.residency.
 Residency` (pins released under memory pressure before anything is preempted; loads from host tiers).
 
-Decoding requests live in the instance's :class:`~agentreplay.sim.cohort.DecodeCohort`: when the cohort is a
+Decoding requests live in the instance's :class:`~agentreplay.scheduler.cohort.DecodeCohort`: when the cohort is a
 prefix of the running list, the budget covers it and the free blocks cover the whole step, the step is taken for
 the cohort as a whole (its block needs and context sum are kept per step in O(1)) and only the requests after
 it are visited; otherwise the cohort is dissolved and vLLM's loop runs request by request (same result, tested
@@ -35,13 +35,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from agentreplay.kv.segment_pool import SegmentPool
-from agentreplay.sim.cohort import DecodeCohort
-from agentreplay.sim.request import Request
+from agentreplay.request import Request
+from agentreplay.scheduler.cohort import DecodeCohort
 
 if TYPE_CHECKING:
-    from agentreplay.policy.queue import QueueOrder
-    from agentreplay.policy.victim import VictimPolicy
-    from agentreplay.sim.residency import Residency
+    from agentreplay.kv.residency import Residency
+    from agentreplay.scheduler.queue import QueueOrder
+    from agentreplay.scheduler.victim import VictimPolicy
 
 StopReason = Literal["empty", "max_seqs", "no_budget", "no_blocks", "preempted"]
 
@@ -117,8 +117,8 @@ class Scheduler:
                  enable_prefix_caching: bool = True, *, order: QueueOrder | None = None,
                  victim: VictimPolicy | None = None, residency: Residency | None = None,
                  reserve_full_isl: bool = False, lazy_decode: bool = True) -> None:
-        from agentreplay.policy.queue import Fcfs
-        from agentreplay.policy.victim import MostRecent
+        from agentreplay.scheduler.queue import Fcfs
+        from agentreplay.scheduler.victim import MostRecent
 
         self.pool = pool
         self.bs = pool.block_size

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from agentreplay.request import Request
 from agentreplay.sim.config import RouterConfig
 from agentreplay.sim.instance import Instance
-from agentreplay.sim.request import Request
 
 
 @dataclass(slots=True)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Sequence
 
-from agentreplay.sim.request import Request
+from agentreplay.request import Request
 
 
 class DecodeCohort:

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from agentreplay.engine import PHASE_RELEASE, Engine, Event
 from agentreplay.kv.segment_pool import SegmentPool
 from agentreplay.kv.tiers import HostTier, Link
-from agentreplay.sim.engine import PHASE_RELEASE, Engine
-from agentreplay.sim.request import Request
+from agentreplay.request import Request
 
 GIB = 1 << 30
 
@@ -32,8 +32,7 @@ GIB = 1 << 30
 class Pin:
     request: Request
     since_s: float
-    gen: int
-    expires: bool
+    expiry: Event | None  #: the TTL expiry (None: pinned until the program's next call), cancelled on unpin
 
 
 class Residency:
@@ -49,7 +48,6 @@ class Residency:
         self.remote = remote
         self.unpin_on_pressure = unpin_on_pressure
         self.pins: OrderedDict[int, Pin] = OrderedDict()  # program -> pin, oldest first
-        self._gen = 0
         self.on_ready: Callable[[], None] = lambda: None
         self.on_release: Callable[[Request], None] = lambda r: None  # scheduler.release
         self.writing: dict[int, Request] = {}  # program -> call whose KV is being written to a tier
@@ -60,20 +58,23 @@ class Residency:
     # ---- pins ---------------------------------------------------------------------------------------------
     def pin(self, r: Request, ttl_s: float) -> None:
         """Keep ``r``'s blocks (its partial last block is freed) for ``ttl_s`` seconds (inf: until reused)."""
-        self._gen += 1
-        self.pins[r.program] = Pin(r, self.engine.now, self._gen, math.isfinite(ttl_s))
+        old = self.pins.get(r.program)
+        if old is not None and old.expiry is not None:
+            old.expiry.cancel()
+        expiry = None
         if math.isfinite(ttl_s):
-            self.engine.at(self.engine.now + ttl_s, PHASE_RELEASE, self._expire, (r.program, self._gen))
+            expiry = self.engine.at(self.engine.now + ttl_s, PHASE_RELEASE, self._expire, r.program)
+        self.pins[r.program] = Pin(r, self.engine.now, expiry)
 
-    def _expire(self, arg: tuple[int, int]) -> None:
-        program, gen = arg
-        pin = self.pins.get(program)
-        if pin is not None and pin.gen == gen:
-            self.unpin(program)
-            self.on_ready()
+    def _expire(self, program: int) -> None:
+        self.pins[program].expiry = None
+        self.unpin(program)
+        self.on_ready()
 
     def unpin(self, program: int) -> None:
         pin = self.pins.pop(program)
+        if pin.expiry is not None:
+            pin.expiry.cancel()
         blocks = pin.request.prog.present - pin.request.base
         self.pinned_block_s += blocks * (self.engine.now - pin.since_s)
         self.on_release(pin.request)
@@ -84,7 +85,7 @@ class Residency:
             self.unpin(r.program)
 
     def has_expiring_pins(self) -> bool:
-        return any(p.expires for p in self.pins.values())
+        return any(p.expiry is not None for p in self.pins.values())
 
     def release_oldest_pin(self, exclude: int, force: bool = False) -> bool:
         """Under memory pressure: release the oldest pin of another program (always when ``force``, else only

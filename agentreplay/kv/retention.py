@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from agentreplay.request import Request
 from agentreplay.sim.config import PolicyConfig
-from agentreplay.sim.request import Request
 
 Action = Literal["release", "drop", "pin", "offload"]
 
