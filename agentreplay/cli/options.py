@@ -1,6 +1,7 @@
 """Options shared by ``simulate`` and ``compare``: one definition each, help text with unit and default.
 
-Choice lists come from the configuration's ``Literal`` types and the preset registry, and each default is read
+Choice lists come from the policy registries (:mod:`agentreplay.policy.registry`: each policy's name and
+summary), the configuration's ``Literal`` types and the preset registry, and each default is read
 from the configuration dataclasses, so help cannot drift from what the simulator accepts. An option left unset
 keeps the value of the ``--config`` file, or else the default shown. Help text must not contain square
 brackets (rich markup).
@@ -13,7 +14,12 @@ from typing import Annotated, Any, get_args
 
 import typer
 
+from agentreplay.kv.retention import RETENTIONS
 from agentreplay.policy.presets import PRESETS
+from agentreplay.policy.registry import Registry
+from agentreplay.router.policies import ROUTERS
+from agentreplay.scheduler.queue import QUEUE_ORDERS
+from agentreplay.scheduler.victim import VICTIMS
 from agentreplay.sim import config as C
 
 _DEFAULTS = C.SimConfig()
@@ -22,6 +28,11 @@ _DEFAULTS = C.SimConfig()
 def choices(literal: Any) -> str:
     """``a | b | c`` from a ``Literal`` type."""
     return " | ".join(get_args(literal))
+
+
+def policies(registry: Registry[Any]) -> str:
+    """``a (what a does); b (what b does)``: a policy axis's names and summaries, from its registry."""
+    return "; ".join(f"{e.name} ({e.summary})" for e in registry.entries())
 
 
 def default(section: str, name: str, unit: str = "") -> str:
@@ -73,7 +84,7 @@ All2AllBackend = Annotated[str | None, _opt(
 Group = Annotated[list[str] | None, _opt(
     "Heterogeneous cluster: GPU:TP:COUNT or GPU:TP:COUNT:DTYPE, repeatable (e.g. --group h100-sxm:1:2 --group "
     "a100-80gb:2:1); replaces --gpu, --tp and --instances. Default: none.")]
-Router = Annotated[str | None, _opt(f"Router: {choices(C.RouterName)}. {default('router', 'policy')}")]
+Router = Annotated[str | None, _opt(f"Router: {policies(ROUTERS)}. {default('router', 'policy')}")]
 Arrival = Annotated[str | None, _opt(f"Program arrivals: {choices(C.Arrival)} (closed: --concurrency in flight; "
                                      f"poisson: --rate; trace: the trace's arrival_s). "
                                      f"{default('workload', 'arrival')}")]
@@ -103,9 +114,9 @@ MaxNumBatchedTokens = Annotated[int | None, _opt(
     "GPUs with 70 GiB or more (not A100), else 2048.")]
 Preset = Annotated[str | None, _opt(f"Policy preset: {' | '.join(PRESETS)}; options given explicitly override it. "
                                     "Default: none (the policies below).")]
-Queue = Annotated[str | None, _opt(f"Waiting-queue order: {choices(C.QueueName)}. {default('policy', 'queue')}")]
-Victim = Annotated[str | None, _opt(f"Preemption victim: {choices(C.VictimName)}. {default('policy', 'victim')}")]
-Retention = Annotated[str | None, _opt(f"KV retention during a tool gap: {choices(C.RetentionName)}. "
+Queue = Annotated[str | None, _opt(f"Waiting-queue order: {policies(QUEUE_ORDERS)}. {default('policy', 'queue')}")]
+Victim = Annotated[str | None, _opt(f"Preemption victim: {policies(VICTIMS)}. {default('policy', 'victim')}")]
+Retention = Annotated[str | None, _opt(f"KV retention during a tool gap: {policies(RETENTIONS)}. "
                                        f"{default('policy', 'retention')}")]
 Ttl = Annotated[float | None, _opt(f"Pin length for --retention ttl, seconds. {default('policy', 'ttl_s', 's')}")]
 DramGib = Annotated[float | None, _opt(f"Host DRAM tier for KV per instance, GiB (0: none). "

@@ -1,4 +1,6 @@
-"""Tool-gap KV retention: what happens to a program's KV when its call ends and its tool starts.
+"""Tool-gap KV retention (a policy axis, :mod:`agentreplay.policy.registry`): what happens to a program's KV when
+its call ends and its tool starts. Registered in :data:`RETENTIONS` (``[policy] retention``, CLI
+``--retention``); a policy is built as ``cls(params, tool_stats)``.
 
 Each policy returns a :class:`Decision`: ``release`` (vLLM: blocks join the LRU free queue, still hit-able),
 ``drop`` (forget them now), ``pin`` for ``ttl_s`` seconds (``inf`` = until the next call), or ``offload``
@@ -14,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from agentreplay.policy.registry import Entry, NoParams, Registry, check
 from agentreplay.request import Request
-from agentreplay.sim.config import PolicyConfig
 
 Action = Literal["release", "drop", "pin", "offload"]
 
@@ -103,7 +105,14 @@ class Retention(Protocol):
     def decide(self, r: Request, ctx: GapContext) -> Decision: ...
 
 
-class Lru:
+class _Stateless:
+    """A policy that reads neither parameters nor tool statistics."""
+
+    def __init__(self, params: NoParams | None = None, stats: ToolStats | None = None) -> None:
+        pass
+
+
+class Lru(_Stateless):
     """vLLM automatic prefix caching: free the blocks; they stay cached until the LRU reuses them."""
 
     name = "lru"
@@ -112,7 +121,7 @@ class Lru:
         return Decision("release")
 
 
-class Evict:
+class Evict(_Stateless):
     """Drop the program's KV at the end of every call (no reuse across tool calls; lower bound)."""
 
     name = "evict"
@@ -121,16 +130,39 @@ class Evict:
         return Decision("drop")
 
 
+@dataclass(frozen=True, slots=True)
+class TtlParams:
+    ttl_s: float = 5.0  #: static pin length, seconds
+
+    def __post_init__(self) -> None:
+        check(self.ttl_s >= 0, "ttl_s", self.ttl_s, ">= 0")
+
+
 class StaticTtl:
     """Pin the program's KV for a fixed ``ttl_s`` after each call (agent-affinity / static TTL baseline)."""
 
     name = "ttl"
 
-    def __init__(self, ttl_s: float) -> None:
-        self.ttl_s = ttl_s
+    def __init__(self, params: TtlParams, stats: ToolStats | None = None) -> None:
+        self.ttl_s = params.ttl_s
 
     def decide(self, r: Request, ctx: GapContext) -> Decision:
         return Decision("pin", self.ttl_s, f"static ttl {self.ttl_s:g} s")
+
+
+@dataclass(frozen=True, slots=True)
+class ContinuumParams:
+    continuum_variant: Literal["paper", "code"] = "paper"  #: TTL from the tool CDF, or the code's fixed pin
+    continuum_quantile: float = 0.8  #: paper: TTL = this quantile of the tool's observed durations
+    continuum_max_ttl_s: float = 30.0  #: paper: never pin longer than this, seconds
+    continuum_code_pin_s: float = 2.0  #: code: pin length, seconds, when the tool's running mean <= it
+
+    def __post_init__(self) -> None:
+        check(self.continuum_variant in ("paper", "code"), "continuum_variant", self.continuum_variant,
+              "paper or code")
+        check(0 < self.continuum_quantile <= 1, "continuum_quantile", self.continuum_quantile, "in (0, 1]")
+        check(self.continuum_max_ttl_s >= 0, "continuum_max_ttl_s", self.continuum_max_ttl_s, ">= 0")
+        check(self.continuum_code_pin_s >= 0, "continuum_code_pin_s", self.continuum_code_pin_s, ">= 0")
 
 
 class ContinuumTtl:
@@ -144,27 +176,27 @@ class ContinuumTtl:
 
     name = "continuum"
 
-    def __init__(self, cfg: PolicyConfig, stats: ToolStats) -> None:
-        self.cfg = cfg
+    def __init__(self, params: ContinuumParams, stats: ToolStats) -> None:
+        self.params = params
         self.stats = stats
 
     def decide(self, r: Request, ctx: GapContext) -> Decision:
         cls = r.tool_class
-        if self.cfg.continuum_variant == "code":
+        if self.params.continuum_variant == "code":
             mean = self.stats.mean(cls)
-            if mean is not None and mean <= self.cfg.continuum_code_pin_s:
-                return Decision("pin", self.cfg.continuum_code_pin_s, f"{cls} mean {mean:.2f} s")
+            if mean is not None and mean <= self.params.continuum_code_pin_s:
+                return Decision("pin", self.params.continuum_code_pin_s, f"{cls} mean {mean:.2f} s")
             return Decision("release", reason=f"{cls} mean {mean}")
         if self.stats.count(cls) < 5:
             return Decision("release", reason=f"{cls}: too few observations")
-        ttl = self.stats.quantile(cls, self.cfg.continuum_quantile)
+        ttl = self.stats.quantile(cls, self.params.continuum_quantile)
         assert ttl is not None
-        if ttl <= self.cfg.continuum_max_ttl_s:
-            return Decision("pin", ttl, f"{cls} p{self.cfg.continuum_quantile * 100:.0f} = {ttl:.2f} s")
+        if ttl <= self.params.continuum_max_ttl_s:
+            return Decision("pin", ttl, f"{cls} p{self.params.continuum_quantile * 100:.0f} = {ttl:.2f} s")
         return Decision("release", reason=f"{cls} ttl {ttl:.1f} s above cap")
 
 
-class Offload:
+class Offload(_Stateless):
     """LMCache-style: write the program's KV to host memory at the end of each call, reload on the next."""
 
     name = "offload"
@@ -192,7 +224,7 @@ class InferCept:
 
     name = "infercept"
 
-    def __init__(self, stats: ToolStats) -> None:
+    def __init__(self, params: NoParams, stats: ToolStats) -> None:
         self.stats = stats
 
     def decide(self, r: Request, ctx: GapContext) -> Decision:
@@ -202,7 +234,7 @@ class InferCept:
         return _min_waste(est, ctx)
 
 
-class Oracle:
+class Oracle(_Stateless):
     """Knows the true gap and applies the same waste rule: a bound on what gap prediction can buy."""
 
     name = "oracle"
@@ -212,20 +244,12 @@ class Oracle:
         return Decision(d.action, ctx.true_gap_s if d.action == "pin" else math.inf, d.reason)
 
 
-def make_retention(cfg: PolicyConfig, stats: ToolStats) -> Retention:
-    name = cfg.retention
-    if name == "lru":
-        return Lru()
-    if name == "evict":
-        return Evict()
-    if name == "ttl":
-        return StaticTtl(cfg.ttl_s)
-    if name == "continuum":
-        return ContinuumTtl(cfg, stats)
-    if name == "offload":
-        return Offload()
-    if name == "infercept":
-        return InferCept(stats)
-    if name == "oracle":
-        return Oracle()
-    raise ValueError(f"unknown retention policy {name!r}")
+RETENTIONS: Registry[Retention] = Registry("retention", [
+    Entry("lru", Lru, NoParams, "free the blocks, cached until the LRU reuses them (vLLM prefix cache)"),
+    Entry("evict", Evict, NoParams, "drop the KV at the end of every call"),
+    Entry("ttl", StaticTtl, TtlParams, "pin for a fixed ttl_s"),
+    Entry("continuum", ContinuumTtl, ContinuumParams, "pin for a TTL from the tool's duration CDF (Continuum)"),
+    Entry("offload", Offload, NoParams, "write to host memory, reload on the next call (LMCache)"),
+    Entry("infercept", InferCept, NoParams, "least estimated memory waste of preserve / discard / swap (InferCept)"),
+    Entry("oracle", Oracle, NoParams, "InferCept's rule with the true tool duration (a bound)"),
+])

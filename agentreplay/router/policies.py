@@ -1,4 +1,6 @@
-"""Routers: which instance a released call goes to. One small class per policy, a name-keyed registry.
+"""Routers (a policy axis, :mod:`agentreplay.policy.registry`): which instance a released call goes to. One small
+class per policy, registered in :data:`ROUTERS` (``[router] policy``, CLI ``--router``); built as
+``cls(params)``. A router sees the instances through :class:`InstanceView` (their load), nothing else.
 
 Every router sees the call (program, prompt, reuse) and the instances' load; it returns an index. A call sent
 to another instance than the program's previous call is an *affinity break* (counted by the orchestrator for
@@ -9,13 +11,41 @@ every router); session affinity with an inter-instance link makes the move a KV 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
+from agentreplay.kv.segment_pool import SegmentPool
+from agentreplay.policy.registry import Entry, NoParams, Registry, check
 from agentreplay.request import Request
-from agentreplay.sim.config import RouterConfig
-from agentreplay.sim.instance import Instance
+
+LoadMetric = Literal["requests", "tokens"]
+
+
+class QueuesView(Protocol):
+    """An instance scheduler's queues, as a router reads them."""
+
+    @property
+    def waiting(self) -> list[Request]: ...
+
+    @property
+    def running(self) -> list[Request]: ...
+
+
+class InstanceView(Protocol):
+    """What a router (or the admission hook) may read of an instance: its load and its KV pool."""
+
+    @property
+    def outstanding(self) -> int: ...
+
+    @property
+    def outstanding_tokens(self) -> int: ...
+
+    @property
+    def sched(self) -> Any: ...  # QueuesView (``waiting``, ``running``)
+
+    @property
+    def pool(self) -> SegmentPool: ...
 
 
 @dataclass(slots=True)
@@ -27,14 +57,66 @@ class Router(Protocol):
     name: str
     stats: RouterStats
 
-    def pick(self, r: Request, instances: Sequence[Instance], now: float) -> int: ...
+    def pick(self, r: Request, instances: Sequence[InstanceView], now: float) -> int: ...
 
 
-def _load(inst: Instance, metric: str) -> int:
+@dataclass(frozen=True, slots=True)
+class LoadParams:
+    load_metric: LoadMetric = "requests"  #: outstanding requests or outstanding tokens
+
+    def __post_init__(self) -> None:
+        _check_metric(self.load_metric)
+
+
+def _check_metric(metric: str) -> None:
+    check(metric in ("requests", "tokens"), "load_metric", metric, "one of ['requests', 'tokens']")
+
+
+@dataclass(frozen=True, slots=True)
+class AffinityParams:
+    load_metric: LoadMetric = "requests"  #: how the home (and a new home) is chosen, as least-loaded
+    affinity_max_outstanding: int = 64  #: leave home when it has more requests than this
+    inter_instance_gbps: float = 0.0  #: KV transfer bandwidth between instances on a move, GB/s (0 = re-prefill)
+
+    def __post_init__(self) -> None:
+        _check_metric(self.load_metric)
+        check(self.affinity_max_outstanding >= 1, "affinity_max_outstanding", self.affinity_max_outstanding, ">= 1")
+        check(self.inter_instance_gbps >= 0, "inter_instance_gbps", self.inter_instance_gbps, ">= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class CacheAwareParams:
+    """SGLang router defaults (sgl-model-gateway ``CacheAware`` policy as logged at start-up)."""
+
+    cache_threshold: float = 0.3  #: minimum prefix match ratio to follow the cache
+    balance_abs_threshold: int = 64  #: imbalance if max - min load exceeds this ...
+    balance_rel_threshold: float = 1.5  #: ... and max load exceeds min load times this
+    eviction_interval_s: float = 60.0  #: LRU pruning period of the approximate trees, seconds
+    max_tree_tokens: int = 2**26  #: per-instance tree size kept after pruning, tokens
+
+    def __post_init__(self) -> None:
+        check(0 <= self.cache_threshold <= 1, "cache_threshold", self.cache_threshold, "in [0, 1]")
+        check(self.balance_abs_threshold >= 0, "balance_abs_threshold", self.balance_abs_threshold, ">= 0")
+        check(self.balance_rel_threshold >= 1, "balance_rel_threshold", self.balance_rel_threshold, ">= 1")
+        check(self.eviction_interval_s > 0, "eviction_interval_s", self.eviction_interval_s, "> 0")
+        check(self.max_tree_tokens >= 1, "max_tree_tokens", self.max_tree_tokens, ">= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class AutellixParams:
+    load_metric: LoadMetric = "requests"  #: how short calls are placed, as least-loaded
+    autellix_long_tokens: int = 2048  #: prompt tokens above which a call goes to the program's previous instance
+
+    def __post_init__(self) -> None:
+        _check_metric(self.load_metric)
+        check(self.autellix_long_tokens >= 0, "autellix_long_tokens", self.autellix_long_tokens, ">= 0")
+
+
+def _load(inst: InstanceView, metric: str) -> int:
     return inst.outstanding if metric == "requests" else inst.outstanding_tokens
 
 
-def least_loaded(instances: Sequence[Instance], metric: str = "requests") -> int:
+def least_loaded(instances: Sequence[InstanceView], metric: str = "requests") -> int:
     """Index of the instance with the least load; ties to the lowest index (deterministic)."""
     loads = [_load(inst, metric) for inst in instances]
     return loads.index(min(loads))
@@ -45,11 +127,11 @@ class RoundRobin:
 
     name = "round-robin"
 
-    def __init__(self, cfg: RouterConfig) -> None:
+    def __init__(self, params: NoParams | None = None) -> None:
         self._next = 0
         self.stats = RouterStats()
 
-    def pick(self, r: Request, instances: Sequence[Instance], now: float) -> int:
+    def pick(self, r: Request, instances: Sequence[InstanceView], now: float) -> int:
         i = self._next % len(instances)
         self._next += 1
         return i
@@ -60,11 +142,11 @@ class LeastLoaded:
 
     name = "least-loaded"
 
-    def __init__(self, cfg: RouterConfig) -> None:
-        self.metric = cfg.load_metric
+    def __init__(self, params: LoadParams) -> None:
+        self.metric = params.load_metric
         self.stats = RouterStats()
 
-    def pick(self, r: Request, instances: Sequence[Instance], now: float) -> int:
+    def pick(self, r: Request, instances: Sequence[InstanceView], now: float) -> int:
         return least_loaded(instances, self.metric)
 
 
@@ -76,18 +158,18 @@ class SessionAffinity:
 
     name = "session-affinity"
 
-    def __init__(self, cfg: RouterConfig) -> None:
-        self.cfg = cfg
+    def __init__(self, params: AffinityParams) -> None:
+        self.params = params
         self.stats = RouterStats()
 
-    def pick(self, r: Request, instances: Sequence[Instance], now: float) -> int:
+    def pick(self, r: Request, instances: Sequence[InstanceView], now: float) -> int:
         home = r.info.home
         if home < 0:
-            return least_loaded(instances, self.cfg.load_metric)
-        if instances[home].outstanding < self.cfg.affinity_max_outstanding:
+            return least_loaded(instances, self.params.load_metric)
+        if instances[home].outstanding < self.params.affinity_max_outstanding:
             return home
-        target = least_loaded(instances, self.cfg.load_metric)
-        if target != home and self.cfg.inter_instance_gbps > 0:
+        target = least_loaded(instances, self.params.load_metric)
+        if target != home and self.params.inter_instance_gbps > 0:
             r.migrate_from = home
             self.stats.migrations_with_transfer += 1
         return target
@@ -107,14 +189,14 @@ class CacheAware:
 
     name = "cache-aware"
 
-    def __init__(self, cfg: RouterConfig) -> None:
-        self.cfg = cfg
+    def __init__(self, params: CacheAwareParams) -> None:
+        self.params = params
         self.stats = RouterStats()
         self.trees: list[OrderedDict[int, int]] = []
         self.prefixes: list[set[Any]] = []
         self.chains: list[set[int]] = []  #: block-hash prefix segments routed to each instance (never pruned)
         self.sizes: list[int] = []
-        self._next_prune = cfg.eviction_interval_s
+        self._next_prune = params.eviction_interval_s
 
     def _ensure(self, n: int) -> None:
         while len(self.trees) < n:
@@ -125,9 +207,9 @@ class CacheAware:
 
     def _prune(self, now: float) -> None:
         while now >= self._next_prune:
-            self._next_prune += self.cfg.eviction_interval_s
+            self._next_prune += self.params.eviction_interval_s
             for i, tree in enumerate(self.trees):
-                while self.sizes[i] > self.cfg.max_tree_tokens and tree:
+                while self.sizes[i] > self.params.max_tree_tokens and tree:
                     _, n = tree.popitem(last=False)
                     self.sizes[i] -= n
 
@@ -148,18 +230,18 @@ class CacheAware:
                 m = max(m, r.chain_ends[k])
         return min(m, r.prompt)
 
-    def pick(self, r: Request, instances: Sequence[Instance], now: float) -> int:
+    def pick(self, r: Request, instances: Sequence[InstanceView], now: float) -> int:
         n = len(instances)
         self._ensure(n)
         self._prune(now)
         loads = [inst.outstanding for inst in instances]
         lo, hi = min(loads), max(loads)
-        if hi - lo > self.cfg.balance_abs_threshold and hi > lo * self.cfg.balance_rel_threshold:
+        if hi - lo > self.params.balance_abs_threshold and hi > lo * self.params.balance_rel_threshold:
             target = loads.index(lo)
         else:
             matches = [self.match(i, r) for i in range(n)]
             best = max(range(n), key=lambda i: (matches[i], -i))
-            if r.prompt and matches[best] / r.prompt > self.cfg.cache_threshold:
+            if r.prompt and matches[best] / r.prompt > self.params.cache_threshold:
                 target = best
             else:
                 target = min(range(n), key=lambda i: (self.sizes[i], i))
@@ -182,14 +264,14 @@ class Autellix:
 
     name = "autellix"
 
-    def __init__(self, cfg: RouterConfig) -> None:
-        self.cfg = cfg
+    def __init__(self, params: AutellixParams) -> None:
+        self.params = params
         self.stats = RouterStats()
 
-    def pick(self, r: Request, instances: Sequence[Instance], now: float) -> int:
-        if r.info.home >= 0 and r.prompt > self.cfg.autellix_long_tokens:
+    def pick(self, r: Request, instances: Sequence[InstanceView], now: float) -> int:
+        if r.info.home >= 0 and r.prompt > self.params.autellix_long_tokens:
             return r.info.home
-        return least_loaded(instances, self.cfg.load_metric)
+        return least_loaded(instances, self.params.load_metric)
 
 
 class VllmDP:
@@ -203,11 +285,11 @@ class VllmDP:
 
     name = "vllm-dp"
 
-    def __init__(self, cfg: RouterConfig) -> None:
+    def __init__(self, params: NoParams | None = None) -> None:
         self._start = 0
         self.stats = RouterStats()
 
-    def pick(self, r: Request, instances: Sequence[Instance], now: float) -> int:
+    def pick(self, r: Request, instances: Sequence[InstanceView], now: float) -> int:
         n = len(instances)
         best, best_score = 0, float("inf")
         for i in range(n):
@@ -224,15 +306,11 @@ class VllmDP:
         return best
 
 
-ROUTERS: dict[str, Callable[[RouterConfig], Router]] = {
-    "round-robin": RoundRobin, "least-loaded": LeastLoaded, "session-affinity": SessionAffinity,
-    "cache-aware": CacheAware, "autellix": Autellix, "vllm-dp": VllmDP,
-}
-
-
-def make_router(cfg: RouterConfig | str) -> Router:
-    rc = RouterConfig(policy=cfg) if isinstance(cfg, str) else cfg  # type: ignore[arg-type]
-    try:
-        return ROUTERS[rc.policy](rc)
-    except KeyError:
-        raise ValueError(f"unknown router {rc.policy!r}; known: {sorted(ROUTERS)}") from None
+ROUTERS: Registry[Router] = Registry("router", [
+    Entry("round-robin", RoundRobin, NoParams, "instances in turn"),
+    Entry("least-loaded", LeastLoaded, LoadParams, "fewest outstanding requests (or tokens)"),
+    Entry("session-affinity", SessionAffinity, AffinityParams, "a program's calls go home unless it is full"),
+    Entry("cache-aware", CacheAware, CacheAwareParams, "longest prefix match unless imbalanced (SGLang router)"),
+    Entry("autellix", Autellix, AutellixParams, "long prompts go home, short ones least-loaded (Autellix)"),
+    Entry("vllm-dp", VllmDP, NoParams, "vLLM's front-end balancer over DP ranks"),
+])

@@ -1,15 +1,18 @@
-"""Waiting-queue orders: which waiting call an instance admits first.
+"""Waiting-queue orders (a policy axis, :mod:`agentreplay.policy.registry`): which waiting call an instance admits
+first. Registered in :data:`QUEUE_ORDERS` (configuration ``[policy] queue``, CLI ``--queue``).
 
 Each policy returns a sort key (smaller = earlier); ``fcfs`` keeps vLLM's plain queue (arrival order, preempted
-requests back at the head) and is not sorted.
+requests back at the head) and is not sorted. A policy is built as ``cls(params)``.
 """
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import dataclass
 from typing import Protocol
 
+from agentreplay.policy.registry import Entry, NoParams, Registry, check
 from agentreplay.request import Request
-from agentreplay.sim.config import PolicyConfig
 
 
 class QueueOrder(Protocol):
@@ -26,6 +29,9 @@ class Fcfs:
     name = "fcfs"
     sorted = False
 
+    def __init__(self, params: NoParams | None = None) -> None:
+        pass
+
     def key(self, r: Request, now: float) -> tuple:
         return (r.release_s, r.turn)
 
@@ -37,8 +43,24 @@ class ProgramFcfs:
     name = "program-fcfs"
     sorted = True
 
+    def __init__(self, params: NoParams | None = None) -> None:
+        pass
+
     def key(self, r: Request, now: float) -> tuple:
         return (r.info.arrival_s, r.program, r.release_s)
+
+
+@dataclass(frozen=True, slots=True)
+class PlasParams:
+    plas_quanta_tokens: tuple[int, ...] = (16_384, 65_536, 262_144)  #: MLFQ level boundaries (service tokens)
+    plas_starvation_s: float = 30.0  #: a call waiting longer than this, seconds, is promoted to the top level
+
+    def __post_init__(self) -> None:
+        q = tuple(self.plas_quanta_tokens)
+        check(len(q) >= 1 and all(a < b for a, b in itertools.pairwise(q)) and q[0] > 0, "plas_quanta_tokens",
+              self.plas_quanta_tokens, "a strictly increasing list of positive integers")
+        object.__setattr__(self, "plas_quanta_tokens", q)
+        check(self.plas_starvation_s > 0, "plas_starvation_s", self.plas_starvation_s, "> 0")
 
 
 class Plas:
@@ -55,9 +77,9 @@ class Plas:
     name = "plas"
     sorted = True
 
-    def __init__(self, quanta: tuple[int, ...], starvation_s: float) -> None:
-        self.quanta = quanta
-        self.starvation_s = starvation_s
+    def __init__(self, params: PlasParams) -> None:
+        self.quanta = params.plas_quanta_tokens
+        self.starvation_s = params.plas_starvation_s
 
     def level(self, r: Request, now: float) -> int:
         if now - r.release_s > self.starvation_s:
@@ -79,17 +101,16 @@ class ContinuumOrder:
     name = "continuum"
     sorted = True
 
+    def __init__(self, params: NoParams | None = None) -> None:
+        pass
+
     def key(self, r: Request, now: float) -> tuple:
         return (0 if r.pinned else 1, r.info.arrival_s, r.program, r.release_s)
 
 
-def make_queue_order(cfg: PolicyConfig) -> QueueOrder:
-    if cfg.queue == "fcfs":
-        return Fcfs()
-    if cfg.queue == "program-fcfs":
-        return ProgramFcfs()
-    if cfg.queue == "plas":
-        return Plas(cfg.plas_quanta_tokens, cfg.plas_starvation_s)
-    if cfg.queue == "continuum":
-        return ContinuumOrder()
-    raise ValueError(f"unknown queue order {cfg.queue!r}")
+QUEUE_ORDERS: Registry[QueueOrder] = Registry("queue", [
+    Entry("fcfs", Fcfs, NoParams, "arrival order, preempted calls back at the head (vLLM)"),
+    Entry("program-fcfs", ProgramFcfs, NoParams, "calls of earlier programs first"),
+    Entry("plas", Plas, PlasParams, "program-level attained service, multi-level feedback (Autellix)"),
+    Entry("continuum", ContinuumOrder, NoParams, "calls of programs holding a pin first (Continuum)"),
+])

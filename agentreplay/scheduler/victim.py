@@ -1,13 +1,15 @@
-"""Preemption victim selection: which running request a recompute preemption evicts when blocks run out."""
+"""Preemption victims (a policy axis, :mod:`agentreplay.policy.registry`): which running request a recompute
+preemption evicts when blocks run out. Registered in :data:`VICTIMS` (``[policy] victim``, CLI ``--victim``);
+a policy is built as ``cls(params)``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Protocol
 
+from agentreplay.policy.registry import Entry, NoParams, Registry
 from agentreplay.request import Request
 from agentreplay.scheduler.queue import QueueOrder
-from agentreplay.sim.config import PolicyConfig
 
 
 class VictimPolicy(Protocol):
@@ -21,6 +23,9 @@ class MostRecent:
 
     name = "most-recent"
 
+    def __init__(self, params: NoParams | None = None) -> None:
+        pass
+
     def pick(self, running: Sequence[Request], order: QueueOrder, now: float) -> Request:
         return running[-1]
 
@@ -30,6 +35,9 @@ class LowestPriority:
     key=lambda r: (r.priority, r.arrival_time))``); ties go to the most recent admission."""
 
     name = "lowest-priority"
+
+    def __init__(self, params: NoParams | None = None) -> None:
+        pass
 
     def pick(self, running: Sequence[Request], order: QueueOrder, now: float) -> Request:
         best_i = len(running) - 1
@@ -48,6 +56,9 @@ class AgeAware:
 
     name = "age-aware"
 
+    def __init__(self, params: NoParams | None = None) -> None:
+        pass
+
     def pick(self, running: Sequence[Request], order: QueueOrder, now: float) -> Request:
         best_i = len(running) - 1
         for i in range(len(running) - 2, -1, -1):
@@ -56,9 +67,8 @@ class AgeAware:
         return running[best_i]
 
 
-VICTIMS: dict[str, type[MostRecent] | type[LowestPriority] | type[AgeAware]] = {
-    "most-recent": MostRecent, "lowest-priority": LowestPriority, "age-aware": AgeAware}
-
-
-def make_victim(cfg: PolicyConfig) -> VictimPolicy:
-    return VICTIMS[cfg.victim]()
+VICTIMS: Registry[VictimPolicy] = Registry("victim", [
+    Entry("most-recent", MostRecent, NoParams, "the latest admitted running call (vLLM)"),
+    Entry("lowest-priority", LowestPriority, NoParams, "the running call with the worst queue key (vLLM priority)"),
+    Entry("age-aware", AgeAware, NoParams, "the running call with the shortest context"),
+])

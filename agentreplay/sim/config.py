@@ -7,20 +7,20 @@ allowed range. Defaults follow vLLM v1 where it has one (cited per field).
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args
 
+from agentreplay.kv.retention import RETENTIONS
+from agentreplay.policy.registry import ParamError, Registry
+from agentreplay.router.policies import ROUTERS, LoadMetric
+from agentreplay.scheduler.queue import QUEUE_ORDERS
+from agentreplay.scheduler.victim import VICTIMS
+
 Arrival = Literal["closed", "poisson", "trace"]
 ToolMode = Literal["replay", "fixed", "scale", "generative"]
-RouterName = Literal["round-robin", "least-loaded", "session-affinity", "cache-aware", "autellix", "vllm-dp"]
-QueueName = Literal["fcfs", "program-fcfs", "plas", "continuum"]
-VictimName = Literal["most-recent", "lowest-priority", "age-aware"]
-RetentionName = Literal["lru", "evict", "ttl", "continuum", "offload", "infercept", "oracle"]
-LoadMetric = Literal["requests", "tokens"]
 Dtype = Literal["bf16", "fp8"]
 PerfName = Literal["roofline", "refined", "table"]
 #: vLLM ``--kv-cache-dtype`` (``CacheConfig.cache_dtype``, vllm/config/cache.py): "auto" = the activation dtype
@@ -42,6 +42,16 @@ def _check(cond: bool, section: str, name: str, value: Any, allowed: str) -> Non
 
 def _literal(section: str, name: str, value: Any, lit: Any) -> None:
     _check(value in get_args(lit), section, name, value, f"one of {list(get_args(lit))}")
+
+
+def _policy(section: str, name: str, value: Any, registry: Registry[Any], params_from: Any) -> None:
+    """``value`` names a policy of ``registry``; every policy's parameters build from ``params_from`` (the
+    section: each parameter dataclass validates its own fields)."""
+    _check(value in registry, section, name, value, f"one of {list(registry.names())}")
+    try:
+        registry.check(params_from)
+    except ParamError as exc:
+        raise ConfigError(f"[{section}] {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,13 +253,15 @@ class ToolConfig:
 
 @dataclass(frozen=True, slots=True)
 class RouterConfig:
-    """How a released turn picks an instance (see :mod:`agentreplay.router.policies` for each policy's source).
+    """How a released turn picks an instance: ``policy`` names a router of
+    :data:`agentreplay.router.policies.ROUTERS` (each policy's source in its docstring); the other fields are the
+    routers' parameters (each router's parameter dataclass reads the fields it names, and validates them).
 
     Cache-aware defaults are the SGLang router's (sgl-model-gateway ``CacheAware`` policy as logged at start-up:
     cache_threshold 0.3, balance_abs_threshold 64, balance_rel_threshold 1.5, eviction_interval_secs 60,
     max_tree_size 2**26); its tree is kept in tokens here instead of characters."""
 
-    policy: RouterName = "least-loaded"
+    policy: str = "least-loaded"  #: a name of ROUTERS
     load_metric: LoadMetric = "requests"  #: least-loaded: outstanding requests or outstanding tokens
     affinity_max_outstanding: int = 64  #: session-affinity: leave home when it has more requests than this
     inter_instance_gbps: float = 0.0  #: KV transfer bandwidth between instances on a move (0 = re-prefill)
@@ -261,31 +273,22 @@ class RouterConfig:
     autellix_long_tokens: int = 2048  #: autellix: new (uncached) prompt tokens above which a call goes home
 
     def __post_init__(self) -> None:
-        _literal("router", "policy", self.policy, RouterName)
-        _literal("router", "load_metric", self.load_metric, LoadMetric)
-        _check(self.affinity_max_outstanding >= 1, "router", "affinity_max_outstanding",
-               self.affinity_max_outstanding, ">= 1")
-        _check(self.inter_instance_gbps >= 0, "router", "inter_instance_gbps", self.inter_instance_gbps, ">= 0")
-        _check(0 <= self.cache_threshold <= 1, "router", "cache_threshold", self.cache_threshold, "in [0, 1]")
-        _check(self.balance_abs_threshold >= 0, "router", "balance_abs_threshold", self.balance_abs_threshold,
-               ">= 0")
-        _check(self.balance_rel_threshold >= 1, "router", "balance_rel_threshold", self.balance_rel_threshold,
-               ">= 1")
-        _check(self.eviction_interval_s > 0, "router", "eviction_interval_s", self.eviction_interval_s, "> 0")
-        _check(self.max_tree_tokens >= 1, "router", "max_tree_tokens", self.max_tree_tokens, ">= 1")
-        _check(self.autellix_long_tokens >= 0, "router", "autellix_long_tokens", self.autellix_long_tokens, ">= 0")
+        _policy("router", "policy", self.policy, ROUTERS, self)
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
-    """Per-instance scheduling and KV-retention policies (sources in :mod:`agentreplay.policy`).
+    """Per-instance scheduling and KV-retention policies: ``queue``, ``victim`` and ``retention`` name policies of
+    :data:`agentreplay.scheduler.queue.QUEUE_ORDERS`, :data:`agentreplay.scheduler.victim.VICTIMS` and
+    :data:`agentreplay.kv.retention.RETENTIONS`; the fields after them are those policies' parameters (each
+    policy's parameter dataclass reads the fields it names, and validates them).
 
     Where the source gives no value (Autellix's queue boundaries, Continuum's quantile) the default is ours and
     documented in the policy's docstring."""
 
-    queue: QueueName = "fcfs"  #: waiting-queue order
-    victim: VictimName = "most-recent"  #: which running request a recompute preemption evicts
-    retention: RetentionName = "lru"  #: what happens to a program's KV during its tool gap
+    queue: str = "fcfs"  #: waiting-queue order
+    victim: str = "most-recent"  #: which running request a recompute preemption evicts
+    retention: str = "lru"  #: what happens to a program's KV during its tool gap
     ttl_s: float = 5.0  #: ttl: static pin length
     continuum_variant: Literal["paper", "code"] = "paper"  #: continuum: TTL from the tool CDF, or fixed 2 s pin
     continuum_quantile: float = 0.8  #: continuum (paper): TTL = this quantile of the tool's observed durations
@@ -297,20 +300,10 @@ class PolicyConfig:
     decision_log: bool = False  #: keep a per-decision log (router, admission, preemption, retention)
 
     def __post_init__(self) -> None:
-        _literal("policy", "queue", self.queue, QueueName)
-        _literal("policy", "victim", self.victim, VictimName)
-        _literal("policy", "retention", self.retention, RetentionName)
-        _check(self.ttl_s >= 0, "policy", "ttl_s", self.ttl_s, ">= 0")
-        _check(self.continuum_variant in ("paper", "code"), "policy", "continuum_variant", self.continuum_variant,
-               "paper or code")
-        _check(0 < self.continuum_quantile <= 1, "policy", "continuum_quantile", self.continuum_quantile, "in (0, 1]")
-        _check(self.continuum_max_ttl_s >= 0, "policy", "continuum_max_ttl_s", self.continuum_max_ttl_s, ">= 0")
-        _check(self.continuum_code_pin_s >= 0, "policy", "continuum_code_pin_s", self.continuum_code_pin_s, ">= 0")
-        q = tuple(self.plas_quanta_tokens)
-        _check(len(q) >= 1 and all(a < b for a, b in itertools.pairwise(q)) and q[0] > 0, "policy",
-               "plas_quanta_tokens", self.plas_quanta_tokens, "a strictly increasing list of positive integers")
-        object.__setattr__(self, "plas_quanta_tokens", q)
-        _check(self.plas_starvation_s > 0, "policy", "plas_starvation_s", self.plas_starvation_s, "> 0")
+        _policy("policy", "queue", self.queue, QUEUE_ORDERS, self)
+        _policy("policy", "victim", self.victim, VICTIMS, self)
+        _policy("policy", "retention", self.retention, RETENTIONS, self)
+        object.__setattr__(self, "plas_quanta_tokens", tuple(self.plas_quanta_tokens))
 
 
 @dataclass(frozen=True, slots=True)

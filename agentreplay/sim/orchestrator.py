@@ -18,6 +18,7 @@ from agentreplay.engine import PHASE_RELEASE, Engine
 from agentreplay.kv.retention import ToolStats
 from agentreplay.kv.segment_pool import Segment
 from agentreplay.request import ProgramInfo, Request
+from agentreplay.router.admission import AdmissionPolicy, AdmitAll
 from agentreplay.router.policies import Router
 from agentreplay.sim.config import WorkloadConfig
 from agentreplay.sim.instance import Instance
@@ -30,12 +31,16 @@ class Orchestrator:
     def __init__(self, engine: Engine, workload: Workload, cfg: WorkloadConfig, tools: ToolModel, router: Router,
                  instances: Sequence[Instance], recorder: Recorder, rng_arrivals: np.random.Generator,
                  rng_tools: np.random.Generator, block_size: int, tool_stats: ToolStats | None = None,
-                 log: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 log: Callable[[dict[str, Any]], None] | None = None, *,
+                 admission: AdmissionPolicy | None = None) -> None:
         self.engine = engine
         self.w = workload
         self.cfg = cfg
         self.tools = tools
         self.router = router
+        self.admission: AdmissionPolicy = admission if admission is not None else AdmitAll()
+        #: released calls the admission policy holds at the front end, in release order (with their chain ids)
+        self.deferred: list[tuple[Request, tuple[int, ...] | None]] = []
         self.instances = instances
         self.rec = recorder
         self.rng_arrivals = rng_arrivals
@@ -138,6 +143,16 @@ class Orchestrator:
             assert bounds is not None
             r.chain_ids = ids
             r.chain_ends = tuple([int(bounds[s, 1]) for s in ids])
+        if not self.admission.admit(r, self.instances, now):
+            self.deferred.append((r, ids))
+            return
+        self._route(r, ids)
+
+    def _route(self, r: Request, ids: tuple[int, ...] | None) -> None:
+        """Send an admitted call to the instance its router picks."""
+        now = self.engine.now
+        info = r.info
+        p = r.program
         i = self.router.pick(r, self.instances, now)
         if info.home >= 0 and i != info.home:
             info.affinity_breaks += 1
@@ -148,12 +163,24 @@ class Orchestrator:
         info.home = i
         inst = self.instances[i]
         if ids is not None:
-            r.chain, r.prog, r.base = self._chain(inst, turn, ids)
+            r.chain, r.prog, r.base = self._chain(inst, r.turn, ids)
         else:
             r.pfx, r.prog, r.base = self._segments(inst, p)
         inst.submit(r)
 
+    def _offer_deferred(self) -> None:
+        """A call finished: offer the held calls to the admission policy again, in release order."""
+        held, self.deferred = self.deferred, []
+        now = self.engine.now
+        for r, ids in held:
+            if self.admission.admit(r, self.instances, now):
+                self._route(r, ids)
+            else:
+                self.deferred.append((r, ids))
+
     def on_turn_done(self, r: Request) -> None:
+        if self.deferred:
+            self._offer_deferred()
         self.rec.record_turn(r)
         r.info.service_tokens += (r.prompt - r.cached_tokens) + r.target_out
         w = self.w

@@ -20,17 +20,18 @@ import pyarrow as pa
 
 from agentreplay.engine import Engine
 from agentreplay.kv.residency import GIB, Residency
-from agentreplay.kv.retention import ToolStats, make_retention
+from agentreplay.kv.retention import RETENTIONS, ToolStats
 from agentreplay.kv.segment_pool import SegmentPool
 from agentreplay.kv.tiers import HostTier, Link
 from agentreplay.perf import IterationPricer, kv_capacity, load_gpu, load_model
 from agentreplay.perf.deploy import default_cudagraph_sizes, graph_padding, kv_cache_dtype
 from agentreplay.perf.parallel import DPStepPricer, EPComm, check_deployment, expert_weight_bytes_freed, lockstep
 from agentreplay.perf.table import pricer_from_names
-from agentreplay.router.policies import make_router
-from agentreplay.scheduler.queue import make_queue_order
+from agentreplay.router.admission import ADMISSIONS
+from agentreplay.router.policies import ROUTERS
+from agentreplay.scheduler.queue import QUEUE_ORDERS
 from agentreplay.scheduler.scheduler import Scheduler
-from agentreplay.scheduler.victim import make_victim
+from agentreplay.scheduler.victim import VICTIMS
 from agentreplay.sim import tables
 from agentreplay.sim.admission import apply_max_model_len
 from agentreplay.sim.config import ConfigError, SimConfig, to_toml
@@ -260,8 +261,9 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
     decisions: list[dict[str, Any]] | None = [] if cfg.policy.decision_log else None
     log = decisions.append if decisions is not None else None
     tool_stats = ToolStats()
-    order, victim = make_queue_order(cfg.policy), make_victim(cfg.policy)
-    retention = make_retention(cfg.policy, tool_stats)
+    pc = cfg.policy
+    order, victim = QUEUE_ORDERS.build(pc.queue, pc), VICTIMS.build(pc.victim, pc)
+    retention = RETENTIONS.build(pc.retention, pc, tool_stats)
     fabric = Link("fabric", engine, cfg.router.inter_instance_gbps, 0.0) if cfg.router.inter_instance_gbps > 0 \
         else None
     links: list[Link] = [] if fabric is None else [fabric]
@@ -294,8 +296,10 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
     if lockstep(model_spec, hw.dp):
         comm = EPComm.build(load_gpu(specs[0][0]), model_spec, hw.dp, specs[0][1], hw.all2all_backend)
         group = LockstepGroup(engine, instances, DPStepPricer(pricers[specs[0]], comm))
-    orch = Orchestrator(engine, workload, cfg.workload, make_tools(cfg.tools, workload), make_router(cfg.router),
-                        instances, rec, rng_arrivals, rng_tools, cfg.cache.block_size, tool_stats, log)
+    orch = Orchestrator(engine, workload, cfg.workload, make_tools(cfg.tools, workload),
+                        ROUTERS.build(cfg.router.policy, cfg.router),
+                        instances, rec, rng_arrivals, rng_tools, cfg.cache.block_size, tool_stats, log,
+                        admission=ADMISSIONS.build("admit-all", cfg.policy))
     orch_ref.append(orch)
     orch.start()
     engine.run()

@@ -66,11 +66,10 @@ def test_every_option_has_help_and_states_its_default() -> None:
     assert not no_default, f"options whose help does not state the default: {no_default}"
 
 
-def test_policy_choices_in_help_come_from_the_config_literals() -> None:
+def test_choices_in_help_come_from_the_config_literals() -> None:
+    """(The policy options' choices come from the policy registries: tests/test_registries.py.)"""
     sim = dict(_options_of("simulate"))
-    for opt, lit in (("--router", C.RouterName), ("--queue", C.QueueName), ("--victim", C.VictimName),
-                     ("--retention", C.RetentionName), ("--arrival", C.Arrival), ("--tools", C.ToolMode),
-                     ("--perf", C.PerfName), ("--dtype", C.Dtype)):
+    for opt, lit in (("--arrival", C.Arrival), ("--tools", C.ToolMode), ("--perf", C.PerfName), ("--dtype", C.Dtype)):
         assert " | ".join(get_args(lit)) in sim[opt].help, opt
     assert all(p in sim["--preset"].help for p in PRESETS)
     assert f"Default: {C.RouterConfig().policy}." in sim["--router"].help
@@ -112,19 +111,6 @@ def test_main_keeps_only_the_command_it_runs(monkeypatch) -> None:
         [app_module._name(c) for c in self.registered_commands]))
     app_module.main()
     assert calls == [["catalog"]]
-
-
-def test_the_config_literals_match_the_policy_registries() -> None:
-    """Help lists the Literals; the registries are what runs: the two name the same policies."""
-    from agentreplay.router.policies import ROUTERS
-    from agentreplay.scheduler.victim import VICTIMS
-
-    assert set(get_args(C.RouterName)) == set(ROUTERS)
-    assert set(get_args(C.VictimName)) == set(VICTIMS)
-    for preset in PRESETS.values():
-        assert preset["router"]["policy"] in get_args(C.RouterName)
-        assert preset["policy"]["queue"] in get_args(C.QueueName)
-        assert preset["policy"]["retention"] in get_args(C.RetentionName)
 
 
 def test_collect_formats_in_help_are_the_collector_registry() -> None:

@@ -15,7 +15,7 @@ from agentreplay.perf.parallel import DPStepPricer, EPComm
 from agentreplay.request import ProgramInfo, Request
 from agentreplay.router.policies import VllmDP
 from agentreplay.scheduler.scheduler import Scheduler
-from agentreplay.sim.config import ConfigError, HardwareConfig, RouterConfig, SimConfig
+from agentreplay.sim.config import ConfigError, HardwareConfig, SimConfig
 from agentreplay.sim.instance import Instance
 from agentreplay.sim.run import simulate
 from tests.sim.fakes import LinearPerf
@@ -47,11 +47,11 @@ def _rank(waiting: int, running: int, used: int = 0, blocks: int = 100) -> Insta
 
 
 def test_vllm_dp_balancer_scores_and_rotates() -> None:
-    r = VllmDP(RouterConfig(policy="vllm-dp"))
+    r = VllmDP()
     idle = [_rank(0, 0), _rank(0, 0), _rank(0, 0)]
     # equal scores: the scan start rotates, so a burst goes round-robin
     assert [r.pick(_req(0), idle, 0.0) for _ in range(4)] == [0, 1, 2, 0]
-    r = VllmDP(RouterConfig(policy="vllm-dp"))
+    r = VllmDP()
     # rank 0: 2 waiting at 100% KV -> 2 + 2 * 6 * 0.5 = 8; rank 1: 5 running -> 5; rank 2: 1 waiting at 50% -> 1
     ranks = [_rank(2, 0, used=100), _rank(0, 5), _rank(1, 0, used=50)]
     assert r.pick(_req(0), ranks, 0.0) == 2

@@ -14,7 +14,7 @@ from agentreplay.kv.segment_pool import Segment
 from agentreplay.kv.tiers import HostTier, Link
 from agentreplay.policy.presets import PRESETS, apply_preset
 from agentreplay.request import ProgramInfo, Request
-from agentreplay.scheduler.queue import ContinuumOrder, Plas
+from agentreplay.scheduler.queue import ContinuumOrder, Plas, PlasParams
 from agentreplay.scheduler.victim import AgeAware, LowestPriority, MostRecent
 from agentreplay.sim import SimConfig, simulate
 from tests.factories import make_trace
@@ -76,7 +76,7 @@ def test_cache_aware_router_follows_the_cache_when_balanced() -> None:
 
 # ---- queue orders and victims -------------------------------------------------------------------------------
 def test_plas_levels_demote_by_service_and_promote_starved_calls() -> None:
-    plas = Plas((100, 1000), starvation_s=10.0)
+    plas = Plas(PlasParams((100, 1000), 10.0))
     assert plas.level(req(service=50), now=0.0) == 0
     assert plas.level(req(service=500), now=0.0) == 1
     assert plas.level(req(service=5000), now=0.0) == 2
@@ -96,7 +96,7 @@ def test_continuum_order_puts_pinned_programs_first_then_program_arrival() -> No
 def test_victim_policies() -> None:
     running = [req(turn=1, prompt=500, service=10), req(turn=2, prompt=100, service=9000),
                req(turn=3, prompt=300, service=50)]
-    plas = Plas((100, 1000), 1e9)
+    plas = Plas(PlasParams((100, 1000), 1e9))
     assert MostRecent().pick(running, plas, 0.0).turn == 3
     assert LowestPriority().pick(running, plas, 0.0).turn == 2  # highest attained service = lowest priority
     assert AgeAware().pick(running, plas, 0.0).turn == 2  # the shortest context
@@ -162,8 +162,7 @@ def test_infercept_min_waste_choices() -> None:
 
 
 def test_continuum_ttl_uses_the_tool_distribution() -> None:
-    from agentreplay.kv.retention import ContinuumTtl
-    from agentreplay.sim.config import PolicyConfig
+    from agentreplay.kv.retention import ContinuumParams, ContinuumTtl
 
     stats = ToolStats()
     for x in (1.0, 2.0, 3.0, 4.0, 5.0):
@@ -171,11 +170,11 @@ def test_continuum_ttl_uses_the_tool_distribution() -> None:
     r = req()
     r.tool_class = "test"
     ctx = GapContext(0, 10, 10, 0.1, None, 0)
-    d = ContinuumTtl(PolicyConfig(continuum_quantile=0.8), stats).decide(r, ctx)
+    d = ContinuumTtl(ContinuumParams(continuum_quantile=0.8), stats).decide(r, ctx)
     assert d.action == "pin" and d.ttl_s == 4.0
-    code = ContinuumTtl(PolicyConfig(continuum_variant="code"), stats).decide(r, ctx)
+    code = ContinuumTtl(ContinuumParams(continuum_variant="code"), stats).decide(r, ctx)
     assert code.action == "release"  # running mean 3 s > 2 s
-    assert math.isinf(ContinuumTtl(PolicyConfig(), ToolStats()).decide(r, ctx).ttl_s)
+    assert math.isinf(ContinuumTtl(ContinuumParams(), ToolStats()).decide(r, ctx).ttl_s)
 
 
 # ---- properties across presets ---------------------------------------------------------------------------
