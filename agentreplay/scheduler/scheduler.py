@@ -15,9 +15,11 @@ Follows ``vllm/v1/core/sched/scheduler.py::Scheduler.schedule`` (V1 always uses 
    admission (FCFS). Requests whose KV is
    still arriving from another tier are skipped (vLLM ``WAITING_FOR_REMOTE_KVS``).
 
-Policy hooks: the waiting order (:mod:`agentreplay.scheduler.queue`; FCFS keeps vLLM's deque semantics), the
-preemption victim (:mod:`agentreplay.scheduler.victim`), and the instance's :class:`~agentreplay.kv.residency.
-Residency` (pins released under memory pressure before anything is preempted; loads from host tiers).
+Policy hooks: the waiting order (:mod:`agentreplay.scheduler.queue`; FCFS keeps vLLM's deque semantics) and the
+preemption victim (:mod:`agentreplay.scheduler.victim`). Every block question and block operation goes through the
+instance's :class:`~agentreplay.kv.manager.KVManager` (prefix hits, tier hits, capacity with pins released under
+memory pressure before anything is preempted, allocation, freeing, tool-gap retention), as vLLM's scheduler goes
+through ``KVCacheManager``.
 
 Decoding requests live in the instance's :class:`~agentreplay.scheduler.cohort.DecodeCohort`: when the cohort is a
 prefix of the running list, the budget covers it and the free blocks cover the whole step, the step is taken for
@@ -25,23 +27,23 @@ the cohort as a whole (its block needs and context sum are kept per step in O(1)
 it are visited; otherwise the cohort is dissolved and vLLM's loop runs request by request (same result, tested
 against ``lazy_decode=False``).
 
-The decision is returned as data (:class:`StepPlan`); :class:`~agentreplay.sim.instance.Instance` prices and
-applies it.
+The decision is returned as data (:class:`StepPlan`); :class:`~agentreplay.sim.instance.Instance` prices it and
+schedules its end, and the scheduler applies it then (:meth:`Scheduler.update_from_output`, vLLM
+``Scheduler.update_from_output``: tokens computed and emitted, finished requests freed through the retention
+policy).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal
 
-from agentreplay.kv.segment_pool import SegmentPool
+from agentreplay.kv.manager import KVManager, held_blocks
 from agentreplay.request import Request
 from agentreplay.scheduler.cohort import DecodeCohort
-
-if TYPE_CHECKING:
-    from agentreplay.kv.residency import Residency
-    from agentreplay.scheduler.queue import QueueOrder
-    from agentreplay.scheduler.victim import VictimPolicy
+from agentreplay.scheduler.queue import Fcfs, QueueOrder
+from agentreplay.scheduler.victim import MostRecent, VictimPolicy
 
 StopReason = Literal["empty", "max_seqs", "no_budget", "no_blocks", "preempted"]
 
@@ -64,11 +66,6 @@ class StepPlan:
         return not self.prefill and not self.decode and not self.cohort
 
 
-def held_blocks(tokens: int, base: int, block_size: int) -> int:
-    """Blocks a request holds with ``tokens`` slots allocated: the whole shared prefix plus its own blocks."""
-    return max(base, -(-tokens // block_size))
-
-
 def next_chunk(r: Request, budget: int, block_size: int) -> tuple[int, int, bool]:
     """``(tokens, new blocks, is_decode)`` of a running request's next iteration under ``budget`` tokens (vLLM:
     a decode is one token and needs a new block exactly when its computed tokens fill the last one; a prefill
@@ -81,95 +78,41 @@ def next_chunk(r: Request, budget: int, block_size: int) -> tuple[int, int, bool
     return n, held_blocks(c + n, r.base, block_size) - held_blocks(c, r.base, block_size), False
 
 
-def _seg_end(r: Request, k: int) -> int:
-    """End block (exclusive) of ``r.chain[k]``: the next segment's base, or ``r.base`` for the last."""
-    return r.chain[k + 1].base if k + 1 < len(r.chain) else r.base
-
-
-def _seg_hit(r: Request, k: int, hit: int) -> int:
-    """Blocks of ``r.chain[k]`` inside a chain hit of ``hit`` blocks from block 0."""
-    seg = r.chain[k]
-    return max(0, min(hit, _seg_end(r, k)) - seg.base)
-
-
-def chain_hit(r: Request, max_hit: int) -> int:
-    """Leading blocks of ``r``'s prefix chain cached on this instance (absolute, from block 0), at most ``max_hit``.
-
-    vLLM walks the chained block hashes from the first block and stops at the first miss
-    (``KVCacheManager.get_computed_blocks`` -> ``find_longest_cache_hit``): a segment counts only if every
-    segment before it is cached whole; within a segment the cached blocks are its leading ``present - base``."""
-    hit = 0
-    chain = r.chain
-    for k in range(len(chain)):
-        seg = chain[k]
-        end = _seg_end(r, k)
-        reach = min(seg.present, end, max_hit)
-        if reach < end:
-            return max(hit, reach)
-        hit = end
-    return hit
-
-
 class Scheduler:
-    """Queues and the per-step decision. Owns ``waiting`` (queue order) and ``running`` (admission order)."""
+    """Queues, the per-step decision and its application. Owns ``waiting`` (queue order) and ``running``
+    (admission order); every block goes through ``kv`` (:class:`~agentreplay.kv.manager.KVManager`).
 
-    def __init__(self, pool: SegmentPool, max_num_seqs: int, max_num_batched_tokens: int,
-                 enable_prefix_caching: bool = True, *, order: QueueOrder | None = None,
-                 victim: VictimPolicy | None = None, residency: Residency | None = None,
-                 reserve_full_isl: bool = False, lazy_decode: bool = True) -> None:
-        from agentreplay.scheduler.queue import Fcfs
-        from agentreplay.scheduler.victim import MostRecent
+    ``index`` and ``log`` name the instance in the decision log (admissions, preemptions, retention);
+    ``recompute_s(tokens)`` prices a prefill of ``tokens`` (retention policies weigh it)."""
 
-        self.pool = pool
-        self.bs = pool.block_size
+    def __init__(self, kv: KVManager, max_num_seqs: int, max_num_batched_tokens: int, *,
+                 order: QueueOrder | None = None, victim: VictimPolicy | None = None,
+                 reserve_full_isl: bool = False, lazy_decode: bool = True, index: int = 0,
+                 log: Callable[[dict[str, Any]], None] | None = None,
+                 recompute_s: Callable[[int], float] | None = None) -> None:
+        self.kv = kv
+        self.pool = kv.pool
+        self.bs = kv.bs
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
-        self.prefix_caching = enable_prefix_caching
-        self.order = order or Fcfs()
-        self.victim = victim or MostRecent()
-        self.residency = residency
+        self.prefix_caching = kv.prefix_caching
+        self.order: QueueOrder = order or Fcfs()
+        self.victim: VictimPolicy = victim or MostRecent()
         self.reserve_full_isl = reserve_full_isl
-        self.lazy_decode = lazy_decode  #: decoding requests join the cohort (the instance reads this)
+        self.lazy_decode = lazy_decode  #: decoding requests join the cohort
+        self.index = index
+        self.log = log
+        self.recompute_s = recompute_s
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self.cohort = DecodeCohort(self.bs)
         self.now = 0.0
         self._run_seq = 0
 
-    # ---- block bookkeeping shared with the instance ------------------------------------------------------
-    def grow_to(self, r: Request, tokens: int) -> None:
-        """Record that ``r`` has slots for ``tokens`` tokens: full blocks join its history segment.
-
-        Done lazily, when the request releases its blocks: while a request runs, its history segment is held
-        (``ref > 0``) and nothing else reads how far it extends. The shared prefix is grown at admission,
-        because other requests hit it while this one runs."""
-        full = tokens // self.bs
-        if full > r.base:
-            self.pool.grow(r.prog, full)
-        r.partial = 1 if tokens % self.bs and full >= r.base else 0
-
-    def free_partial(self, r: Request) -> None:
-        """Bring the history segment up to date and free the partial last block (pins keep the rest)."""
-        self.grow_to(r, r.computed)
-        self.pool.free_anonymous(r.partial)
-        r.partial = 0
-
-    def release_segments(self, r: Request) -> None:
-        self.pool.release(r.prog)
-        if r.pfx is not None:
-            self.pool.release(r.pfx)
-        for k in range(len(r.chain) - 1, -1, -1):  # reverse order, like the blocks
-            self.pool.release(r.chain[k])
-
-    def release(self, r: Request) -> None:
-        """Free everything ``r`` holds, in vLLM's reverse order (partial block, history, shared prefix)."""
-        self.free_partial(r)
-        self.release_segments(r)
-
     def preempt(self, r: Request) -> None:
         assert not r.lazy, "dissolve the decode cohort before preempting"
         self.running.remove(r)
-        self.release(r)
+        self.kv.free(r)
         r.computed = 0
         r.held = False
         r.preemptions += 1
@@ -182,29 +125,22 @@ class Scheduler:
         """Nothing runs and nothing waiting can be admitted: free memory held outside the running set (a pin,
         else the blocks of the last waiting request holding loaded KV, which is reset as if preempted).
         Returns False when there is nothing to free."""
-        if self.residency is not None and self.residency.release_oldest_pin(exclude=-1, force=True):
+        if self.kv.release_oldest_pin(force=True):
             return True
         for r in reversed(self.waiting):
             if r.held and not r.loading:
-                self.release(r)
+                self.kv.free(r)
                 r.computed = 0
                 r.held = False
                 return True
         return False
-
-    def _room(self, need: int, evictable: int, program: int) -> bool:
-        """Is there room for ``need`` new blocks? Releases pins of other programs under pressure first."""
-        while not self.pool.can_allocate(need, evictable):
-            if self.residency is None or not self.residency.release_oldest_pin(exclude=program):
-                return False
-        return True
 
     # ---- the step ------------------------------------------------------------------------------------------
     def schedule(self, now: float = 0.0) -> StepPlan:
         self.now = now
         plan = StepPlan()
         budget = self.max_num_batched_tokens
-        pool, bs = self.pool, self.bs
+        kv, bs = self.kv, self.bs
         running = self.running
         co = self.cohort
         # Fast path: the cohort (decoding requests, lazily advanced) is a prefix of the running list and the
@@ -231,12 +167,12 @@ class Scheduler:
                 else:
                     prefill.append((r, n, r.computed))
                 left -= n
-            if need <= pool.free_blocks:
+            if need <= kv.free_blocks:
                 if need:
-                    pool.allocate(need)
+                    kv.allocate(need)
                 plan.prefill, plan.decode, plan.cohort = prefill, decode, n_dec
                 plan.stop = self._admit(plan, left)
-                return plan
+                return self._logged(plan)
         # General path (vLLM's loop, with preemption): every request is handled one by one.
         if n_dec:
             co.dissolve(running)
@@ -245,7 +181,7 @@ class Scheduler:
             r = running[i]
             n, need, is_decode = next_chunk(r, budget, bs)
             self_preempted = False
-            while need > pool.free_blocks and not self._room(need, 0, r.program):
+            while need > kv.free_blocks and not kv.can_allocate(need, 0, r.program):
                 # victims come from the not-yet-scheduled part (vLLM FCFS pops the tail; its priority mode
                 # may also pick an already scheduled request and unschedule it, which we do not model)
                 victim = self.victim.pick(running[i:], self.order, now)
@@ -257,7 +193,7 @@ class Scheduler:
             if self_preempted:
                 break  # vLLM: "No more request to schedule"
             if need:
-                pool.allocate(need)
+                kv.allocate(need)
             if is_decode:
                 plan.decode.append(r)
             else:
@@ -266,15 +202,32 @@ class Scheduler:
             i += 1
         if plan.preempted:
             plan.stop = "preempted"
-            return plan
+            return self._logged(plan)
         plan.stop = self._admit(plan, budget)
+        return self._logged(plan)
+
+    def _logged(self, plan: StepPlan) -> StepPlan:
+        """Stamp the admitted requests' first scheduling time and log the step's decisions."""
+        now = self.now
+        log = self.log
+        if log is not None:
+            for r in plan.preempted:
+                log({"t": now, "event": "preempt", "instance": self.index, "program": r.program,
+                     "turn": r.turn_idx, "victim_policy": self.victim.name})
+        for r in plan.admitted:
+            if r.first_sched_s < 0:
+                r.first_sched_s = now
+            if log is not None:
+                log({"t": now, "event": "admit", "instance": self.index, "program": r.program,
+                     "turn": r.turn_idx, "cached_tokens": r.cached_tokens, "preemptions": r.preemptions,
+                     "queue_policy": self.order.name})
         return plan
 
     def _admit(self, plan: StepPlan, budget: int) -> StopReason:
         waiting, running = self.waiting, self.running
         if not waiting:
             return "empty"
-        pool, bs = self.pool, self.bs
+        kv, bs = self.kv, self.bs
         full_isl = self.reserve_full_isl
         if self.order.sorted and len(waiting) > 1:
             now = self.now
@@ -304,10 +257,10 @@ class Scheduler:
                 n = min(r.total_tokens - r.computed, budget)
                 need = held_blocks(r.computed + n, r.base, bs) - held_blocks(r.computed, r.base, bs)
                 rest = held_blocks(r.total_tokens, r.base, bs) - held_blocks(r.computed + n, r.base, bs)
-                if not self._room(need + (rest if full_isl else 0), 0, r.program):
+                if not kv.can_allocate(need + (rest if full_isl else 0), 0, r.program):
                     return "no_blocks"
                 inflight += rest
-                pool.allocate(need)
+                kv.allocate(need)
                 r.held = False
                 del waiting[i]
                 self._run_seq += 1
@@ -318,26 +271,9 @@ class Scheduler:
                 budget -= n
                 continue
             total = r.total_tokens
-            max_hit = (total - 1) // bs  # vLLM recomputes at least the last token
-            pfx_hit = prog_hit = 0
-            bound = max_hit
-            if self.prefix_caching:
-                if r.pfx is not None:
-                    pfx_hit = max(0, min(r.pfx.present, r.base, max_hit))
-                elif r.chain:
-                    pfx_hit = chain_hit(r, max_hit)
-                bound = min(max_hit, total // bs if r.admitted else r.reuse // bs)
-                if pfx_hit == r.base:  # chained hashes: history blocks hit only after the whole prefix
-                    prog_hit = pool.hit_blocks(r.prog, bound)
+            hit = kv.get_computed_blocks(r)
+            pfx_hit, prog_hit, ext_blocks = hit.pfx_hit, hit.prog_hit, hit.ext_blocks
             hit_tokens = (pfx_hit + prog_hit) * bs
-            ext_source, ext_blocks, link = ("", 0, None)
-            if self.residency is not None and pfx_hit == r.base and self.prefix_caching:
-                ext_source, ext_blocks, link = self.residency.external_hit(r, r.base + prog_hit, bound)
-            evictable = (pool.evictable(r.pfx, pfx_hit) if r.pfx is not None else 0) + \
-                pool.evictable(r.prog, prog_hit)
-            chain = r.chain
-            for k in range(len(chain)):
-                evictable += pool.evictable(chain[k], _seg_hit(r, k, pfx_hit))
             if ext_blocks > 0:
                 n = 0  # load first; compute in a later step (vLLM allocates the external tokens' slots now)
                 new_blocks = (r.base - pfx_hit) + ext_blocks
@@ -348,21 +284,10 @@ class Scheduler:
             check = full if full_isl else new_blocks  # the whole sequence must fit now (full_sequence_must_fit)
             if ext_blocks > 0:  # an async load keeps the in-flight prefills' blocks free
                 check = max(check, new_blocks + inflight)
-            if not self._room(check, evictable, r.program):
+            if not kv.can_allocate(check, hit.evictable, r.program):
                 return "no_blocks"
             inflight += full - new_blocks
-            if r.pfx is not None:
-                pool.touch(r.pfx, pfx_hit)
-            for k in range(len(chain)):
-                pool.touch(chain[k], _seg_hit(r, k, pfx_hit))
-            pool.touch(r.prog, prog_hit)
-            pool.allocate(new_blocks)
-            if r.pfx is not None:
-                pool.grow(r.pfx, r.base)
-            for k in range(len(chain)):
-                pool.grow(chain[k], _seg_end(r, k))
-            if self.residency is not None:
-                self.residency.consume_pin(r)
+            kv.allocate_slots(r, hit, new_blocks)
             r.computed = hit_tokens
             if not r.admitted:
                 r.admitted = True
@@ -371,9 +296,8 @@ class Scheduler:
             else:
                 r.recomputed_tokens += total - hit_tokens - ext_blocks * bs
             if ext_blocks > 0:
-                assert self.residency is not None and link is not None
                 r.held = True
-                self.residency.load(r, ext_source, ext_blocks, link)
+                kv.start_load(r, hit)
                 plan.loading.append(r)
                 i += 1
                 continue
@@ -385,3 +309,61 @@ class Scheduler:
             plan.prefill.append((r, n, hit_tokens))
             budget -= n
         return "empty"
+
+    # ---- applying a step ---------------------------------------------------------------------------------------
+    def allocate_decode_steps(self, first: int, count: int) -> None:
+        """Allocate the blocks the cohort's decode steps ``first .. first + count - 1`` (0-based after the step
+        the plan allocated) cross into: a fast-forwarded run's steps, allocated when they are applied or read."""
+        self.kv.allocate(self.cohort.crossings(first, count))
+
+    def update_from_output(self, plan: StepPlan, now: float, decode_steps: int = 0) -> list[Request]:
+        """Apply a step that ended at ``now`` (vLLM ``Scheduler.update_from_output``): prompt chunks and decodes
+        computed, a token emitted by every request whose computed tokens reach its stream, finished requests taken
+        out of the running list and their KV through the retention policy. ``decode_steps`` > 0: the step was a
+        fast-forwarded run of that many cohort decode steps (blocks allocated by :meth:`allocate_decode_steps`).
+        Returns the finished requests, in order."""
+        finished: list[Request] = []
+        co = self.cohort
+        if decode_steps:
+            finished.extend(co.advance(decode_steps))
+        else:
+            joining: list[Request] = []
+            for r, n, _ in plan.prefill:
+                r.computed += n
+                if r.computed == r.total_tokens:
+                    _emit(r, now, finished, joining)
+            if plan.cohort:
+                finished.extend(co.advance(1))  # the cohort precedes plan.decode in the running order
+            for r in plan.decode:
+                r.computed += 1
+                _emit(r, now, finished, joining)
+            if self.lazy_decode:
+                for r in joining:
+                    co.join(r)
+        for r in finished:
+            self.running.remove(r)
+            self._retain(r, now)
+            r.finish_s = now
+        return finished
+
+    def _retain(self, r: Request, now: float) -> None:
+        """A finished call's KV through its tool gap (:meth:`KVManager.retain`), logged."""
+        price = self.recompute_s
+        done = self.kv.retain(r, now, lambda: price(max(1, r.computed)) if price is not None else 0.0)
+        if done is not None and self.log is not None:
+            d, action = done
+            assert self.kv.retention is not None
+            self.log({"t": now, "event": "retention", "instance": self.index, "program": r.program,
+                      "turn": r.turn_idx, "policy": self.kv.retention.name, "action": action, "ttl_s": d.ttl_s,
+                      "reason": d.reason, "tool_class": r.tool_class})
+
+
+def _emit(r: Request, now: float, finished: list[Request], decoding: list[Request]) -> None:
+    """``r`` emits a token: it finishes, or (still running) decodes from the next step on."""
+    r.generated += 1
+    if r.first_token_s < 0:
+        r.first_token_s = now
+    if r.generated >= r.target_out:
+        finished.append(r)
+    else:
+        decoding.append(r)

@@ -1,9 +1,11 @@
-"""One serving instance: the vLLM v1 scheduler, its KV pool and a performance model, driven by the engine.
+"""One serving instance: the vLLM v1 scheduler (with its KV manager) and a performance model, driven by the engine.
 
 An instance is *idle* (nothing scheduled) or *busy* (one completion event pending). A submitted request wakes
 an idle instance with a scheduling event at the same time but a later phase, so every request released at
-that instant is seen by the same scheduler step. A completion applies the iteration (tokens computed and
-emitted, finished requests freed and reported) and schedules the next step.
+that instant is seen by the same scheduler step. The instance prices the step the scheduler plans and schedules
+its completion; at the completion the scheduler applies it (:meth:`Scheduler.update_from_output`: tokens
+computed and emitted, finished requests freed through the retention policy), the instance reports the finished
+requests and schedules the next step.
 
 Fast decode (DESIGN §4 "Speed"). When a step is decode-only and the next steps would be identical in
 composition (no prefill in flight, nothing preempted, every running request scheduled, and the waiting queue
@@ -26,9 +28,6 @@ from typing import Any
 import numpy as np
 
 from agentreplay.engine import PHASE_COMPLETE, PHASE_SCHEDULE, Engine, Event
-from agentreplay.kv.residency import Residency
-from agentreplay.kv.retention import GapContext, Retention
-from agentreplay.kv.segment_pool import SegmentPool
 from agentreplay.perf.pricer import IterationPricer
 from agentreplay.request import Request
 from agentreplay.scheduler.scheduler import Scheduler, StepPlan
@@ -91,27 +90,23 @@ class InstanceStats:
 
 
 class Instance:
-    def __init__(self, index: int, engine: Engine, perf: IterationPricer, pool: SegmentPool, scheduler: Scheduler,
+    def __init__(self, index: int, engine: Engine, perf: IterationPricer, scheduler: Scheduler,
                  on_finish: Callable[[Request], None], *, fast_decode: bool = True,
-                 on_sample: Callable[[Instance], None] | None = None, retention: Retention | None = None,
-                 residency: Residency | None = None,
-                 log: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_sample: Callable[[Instance], None] | None = None) -> None:
         self.index = index
         self.engine = engine
         self.perf = perf
         #: the pricer reads each decode's context (else only their count and sum: IterationPricer)
         self._contexts = bool(getattr(perf, "needs_decode_contexts", False))
-        self.pool = pool
         self.sched = scheduler
+        self.pool = scheduler.kv.pool
+        self.residency = scheduler.kv.residency
         self.on_finish = on_finish
         self.on_sample = on_sample
         self.fast_decode = fast_decode
-        self.retention = retention
-        self.residency = residency
-        self.log = log
-        if residency is not None:
-            residency.on_ready = self._wake
-            residency.on_release = scheduler.release_segments
+        if self.residency is not None:
+            self.residency.on_ready = self._wake
+        scheduler.recompute_s = self._recompute_s
         self.stats = InstanceStats()
         self._busy = False
         self._wake_pending = False
@@ -122,6 +117,10 @@ class Instance:
         #: the DP group this instance steps in lockstep with (agentreplay.sim.dp.LockstepGroup), or None: the
         #: group then schedules and prices every step, and this instance only plans and applies its part
         self.lockstep: Any = None
+
+    def _recompute_s(self, tokens: int) -> float:
+        """A prefill of ``tokens`` alone (what retention policies weigh against keeping the KV)."""
+        return self.perf.iteration_time_s([(tokens, 0)], ())
 
     # ---- load figures the router reads ---------------------------------------------------------------------
     @property
@@ -216,10 +215,6 @@ class Instance:
         planned nothing (an idle instance, woken again later by whatever can change that)."""
         plan = self.sched.schedule(self.engine.now)
         self.stats.preemptions += len(plan.preempted)
-        if self.log is not None:
-            for r in plan.preempted:
-                self.log({"t": self.engine.now, "event": "preempt", "instance": self.index,
-                          "program": r.program, "turn": r.turn_idx, "victim_policy": self.sched.victim.name})
         if plan.empty:
             if any(r.loading for r in self.sched.waiting):
                 return None  # a load completion wakes the instance
@@ -234,13 +229,6 @@ class Instance:
                                    f"admitted into an empty engine ({self.pool.num_blocks} blocks)")
             return None
         now = self.engine.now
-        for r in plan.admitted:
-            if r.first_sched_s < 0:
-                r.first_sched_s = now
-            if self.log is not None:
-                self.log({"t": now, "event": "admit", "instance": self.index, "program": r.program,
-                          "turn": r.turn_idx, "cached_tokens": r.cached_tokens, "preemptions": r.preemptions,
-                          "queue_policy": self.sched.order.name})
         self._busy = True
         self._t_start = now
         self._plan = plan
@@ -284,35 +272,27 @@ class Instance:
         now = self.engine.now
         plan = self._plan
         assert plan is not None
-        self.stats.iterations += 1
-        self.stats.busy_s += now - self._t_start
-        finished: list[Request] = []
-        co = self.sched.cohort
-        if self._run is not None:
-            self._apply_run(self._run, now, finished)
+        stats = self.stats
+        stats.iterations += 1
+        stats.busy_s += now - self._t_start
+        run = self._run
+        if run is not None:
+            k = run.steps
+            stats.decode_runs += 1
+            stats.iterations += k - 1
+            stats.decode_tokens += k * run.n
+            # the blocks of the steps not yet allocated (all beyond the first, unless sync_pool ran) are
+            # allocated now: the same pool state as step by step, since only tail appends (releases) touch this
+            # pool during the run
+            self._allocate_run(run, k)
             self._run = None
+            finished = self.sched.update_from_output(plan, now, k)
         else:
-            joining: list[Request] = []
-            for r, n, _ in plan.prefill:
-                r.computed += n
-                self.stats.prefill_tokens += n
-                if r.computed == r.total_tokens:
-                    self._emit(r, now, finished, joining)
-            if plan.cohort:
-                finished.extend(co.advance(1))  # the cohort precedes plan.decode in the running order
-            for r in plan.decode:
-                r.computed += 1
-                self._emit(r, now, finished, joining)
-            self.stats.decode_tokens += len(plan.decode) + plan.cohort
-            if self.sched.lazy_decode:
-                for r in joining:
-                    co.join(r)
+            stats.prefill_tokens += sum([n for _, n, _ in plan.prefill])
+            stats.decode_tokens += len(plan.decode) + plan.cohort
+            finished = self.sched.update_from_output(plan, now)
         self._plan = None
         self._busy = False
-        for r in finished:
-            self.sched.running.remove(r)
-            self._retain(r)
-            r.finish_s = now
         for r in finished:
             self.on_finish(r)
         if self.sched.running or self.sched.waiting:
@@ -337,61 +317,6 @@ class Instance:
         expected = sum(seg.present - seg.base + seg.held_stale for seg in segs.values())
         self.pool.check(held_by_requests=expected)
 
-    def _retain(self, r: Request) -> None:
-        """Apply the retention policy to a finished call's KV (the program's last call is simply released)."""
-        sched = self.sched
-        if r.last or self.retention is None:
-            sched.release(r)
-            return
-        res = self.residency
-        bs = self.pool.block_size
-        blocks = max(0, r.computed // bs - r.base)
-        swap_s = None
-        if res is not None and res.tiers:
-            swap_s = 2 * blocks * res.block_bytes / res.tiers[0].link.bytes_per_s
-        ctx = GapContext(now_s=self.engine.now, context_blocks=blocks, used_blocks=self.pool.used_blocks,
-                         recompute_s=lambda: self.perf.iteration_time_s([(max(1, r.computed), 0)], ()),
-                         swap_s=swap_s, true_gap_s=r.next_gap_s)
-        d = self.retention.decide(r, ctx)
-        action = d.action
-        if action in ("pin", "offload") and res is None:
-            action = "release"
-        if action == "release":
-            sched.release(r)
-        elif action == "drop":
-            sched.release(r)
-            self.pool.drop(r.prog)
-        elif action == "pin":
-            assert res is not None
-            sched.free_partial(r)
-            res.pin(r, d.ttl_s)
-        else:
-            assert res is not None
-            sched.free_partial(r)
-
-            def written() -> None:
-                sched.release_segments(r)
-                self._wake()
-
-            if not res.offload(r, written):
-                sched.release_segments(r)
-                action = "release"
-        if self.log is not None:
-            self.log({"t": self.engine.now, "event": "retention", "instance": self.index, "program": r.program,
-                      "turn": r.turn_idx, "policy": self.retention.name, "action": action, "ttl_s": d.ttl_s,
-                      "reason": d.reason, "tool_class": r.tool_class})
-
-    @staticmethod
-    def _emit(r: Request, now: float, finished: list[Request], decoding: list[Request]) -> None:
-        """``r`` emits a token: it finishes, or (still running) decodes from the next step on."""
-        r.generated += 1
-        if r.first_token_s < 0:
-            r.first_token_s = now
-        if r.generated >= r.target_out:
-            finished.append(r)
-        else:
-            decoding.append(r)
-
     def sync_pool(self) -> None:
         """Allocate the blocks of the decode-run steps started by now, as a step-by-step engine would have (for
         a reader of this pool from outside, e.g. another instance loading a migrating program's cached KV)."""
@@ -401,17 +326,5 @@ class Instance:
 
     def _allocate_run(self, run: _Run, upto: int) -> None:
         if upto > run.allocated:
-            self.pool.allocate(self.sched.cohort.crossings(run.allocated, upto - run.allocated))
+            self.sched.allocate_decode_steps(run.allocated, upto - run.allocated)
             run.allocated = upto
-
-    def _apply_run(self, run: _Run, now: float, finished: list[Request]) -> None:
-        """Apply ``run.steps`` decode steps of the cohort; the blocks of steps not yet allocated (all beyond the
-        first, unless :meth:`sync_pool` ran) are allocated now: the same pool state as step by step, since only
-        tail appends (releases) touch this pool during the run."""
-        co = self.sched.cohort
-        k = run.steps
-        self.stats.decode_runs += 1
-        self.stats.iterations += k - 1
-        self.stats.decode_tokens += k * run.n
-        self._allocate_run(run, k)
-        finished.extend(co.advance(k))

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from agentreplay.engine import Engine
+from agentreplay.kv.manager import KVManager
 from agentreplay.kv.residency import GIB, Residency
 from agentreplay.kv.retention import RETENTIONS, ToolStats
 from agentreplay.kv.segment_pool import SegmentPool
@@ -287,11 +288,12 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
                 links.append(link)
                 tiers.append(HostTier(name, int(gib * GIB) // block_bytes, link))
         residency = Residency(engine, pool, block_bytes, tiers, remote, cfg.policy.unpin_on_pressure)
-        sched = Scheduler(pool, plan.max_num_seqs, plan.max_num_batched_tokens, cfg.cache.enable_prefix_caching,
-                          order=order, victim=victim, residency=residency,
-                          reserve_full_isl=cfg.scheduler.reserve_full_isl, lazy_decode=cfg.scheduler.lazy_decode)
-        instances.append(Instance(i, engine, pricer, pool, sched, on_finish, fast_decode=cfg.scheduler.fast_decode,
-                                  on_sample=rec.sample, retention=retention, residency=residency, log=log))
+        kv = KVManager(pool, cfg.cache.enable_prefix_caching, residency, retention)
+        sched = Scheduler(kv, plan.max_num_seqs, plan.max_num_batched_tokens, order=order, victim=victim,
+                          reserve_full_isl=cfg.scheduler.reserve_full_isl, lazy_decode=cfg.scheduler.lazy_decode,
+                          index=i, log=log)
+        instances.append(Instance(i, engine, pricer, sched, on_finish, fast_decode=cfg.scheduler.fast_decode,
+                                  on_sample=rec.sample))
     group: LockstepGroup | None = None
     if lockstep(model_spec, hw.dp):
         comm = EPComm.build(load_gpu(specs[0][0]), model_spec, hw.dp, specs[0][1], hw.all2all_backend)

@@ -40,9 +40,10 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from agentreplay.kv import BlockKeyer, BlockPool
+from agentreplay.kv.manager import KVManager, held_blocks
 from agentreplay.kv.segment_pool import Segment, SegmentPool
 from agentreplay.request import Request
-from agentreplay.scheduler.scheduler import Scheduler, StepPlan, held_blocks
+from agentreplay.scheduler.scheduler import Scheduler, StepPlan
 
 BS = 4
 BIG = 1 << 30
@@ -100,7 +101,7 @@ class Harness:
     ) -> None:
         self.bp = BlockPool(num_blocks, BS, fresh_blocks_first=fresh_blocks_first)
         self.sp = SegmentPool(num_blocks, BS, fresh_blocks_first=fresh_blocks_first)
-        self.sched = Scheduler(self.sp, max_num_seqs=1000, max_num_batched_tokens=BIG)
+        self.sched = Scheduler(KVManager(self.sp), max_num_seqs=1000, max_num_batched_tokens=BIG)
         self.progs: list[Prog] = []
         self.running: list[Prog] = []  # admission order, mirrors sched.running
         self.checking = True  # check agreement after every operation
@@ -265,11 +266,11 @@ class Harness:
         assert prog.running and r is not None and r.generated >= 1 and prog.pin is None
         self.sched.running.remove(r)
         if pin:
-            self.sched.free_partial(r)
+            self.sched.kv.free_partial(r)
             prog.pin, prog.pin_owner = r, ("pin", p, prog.turn)
             self.bp.hold(prog.owner, prog.pin_owner)
         else:
-            self.sched.release(r)
+            self.sched.kv.free(r)
             self.bp.free(prog.owner)
         prog.context = r.total_tokens
         prog.req = prog.owner = None
@@ -282,7 +283,7 @@ class Harness:
         """A pin ends (TTL expiry, memory pressure, or the program's next call was admitted)."""
         prog = self.progs[p]
         assert prog.pin is not None
-        self.sched.release_segments(prog.pin)
+        self.sched.kv.release_segments(prog.pin)
         self.bp.free(prog.pin_owner)
         prog.pin = prog.pin_owner = None
         self.check()

@@ -3,6 +3,7 @@ hand-written agent traffic (:mod:`tests.kv.pool_harness`), and the regressions o
 
 from __future__ import annotations
 
+from agentreplay.kv.manager import KVManager
 from agentreplay.kv.segment_pool import SegmentPool
 from agentreplay.request import Request
 from agentreplay.scheduler.scheduler import Scheduler
@@ -83,7 +84,7 @@ def test_prefix_caching_off_frees_every_block() -> None:
     """Fixed: with prefix caching off every admission allocated the whole prefix again, but only the last
     holder of the shared prefix segment freed it, so each overlap of two requests leaked ``base`` blocks."""
     sp = SegmentPool(32, BS)
-    sched = Scheduler(sp, max_num_seqs=8, max_num_batched_tokens=BIG, enable_prefix_caching=False)
+    sched = Scheduler(KVManager(sp, enable_prefix_caching=False), max_num_seqs=8, max_num_batched_tokens=BIG)
     pfx = sp.segment(("prefix", "sys", 2), 0)
     reqs = [
         Request(
@@ -107,7 +108,7 @@ def test_prefix_caching_off_frees_every_block() -> None:
         r.computed += n
     for r in reqs:
         sched.running.remove(r)
-        sched.release(r)
+        sched.kv.free(r)
     sp.check(held_by_requests=0)
     assert sp.free_blocks == 32
 

@@ -7,6 +7,7 @@ Blocks of 16 tokens, 20 free; program 0 has 4 blocks (64 tokens) in a host tier,
 from __future__ import annotations
 
 from agentreplay.engine import Engine
+from agentreplay.kv.manager import KVManager
 from agentreplay.kv.residency import Residency
 from agentreplay.kv.segment_pool import Segment, SegmentPool
 from agentreplay.kv.tiers import HostTier, Link
@@ -24,7 +25,8 @@ def scheduler(host_blocks: dict[int, int]) -> Scheduler:
     for program, blocks in host_blocks.items():
         tier.put(program, blocks)
     residency = Residency(engine, pool, block_bytes=1 << 16, tiers=[tier])
-    return Scheduler(pool, max_num_seqs=8, max_num_batched_tokens=4096, residency=residency, reserve_full_isl=True)
+    return Scheduler(KVManager(pool, residency=residency), max_num_seqs=8, max_num_batched_tokens=4096,
+                     reserve_full_isl=True)
 
 
 def request(program: int, prompt: int, reuse: int) -> Request:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from agentreplay.engine import Engine
+from agentreplay.kv.manager import KVManager
 from agentreplay.kv.segment_pool import Segment, SegmentPool
 from agentreplay.perf import PerfModel
 from agentreplay.perf.catalog import load_gpu, load_model
@@ -40,7 +41,7 @@ def _req(i: int) -> Request:
 def _rank(waiting: int, running: int, used: int = 0, blocks: int = 100) -> Instance:
     pool = SegmentPool(blocks, 16)
     pool.allocate(used)
-    inst = Instance(0, Engine(), LinearPerf(), pool, Scheduler(pool, 8, 64), lambda r: None)
+    inst = Instance(0, Engine(), LinearPerf(), Scheduler(KVManager(pool), 8, 64), lambda r: None)
     inst.sched.waiting.extend(_req(i) for i in range(waiting))
     inst.sched.running.extend(_req(i) for i in range(running))
     return inst

@@ -9,6 +9,7 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from agentreplay.engine import Engine
+from agentreplay.kv.manager import KVManager
 from agentreplay.kv.segment_pool import SegmentPool
 from agentreplay.request import ProgramInfo, Request
 from agentreplay.scheduler.scheduler import Scheduler
@@ -24,8 +25,8 @@ class InstanceMachine(RuleBasedStateMachine):
         super().__init__()
         self.engine = Engine()
         self.pool = SegmentPool(48, BS)
-        self.sched = Scheduler(self.pool, max_num_seqs=3, max_num_batched_tokens=24)
-        self.inst = Instance(0, self.engine, LinearPerf(), self.pool, self.sched, self.finished)
+        self.sched = Scheduler(KVManager(self.pool), max_num_seqs=3, max_num_batched_tokens=24)
+        self.inst = Instance(0, self.engine, LinearPerf(), self.sched, self.finished)
         self.ctx: dict[int, int] = {}  # program -> tokens of its context after its last finished turn
         self.busy: set[int] = set()
         self.done: list[tuple[int, int]] = []
