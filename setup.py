@@ -42,6 +42,7 @@ HOT = [
     "agentreplay/sim/metrics.py",
     "agentreplay/sim/tools.py",
     "agentreplay/kv/segment_pool.py",
+    "agentreplay/kv/manager.py",
     "agentreplay/kv/tiers.py",
     "agentreplay/perf/model.py",
     "agentreplay/perf/tiles.py",
