@@ -1,7 +1,9 @@
-"""The discrete-event simulator: engine, orchestrator, tools, router, instances (scheduler + KV + perf).
+"""The simulator's assembly: configuration, the orchestrator and tool simulator, instances (a scheduler with its
+KV manager, priced by the performance model), metrics, and :func:`simulate` (``agentreplay.sim.run``).
 
-The public names are loaded lazily so that low-level modules (``agentreplay.kv.tiers`` uses the engine) can
-import ``agentreplay.engine`` without pulling in the whole simulator.
+The public names are loaded lazily so that importing a submodule (``agentreplay.sim.config``, as the CLI does to
+build its options) does not pay for ``run``'s imports (pandas, pyarrow, the pricers): a start-up cost, not an
+import cycle (``tests/test_import_graph.py``).
 """
 
 from typing import Any
