@@ -41,11 +41,11 @@ SCALE = {
 #: Components of the hot path for ``--profile``: self time of the functions in these files, summed.
 COMPONENTS = {
     "scheduler (vLLM step + admission)": ("agentreplay/scheduler/scheduler.py",),
-    "instance (step, completion, runs, retention)": ("agentreplay/sim/instance.py",),
+    "instance (pricing a step, decode runs, events)": ("agentreplay/sim/instance.py",),
     "decode cohort": ("agentreplay/scheduler/cohort.py",),
     "performance model": ("agentreplay/perf/",),
-    "KV pool and tiers": ("agentreplay/kv/", "agentreplay/kv/residency.py"),
-    "router": ("agentreplay/router/policies.py",),
+    "KV manager, pool, residency, tiers, retention": ("agentreplay/kv/",),
+    "router and admission": ("agentreplay/router/",),
     "orchestrator, tools, requests": ("agentreplay/sim/orchestrator.py", "agentreplay/sim/tools",
                                       "agentreplay/request.py", "agentreplay/policy/"),
     "metrics recorder": ("agentreplay/sim/metrics.py",),
