@@ -335,7 +335,7 @@ def _differences() -> list[str]:
             "- **Continuum's TTL.** Published (arXiv 2511.02230 v2+): a TTL tau* per tool call chosen by a "
             "cost-benefit rule over the tool-duration distribution: the expected saving of keeping the KV (the "
             "reload / re-prefill cost plus the queueing delay an evicted program meets again) against the memory "
-            "the pin holds. Ours (`policy/retention.py::ContinuumTtl`, `paper` variant): TTL = the p80 of the "
+            "the pin holds. Ours (`kv/retention.py::ContinuumTtl`, `paper` variant): TTL = the p80 of the "
             "class's observed durations, no pin above 30 s, no pin before 5 observations; neither the context "
             "length (reload cost) nor the load (queueing) enters. `continuum-nocap` shows what the cap does. "
             "The released code (`code` variant) pins 2 s when the tool's mean is at most 2 s.",
