@@ -1,5 +1,7 @@
-"""Scheduling and KV-retention policies, one small class per policy, one Protocol per axis, name registries.
+"""Policies across the simulator's modules: the registry every policy axis uses (:mod:`.registry`) and the
+presets that bundle one policy per axis to match published serving systems (:mod:`.presets`).
 
-Axes: queue order (:mod:`.queue`), preemption victim (:mod:`.victim`), tool-gap retention (:mod:`.retention`),
-and the bundles that match published systems (:mod:`.presets`). Routers live in :mod:`agentreplay.router.policies`.
+The axes live with the mechanism they steer: the router and the admission hook in :mod:`agentreplay.router`,
+the queue order and the preemption victim in :mod:`agentreplay.scheduler`, tool-gap retention in
+:mod:`agentreplay.kv.retention`.
 """
