@@ -300,10 +300,11 @@ class PolicyConfig:
     decision_log: bool = False  #: keep a per-decision log (router, admission, preemption, retention)
 
     def __post_init__(self) -> None:
+        if isinstance(self.plas_quanta_tokens, list):  # a TOML array
+            object.__setattr__(self, "plas_quanta_tokens", tuple(self.plas_quanta_tokens))
         _policy("policy", "queue", self.queue, QUEUE_ORDERS, self)
         _policy("policy", "victim", self.victim, VICTIMS, self)
         _policy("policy", "retention", self.retention, RETENTIONS, self)
-        object.__setattr__(self, "plas_quanta_tokens", tuple(self.plas_quanta_tokens))
 
 
 @dataclass(frozen=True, slots=True)
