@@ -227,8 +227,7 @@ class Scheduler:
         waiting, running = self.waiting, self.running
         if not waiting:
             return "empty"
-        kv, bs = self.kv, self.bs
-        full_isl = self.reserve_full_isl
+        bs = self.bs
         if self.order.sorted and len(waiting) > 1:
             now = self.now
             waiting.sort(key=lambda r: self.order.key(r, now))
@@ -253,51 +252,13 @@ class Scheduler:
             if r.loading:
                 i += 1
                 continue
-            if r.held:  # KV arrived from another tier: blocks for the loaded part are already held
-                n = min(r.total_tokens - r.computed, budget)
-                need = held_blocks(r.computed + n, r.base, bs) - held_blocks(r.computed, r.base, bs)
-                rest = held_blocks(r.total_tokens, r.base, bs) - held_blocks(r.computed + n, r.base, bs)
-                if not kv.can_allocate(need + (rest if full_isl else 0), 0, r.program):
-                    return "no_blocks"
-                inflight += rest
-                kv.allocate(need)
-                r.held = False
-                del waiting[i]
-                self._run_seq += 1
-                r.run_seq = self._run_seq
-                running.append(r)
-                plan.admitted.append(r)
-                plan.prefill.append((r, n, r.computed))
-                budget -= n
-                continue
-            total = r.total_tokens
-            hit = kv.get_computed_blocks(r)
-            pfx_hit, prog_hit, ext_blocks = hit.pfx_hit, hit.prog_hit, hit.ext_blocks
-            hit_tokens = (pfx_hit + prog_hit) * bs
-            if ext_blocks > 0:
-                n = 0  # load first; compute in a later step (vLLM allocates the external tokens' slots now)
-                new_blocks = (r.base - pfx_hit) + ext_blocks
-            else:
-                n = min(total - hit_tokens, budget)
-                new_blocks = (r.base - pfx_hit) + max(0, -(-(hit_tokens + n) // bs) - r.base - prog_hit)
-            full = (r.base - pfx_hit) + max(0, -(-total // bs) - r.base - prog_hit)
-            check = full if full_isl else new_blocks  # the whole sequence must fit now (full_sequence_must_fit)
-            if ext_blocks > 0:  # an async load keeps the in-flight prefills' blocks free
-                check = max(check, new_blocks + inflight)
-            if not kv.can_allocate(check, hit.evictable, r.program):
+            # (held: its KV arrived from another tier, the blocks of the loaded part are held already)
+            got = self._admit_loaded(r, budget) if r.held else self._admit_new(r, budget, inflight)
+            if got is None:
                 return "no_blocks"
-            inflight += full - new_blocks
-            kv.allocate_slots(r, hit, new_blocks)
-            r.computed = hit_tokens
-            if not r.admitted:
-                r.admitted = True
-                r.cached_tokens = hit_tokens
-                r.cached_prefix_tokens = pfx_hit * bs
-            else:
-                r.recomputed_tokens += total - hit_tokens - ext_blocks * bs
-            if ext_blocks > 0:
-                r.held = True
-                kv.start_load(r, hit)
+            n, reserved = got
+            inflight += reserved
+            if n < 0:  # its KV loads first; it stays waiting
                 plan.loading.append(r)
                 i += 1
                 continue
@@ -306,9 +267,59 @@ class Scheduler:
             r.run_seq = self._run_seq
             running.append(r)
             plan.admitted.append(r)
-            plan.prefill.append((r, n, hit_tokens))
+            plan.prefill.append((r, n, r.computed))
             budget -= n
         return "empty"
+
+    def _admit_loaded(self, r: Request, budget: int) -> tuple[int, int] | None:
+        """A waiting request whose KV arrived from a tier: allocate its first chunk's blocks (the loaded ones are
+        held). ``(chunk tokens, blocks its prompt still needs after the chunk)``, or None without room."""
+        kv, bs = self.kv, self.bs
+        n = min(r.total_tokens - r.computed, budget)
+        need = held_blocks(r.computed + n, r.base, bs) - held_blocks(r.computed, r.base, bs)
+        rest = held_blocks(r.total_tokens, r.base, bs) - held_blocks(r.computed + n, r.base, bs)
+        if not kv.can_allocate(need + (rest if self.reserve_full_isl else 0), 0, r.program):
+            return None
+        kv.allocate(need)
+        r.held = False
+        return n, rest
+
+    def _admit_new(self, r: Request, budget: int, inflight: int) -> tuple[int, int] | None:
+        """A waiting request: its cached prefix (``KVManager.get_computed_blocks``), the capacity check
+        (``allocate_slots``: the whole sequence with ``reserve_full_isl``; an async load also keeps the in-flight
+        prefills' ``inflight`` blocks free), then its slots. ``(chunk tokens, blocks its prompt still needs after
+        the chunk)``; chunk -1 when a tier load started instead (vLLM allocates the external tokens' slots now and
+        computes in a later step); None without room."""
+        kv, bs = self.kv, self.bs
+        total = r.total_tokens
+        hit = kv.get_computed_blocks(r)
+        pfx_hit, prog_hit, ext_blocks = hit.pfx_hit, hit.prog_hit, hit.ext_blocks
+        hit_tokens = (pfx_hit + prog_hit) * bs
+        if ext_blocks > 0:
+            n = 0
+            new_blocks = (r.base - pfx_hit) + ext_blocks
+        else:
+            n = min(total - hit_tokens, budget)
+            new_blocks = (r.base - pfx_hit) + max(0, -(-(hit_tokens + n) // bs) - r.base - prog_hit)
+        full = (r.base - pfx_hit) + max(0, -(-total // bs) - r.base - prog_hit)
+        check = full if self.reserve_full_isl else new_blocks  # the whole sequence must fit now
+        if ext_blocks > 0:  # an async load keeps the in-flight prefills' blocks free
+            check = max(check, new_blocks + inflight)
+        if not kv.can_allocate(check, hit.evictable, r.program):
+            return None
+        kv.allocate_slots(r, hit, new_blocks)
+        r.computed = hit_tokens
+        if not r.admitted:
+            r.admitted = True
+            r.cached_tokens = hit_tokens
+            r.cached_prefix_tokens = pfx_hit * bs
+        else:
+            r.recomputed_tokens += total - hit_tokens - ext_blocks * bs
+        if ext_blocks > 0:
+            r.held = True
+            kv.start_load(r, hit)
+            return -1, full - new_blocks
+        return n, full - new_blocks
 
     # ---- applying a step ---------------------------------------------------------------------------------------
     def allocate_decode_steps(self, first: int, count: int) -> None:
