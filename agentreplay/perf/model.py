@@ -66,9 +66,9 @@ from collections.abc import Sequence
 
 from mypy_extensions import mypyc_attr
 
+from agentreplay.perf import coefficients as C
 from agentreplay.perf.catalog import (
-    ACT_BYTES,
-    DTYPE_BYTES,
+    DTYPE_BYTES,  # noqa: F401  (agentreplay.perf.table imports it from here)
     Dtype,
     Efficiency,
     GpuSpec,
@@ -79,14 +79,13 @@ from agentreplay.perf.catalog import (
 )
 from agentreplay.perf.deploy import (
     custom_ar_link_bytes,
-    custom_ar_max_bytes,
     fused_moe_block_m,
     linear_kernel,
     padded_tokens,
     padding_table,
 )
 from agentreplay.perf.pricer import IterationPricer, PrefillItem
-from agentreplay.perf.tiles import block_tiles, ctas_per_sm, makespan_blocks, makespan_tiles, tile_flops
+from agentreplay.perf.tiles import block_tiles, makespan_blocks, makespan_tiles
 
 __all__ = ["MIXED_ATTENTION", "OPERATORS", "IterationPricer", "PerfModel", "PrefillItem"]
 
@@ -102,13 +101,6 @@ OPERATORS: tuple[str, ...] = (
 
 _ATTN_PREFILL = OPERATORS.index("attention_prefill")
 _ATTN_DECODE = OPERATORS.index("attention_decode")
-_KERNELS_PER_LAYER = 9  # 2 fused add+RMSNorm, qkv, rotary, attention, o, gate_up, act, down
-_KERNELS_PER_MOE_LAYER = 2  # router GEMM, top-k + token alignment
-
-
-def _linear(k_in: int, n_out: int, peak: float, w_bytes: int, bw: float) -> tuple[float, float, float]:
-    """(compute seconds per token, weight-read seconds, activation seconds per token) of a k_in x n_out GEMM."""
-    return 2.0 * k_in * n_out / peak, k_in * n_out * w_bytes / bw, (k_in + n_out) * ACT_BYTES / bw
 
 
 def _cost(op: tuple[float, float, float], tokens: int) -> float:
@@ -153,112 +145,23 @@ class PerfModel:
         self.linear_kernel: str = linear_kernel(gpu, dtype)
 
         self._layers = model.num_hidden_layers
-        self._init_linear(gpu, model, dtype, tp, eff)
-        self._init_elementwise(gpu, model, tp, eff)
-        self._init_attention(gpu, model, tp, eff, kv_dtype, mixed_attention)
-        self._init_collectives(gpu, model, tp, eff, custom_allreduce)
-        self._init_overheads(model, eff)
-
-    # ---- the coefficients, by group (seconds per token, per byte or per call; set once per model) ----------------
-    @staticmethod
-    def _bandwidth(gpu: GpuSpec, eff: Efficiency) -> float:
-        """Bytes/s for weights and activations."""
-        return gpu.mem_bandwidth_gbps * 1e9 * eff.bandwidth_efficiency
-
-    def _init_linear(self, gpu: GpuSpec, model: ModelSpec, dtype: Dtype, tp: int, eff: Efficiency) -> None:
-        """Linear layers (qkv, o, MoE router, gate_up, down, LM head): FLOP, weight and activation terms."""
-        bw = self._bandwidth(gpu, eff)
-        gemm = gpu.gemm_peak_tflops(dtype) * 1e12 * eff.compute_efficiency  # FLOP/s, dtype linear layers
-        bf16 = gpu.bf16_tflops * 1e12 * eff.compute_efficiency  # FLOP/s, bf16 linear layers (LM head, router)
-        wb = DTYPE_BYTES[dtype]
-        h = model.hidden_size
-        q = model.num_attention_heads * model.head_dim // tp  # query (and attention output) width per rank
-        kv = model.kv_heads_per_rank(tp) * model.head_dim  # K (or V) width per rank
-        i = model.mlp_width // tp  # MLP width per rank (per expert for MoE)
-        self._qkv = _linear(h, q + 2 * kv, gemm, wb, bw)
-        self._o = _linear(q, h, gemm, wb, bw)
+        # the coefficients, by group (agentreplay.perf.coefficients)
+        self._qkv, self._o, self._router, self._gate_up, self._down, self._lm_head = C.linear(gpu, model, dtype, tp,
+                                                                                              eff)
         self._moe = model.is_moe
-        fanout = model.experts_per_token if model.is_moe else 1  # copies of each token through the MLP
         self._n_experts = model.num_experts
         self._experts_per_token = model.experts_per_token
-        self._router = _linear(h, model.num_experts, bf16, ACT_BYTES, bw) if model.is_moe else (0.0, 0.0, 0.0)
         self._moe_fp8_block = False  # the catalog does not say whether an fp8 checkpoint is block-scaled
-        # gate_up / down: per-token terms include the top-k fan-out; the weight term is per expert for MoE.
-        gu_flop, gu_w, gu_act = _linear(h, 2 * i, gemm, wb, bw)
-        dn_flop, dn_w, dn_act = _linear(i, h, gemm, wb, bw)
-        self._gate_up = (gu_flop * fanout, gu_w, gu_act * fanout)
-        self._down = (dn_flop * fanout, dn_w, dn_act * fanout)
-        self._lm_head = _linear(h, -(-model.vocab_size // tp), bf16, ACT_BYTES, bw)
-
-    def _init_elementwise(self, gpu: GpuSpec, model: ModelSpec, tp: int, eff: Efficiency) -> None:
-        """Memory-bound elementwise work (norms, rotary, activation, embedding, sampler), seconds per token."""
-        bw = self._bandwidth(gpu, eff)
-        h = model.hidden_size
-        q = model.num_attention_heads * model.head_dim // tp
-        kv = model.kv_heads_per_rank(tp) * model.head_dim
-        fanout = model.experts_per_token if model.is_moe else 1
-        # per layer
-        self._norm_tok = 2 * 4 * h * ACT_BYTES / bw  # 2 fused add+RMSNorm: read x and residual, write both
-        rope_elems = 2 * (q + kv) * (2 if model.qk_norm else 1)  # read+write q and k (+ Qwen3's q/k norm)
-        self._rope_tok = rope_elems * ACT_BYTES / bw
-        self._act_tok = 3 * (model.mlp_width // tp) * fanout * ACT_BYTES / bw  # SiLU-and-mul: gate, up -> product
-        # once per iteration
-        self._embed_tok = 2 * h * ACT_BYTES / bw  # gather a row, write it
-        self._final_norm_tok = 4 * h * ACT_BYTES / bw
-        self._sampler_tok = 2 * model.vocab_size * 4 / bw  # fp32 logits read by softmax and by sampling
-
-    def _init_attention(self, gpu: GpuSpec, model: ModelSpec, tp: int, eff: Efficiency, kv_dtype: Dtype,
-                        mixed_attention: str) -> None:
-        """Attention. Per layer: prefill FLOPs = 4 * sum(chunk * (prefix + chunk/2)) * q; KV traffic of a chunk =
-        read (prefix + chunk) tokens + write chunk tokens; q in and o out. Decode: each of ctx + 1 keys costs the
-        larger of its FLOP time and its KV-byte time; each sequence writes its new K/V and reads q / o. Prefill in
-        the tile form (where the GPU has ``attn_prefill_tile_efficiency``): seconds per KV tile of one CTA slot."""
-        bw = self._bandwidth(gpu, eff)
-        kv_bw = gpu.mem_bandwidth_gbps * 1e9 * eff.attn_decode_efficiency  # bytes/s, paged KV-cache traffic
-        attn = gpu.bf16_tflops * 1e12 * eff.attn_prefill_efficiency  # FLOP/s, attention
-        q = model.num_attention_heads * model.head_dim // tp
-        kv_tok = 2 * model.kv_heads_per_rank(tp) * model.head_dim * DTYPE_BYTES[kv_dtype]  # KV bytes/token/layer/rank
-        self._pf_flop_s = 4.0 * q / attn  # seconds per unit of chunk * (prefix + chunk/2)
-        self._pf_prefix_s = kv_tok / kv_bw  # seconds per prefix token read
-        self._pf_chunk_s = 2 * kv_tok / kv_bw + 2 * q * ACT_BYTES / bw  # per chunk token: KV read+write, q/o
-        self._c_key = self._layers * max(4.0 * q / attn, kv_tok / kv_bw)  # seconds per decode context token
-        self._dec_seq_s = self._c_key + self._layers * (kv_tok / kv_bw + 2 * q * ACT_BYTES / bw)  # per sequence
-        self._tile_s = 0.0  # 0 = the FLOP form
-        self._tile_slots = 1
-        self._tile_heads = 1
-        if eff.attn_prefill_tile_efficiency > 0.0:
-            if gpu.sm_count < 1 or gpu.smem_per_sm_kib <= 0.0:
-                raise ValueError(f"{gpu.name}: attn_prefill_tile_efficiency needs sm_count and smem_per_sm_kib in "
-                                 "the GPU catalog")
-            per_cta = ctas_per_sm(gpu.smem_per_sm_kib, model.head_dim)
-            self._tile_slots = gpu.sm_count * per_cta
-            self._tile_heads = model.num_attention_heads // tp
-            sm_flops = gpu.bf16_tflops * 1e12 / gpu.sm_count * eff.attn_prefill_tile_efficiency
-            self._tile_s = tile_flops(model.head_dim) * per_cta / sm_flops
+        (self._norm_tok, self._rope_tok, self._act_tok, self._embed_tok, self._final_norm_tok,
+         self._sampler_tok) = C.elementwise(gpu, model, tp, eff)
+        (self._pf_flop_s, self._pf_prefix_s, self._pf_chunk_s, self._c_key, self._dec_seq_s, self._tile_s,
+         self._tile_slots, self._tile_heads) = C.attention(gpu, model, tp, eff, kv_dtype)
         # one kernel for mixed iterations: only where the tile form prices the kernel
         self._one_kernel = mixed_attention == "one_kernel" and self._tile_s > 0.0
-
-    def _init_collectives(self, gpu: GpuSpec, model: ModelSpec, tp: int, eff: Efficiency,
-                          custom_allreduce: bool) -> None:
-        """Tensor-parallel collectives: NCCL's ring, or vLLM's custom all-reduce below ``_car_max`` bytes (deploy)."""
         self._tp_on = tp > 1
-        link = gpu.interconnect_bw_gbps * 1e9 * eff.allreduce_efficiency
-        self._car_max = float(custom_ar_max_bytes(gpu, tp)) if tp > 1 and custom_allreduce else 0.0
-        self._car_lat = eff.custom_allreduce_latency_us * 1e-6
-        self._link = link
-        self._ar_lat = eff.allreduce_latency_us * 1e-6
-        self._ar_byte = 2 * (tp - 1) / tp / link  # ... per byte of the reduced tensor
-        self._ar_tok_bytes = model.hidden_size * ACT_BYTES  # bytes of one token's hidden state
-        self._n_ar = 2 * self._layers + 1  # after attention and MLP in every layer, and after the embedding
-        self._gather_tok = (tp - 1) / tp * model.vocab_size * ACT_BYTES / link  # logits gather per emitting seq
-
-    def _init_overheads(self, model: ModelSpec, eff: Efficiency) -> None:
-        """Fixed costs: per kernel launched, per sequence, per iteration (framework)."""
-        per_layer = _KERNELS_PER_LAYER + (_KERNELS_PER_MOE_LAYER if model.is_moe else 0)
-        self._kernel_s = eff.kernel_overhead_us * 1e-6
-        self._kernels_body = self._layers * per_layer + 2  # + embedding, final norm
-        self._framework_s = eff.framework_overhead_ms * 1e-3
-        self._per_seq_s = eff.per_seq_overhead_us * 1e-6
+        (self._car_max, self._car_lat, self._link, self._ar_lat, self._ar_byte, self._ar_tok_bytes, self._n_ar,
+         self._gather_tok) = C.collectives(gpu, model, tp, eff, custom_allreduce)
+        self._kernel_s, self._kernels_body, self._framework_s, self._per_seq_s = C.overheads(model, eff)
 
     @classmethod
     def from_names(cls, gpu: str, model: str, dtype: Dtype = "bf16", tp: int = 1, **kwargs: object) -> PerfModel:
