@@ -68,7 +68,6 @@ from mypy_extensions import mypyc_attr
 
 from agentreplay.perf import coefficients as C
 from agentreplay.perf.catalog import (
-    DTYPE_BYTES,  # noqa: F401  (agentreplay.perf.table imports it from here)
     Dtype,
     Efficiency,
     GpuSpec,

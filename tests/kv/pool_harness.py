@@ -10,7 +10,7 @@ retention "pin" action does, until the pin expires or the next turn is admitted)
 and re-admitted later.
 
 The SegmentPool side goes through the real code paths: ``Scheduler._admit`` with a one-request waiting queue,
-``Scheduler.schedule`` over the running requests, ``Scheduler.release`` / ``preempt`` / ``free_partial`` /
+``Scheduler.schedule`` over the running requests, ``KVManager.free`` / ``Scheduler.preempt`` / ``free_partial`` /
 ``release_segments``. The BlockPool side mirrors vLLM: ``match_prefix`` / ``allocate`` at admission,
 ``append_tokens`` per scheduled request with the same preemption policy, ``free``, and ``hold`` for a pin. A
 divergent turn gets a :class:`DivergedKeyer`: the old keys below the reuse point, a new identity
