@@ -91,6 +91,7 @@ class KVManager:
         self.retention = retention
         if residency is not None:
             residency.on_release = self.release_segments
+        self._hit = PrefixHit(0, 0, "", 0, None, 0)  # filled by get_computed_blocks (one per manager: no allocation)
 
     @property
     def free_blocks(self) -> int:
@@ -99,7 +100,8 @@ class KVManager:
     # ---- lookups ---------------------------------------------------------------------------------------------
     def get_computed_blocks(self, r: Request) -> PrefixHit:
         """The prompt's cached leading blocks (the trace's reuse bounds a first admission's history hit), the
-        blocks a tier or the previous instance could add, and the hit blocks in the free queue."""
+        blocks a tier or the previous instance could add, and the hit blocks in the free queue. The result is this
+        manager's one :class:`PrefixHit`, valid until the next call (the scheduler uses it at once)."""
         pool, bs = self.pool, self.bs
         total = r.total_tokens
         max_hit = (total - 1) // bs  # vLLM recomputes at least the last token
@@ -120,7 +122,10 @@ class KVManager:
         chain = r.chain
         for k in range(len(chain)):
             evictable += pool.evictable(chain[k], _seg_hit(r, k, pfx_hit))
-        return PrefixHit(pfx_hit, prog_hit, ext_source, ext_blocks, link, evictable)
+        hit = self._hit
+        hit.pfx_hit, hit.prog_hit, hit.ext_source, hit.ext_blocks, hit.link, hit.evictable = (
+            pfx_hit, prog_hit, ext_source, ext_blocks, link, evictable)
+        return hit
 
     def can_allocate(self, need: int, evictable: int, program: int) -> bool:
         """Is there room for ``need`` new blocks (``evictable`` of the free ones being the request's own hits)?

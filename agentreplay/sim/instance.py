@@ -291,7 +291,8 @@ class Instance(InstanceView):
             self._run = None
             finished = self.sched.update_from_output(plan, now, k)
         else:
-            stats.prefill_tokens += sum([n for _, n, _ in plan.prefill])
+            for _, n, _ in plan.prefill:
+                stats.prefill_tokens += n
             stats.decode_tokens += len(plan.decode) + plan.cohort
             finished = self.sched.update_from_output(plan, now)
         self._plan = None
