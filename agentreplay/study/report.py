@@ -351,6 +351,6 @@ def _differences() -> list[str]:
             "memory is free, so at light load it discards contexts that LRU would have kept (see the retention "
             "table); its swap cost has no pipelining (an upper bound). The `infercept` preset also brings a 256 GiB "
             "host DRAM tier. **Autellix** PLAS boundaries are ours (the paper gives none).",
-            "- **`oracle` is not a JCT bound.** It is InferCept's waste rule fed the true gap (`policy/retention.py::"
+            "- **`oracle` is not a JCT bound.** It is InferCept's waste rule fed the true gap (`kv/retention.py::"
             "Oracle`), so it inherits the rule's eager discards; where it is slower than LRU, the rule, not gap "
             "prediction, is what costs.", ""]
