@@ -321,6 +321,23 @@ class Scheduler:
             return -1, full - new_blocks
         return n, full - new_blocks
 
+    def unstall(self) -> bool:
+        """The step planned nothing. True when memory was freed so that scheduling again may admit (wake now);
+        False when the instance may idle: nothing waits, or an event will wake it (a KV load or a tier write
+        completing, a pin expiring). Raises when waiting requests can never be admitted into an empty engine."""
+        waiting = self.waiting
+        if any(r.loading for r in waiting):
+            return False  # a load completion wakes the instance
+        res = self.kv.residency
+        if res is not None and (res.writing or (not res.unpin_on_pressure and res.has_expiring_pins())):
+            return False  # a write completion or a pin expiry frees blocks and wakes the instance
+        if waiting and self.relieve():
+            return True
+        if waiting:
+            raise RuntimeError(f"instance {self.index}: {len(waiting)} waiting requests cannot be admitted into an "
+                               f"empty engine ({self.pool.num_blocks} blocks)")
+        return False
+
     # ---- applying a step ---------------------------------------------------------------------------------------
     def allocate_decode_steps(self, first: int, count: int) -> None:
         """Allocate the blocks the cohort's decode steps ``first .. first + count - 1`` (0-based after the step

@@ -219,17 +219,8 @@ class Instance(InstanceView):
         plan = self.sched.schedule(self.engine.now)
         self.stats.preemptions += len(plan.preempted)
         if plan.empty:
-            if any(r.loading for r in self.sched.waiting):
-                return None  # a load completion wakes the instance
-            if self.residency is not None and (self.residency.writing or (
-                    not self.residency.unpin_on_pressure and self.residency.has_expiring_pins())):
-                return None  # a write completion or a pin expiry frees blocks and wakes the instance
-            if self.sched.waiting and self.sched.relieve():
+            if self.sched.unstall():
                 self._wake()
-                return None
-            if self.sched.waiting:
-                raise RuntimeError(f"instance {self.index}: {len(self.sched.waiting)} waiting requests cannot be "
-                                   f"admitted into an empty engine ({self.pool.num_blocks} blocks)")
             return None
         now = self.engine.now
         self._busy = True
