@@ -110,11 +110,6 @@ def mark(name): marks.append((name, time.process_time()))
 import agentreplay.cli.app; mark("import agentreplay.cli.app (typer, rich; command modules where imported eagerly)")
 import typer._adapters; mark("import typer's pydantic coercion (used to parse options)")
 import numpy, pyarrow.parquet; mark("import numpy, pyarrow")
-try:  # as the simulate command does (a checkout before it had no agentreplay._deferred: pandas then loads)
-    from agentreplay._deferred import defer_import
-    defer_import("pandas")
-except ImportError:
-    pass
 import agentreplay.sim.run; mark("import the simulator (agentreplay.sim.run), with pandas if it loads")
 sys.argv = ["agentreplay", *sys.argv[1:]]
 from agentreplay.cli import main

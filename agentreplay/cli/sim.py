@@ -231,9 +231,6 @@ def simulate(
     Example: agentreplay simulate --trace datasets/swebench-verified --gpu h100-sxm --model llama-3.1-8b
     --concurrency 64 --out out/sim
     """
-    from agentreplay._deferred import defer_import
-
-    defer_import("pandas")  # the compiled metrics module imports it; this path never uses it (issue 17, item 14)
     from agentreplay.outdir import OutputDirError, staged
     from agentreplay.sim import CapacityError
     from agentreplay.sim import simulate as run_simulate

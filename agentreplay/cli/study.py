@@ -22,7 +22,8 @@ def study(
                                               "out/study-work.")] = None,
     only: Annotated[list[str] | None, typer.Option(help="Run only this experiment (repeatable): routing, "
                                                    "routing-ceiling, reuse-eta, tool-scale, bimodal-tools, tiers, "
-                                                   "queue, retention, presets, grid. Default: every experiment.")] = None,
+                                                   "queue, retention, presets, grid. Default: every "
+                                                   "experiment.")] = None,
     workers: Annotated[int | None, typer.Option(help="Local worker processes (default: one per CPU).")] = None,
     scheduler_address: Annotated[str | None, typer.Option(
         help="Run every experiment's sweep on a Dask cluster, e.g. tcp://10.0.0.5:8786 (workers need agentreplay "

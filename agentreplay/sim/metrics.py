@@ -13,13 +13,15 @@ Definitions (DESIGN §4, used everywhere):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from agentreplay.request import Request
 from agentreplay.sim.workload import Workload
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class Recorder:
@@ -102,6 +104,8 @@ class Recorder:
 
     # ---- tables --------------------------------------------------------------------------------------------
     def turns_frame(self) -> pd.DataFrame:
+        import pandas as pd  # here, not at module level: the simulate path never loads pandas
+
         w = self.w
         prog = np.repeat(np.arange(w.n_programs), np.diff(w.turn_start))
         turn_idx = np.arange(w.n_turns) - w.turn_start[prog]
@@ -135,6 +139,8 @@ class Recorder:
         })
 
     def programs_frame(self, turns: pd.DataFrame) -> pd.DataFrame:
+        import pandas as pd  # here, not at module level: the simulate path never loads pandas
+
         w = self.w
         g = turns.groupby("program_id", sort=False)
         agg = pd.DataFrame({
@@ -160,6 +166,8 @@ class Recorder:
         return df
 
     def instances_frame(self) -> pd.DataFrame:
+        import pandas as pd  # here, not at module level: the simulate path never loads pandas
+
         return pd.DataFrame(self.samples, columns=["time_s", "instance", "kv_used_blocks", "kv_total_blocks",
                                                    "running", "waiting"])
 

@@ -177,7 +177,7 @@ def _pandas_version() -> str:
     import sys
     from importlib.util import find_spec
 
-    if "pandas.core" in sys.modules:  # (not a placeholder: agentreplay._deferred)
+    if "pandas.core" in sys.modules:
         return str(sys.modules["pandas"].__version__)
     spec = find_spec("pandas")
     for folder in (spec.submodule_search_locations or []) if spec else []:

@@ -63,25 +63,3 @@ def test_one_command_imports_only_its_module(tmp_path) -> None:
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().splitlines()[-1] == str(["agentreplay.cli.app", "agentreplay.cli.options",
                                                         "agentreplay.cli.sim"])
-
-
-def test_a_deferred_module_loads_on_first_use() -> None:
-    code = """
-import sys
-from agentreplay._deferred import defer_import, is_loaded
-for name in ("fractions", "xml", "wave"):
-    assert name not in sys.modules, name
-    defer_import(name)
-import fractions
-assert not is_loaded("fractions")
-assert fractions.Fraction(1, 2) + fractions.Fraction(1, 2) == 1  # the first attribute loads the real module
-assert is_loaded("fractions") and sys.modules["fractions"].__file__.endswith("fractions.py")
-import xml.dom.minidom  # a submodule of a deferred package
-assert xml.dom.minidom.parseString("<a/>").documentElement.tagName == "a"
-from wave import Error
-assert issubclass(Error, Exception)
-print("ok")
-"""
-    res = run(code)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "ok"
