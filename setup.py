@@ -66,14 +66,18 @@ def remove_compiled() -> None:
 def write_manifest(build: str) -> None:
     """Record how this build went (``agentreplay._native.build_status``) and the hash of each compiled source."""
     sources = {p[:-3].replace("/", "."): hashlib.sha256((ROOT / p).read_bytes()).hexdigest() for p in HOT}
-    MANIFEST.write_text(json.dumps({"build": build, "sources": sources if build == "compiled" else {}},
-                                   indent=1, sort_keys=True) + "\n")
+    MANIFEST.write_text(
+        json.dumps({"build": build, "sources": sources if build == "compiled" else {}}, indent=1, sort_keys=True) + "\n"
+    )
 
 
 def pure_python(why: str, warn: bool = False) -> list:
     """Install the sources only: say why, remove stale compiled modules, record it in the manifest."""
-    print(f"agentreplay: {'WARNING: ' if warn else ''}{why}; installing pure Python"
-          + (" (simulations run about 3x slower)" if warn else ""), file=sys.stderr)
+    print(
+        f"agentreplay: {'WARNING: ' if warn else ''}{why}; installing pure Python"
+        + (" (simulations run about 3x slower)" if warn else ""),
+        file=sys.stderr,
+    )
     remove_compiled()
     write_manifest(f"pure: {why}")
     return []

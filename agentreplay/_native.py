@@ -78,22 +78,28 @@ def check(pkg: Path = PKG) -> None:
     stale = []
     for module, digest in _manifest(pkg).items():
         src = pkg / Path(*module.split(".")[1:]).with_suffix(".py")
-        if _compiled_file(pkg, module) is not None and src.exists() \
-                and hashlib.sha256(src.read_bytes()).hexdigest() != digest:
+        if (
+            _compiled_file(pkg, module) is not None
+            and src.exists()
+            and hashlib.sha256(src.read_bytes()).hexdigest() != digest
+        ):
             stale.append(str(src))
     if stale:
         raise StaleNativeModuleError(
             "these sources changed after they were compiled, so the compiled modules would run old code: "
-            + ", ".join(stale) + ". Rebuild with `pip install -e .` (about a minute), run the sources with "
-            "AGENTREPLAY_PURE_PYTHON=1, or install pure Python with `AGENTREPLAY_PURE_PYTHON=1 pip install -e .`")
+            + ", ".join(stale)
+            + ". Rebuild with `pip install -e .` (about a minute), run the sources with "
+            "AGENTREPLAY_PURE_PYTHON=1, or install pure Python with `AGENTREPLAY_PURE_PYTHON=1 pip install -e .`"
+        )
 
 
 class SourceFinder:
     """Meta-path finder that loads ``agentreplay`` submodules from their ``.py`` source even where a compiled
     extension sits beside it (the default finder prefers the extension)."""
 
-    def find_spec(self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
-                  ) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if path is None or not name.startswith("agentreplay."):
             return None
         leaf = name.rpartition(".")[2]

@@ -26,8 +26,12 @@ from agentreplay.perf import load_model
 PACKAGED: Final = Path(__file__).resolve().parent / "perf" / "catalog" / "error_bands.json"
 SCHEMA_VERSION: Final = 1
 #: simulated headline metric -> the measured metric families (metric name without its statistic) it is judged by
-FAMILIES: Final = {"jct_s": ("e2e", "jct"), "ttft_s": ("ttft",), "tpot_s": ("tpot", "itl"),
-                   "throughput": ("throughput_output_tok_s",)}
+FAMILIES: Final = {
+    "jct_s": ("e2e", "jct"),
+    "ttft_s": ("ttft",),
+    "tpot_s": ("tpot", "itl"),
+    "throughput": ("throughput_output_tok_s",),
+}
 #: a dense model up to this many parameters is "dense-small" (8B class); above, "dense-large" (30-70B class)
 DENSE_SMALL_MAX_PARAMS: Final = 15e9
 _DATACENTER: Final = frozenset(("a100-40gb", "a100-80gb", "h100-sxm", "h200", "b200"))
@@ -64,7 +68,8 @@ class Band:
 
     def text(self) -> str:
         return f"+-{self.mape_pct:.0f}%, {self.n_cells} comparable cell{'s' if self.n_cells != 1 else ''}" + (
-            "" if self.level == "GPU and model class" else f" ({self.level})")
+            "" if self.level == "GPU and model class" else f" ({self.level})"
+        )
 
 
 def load_residuals(path: str | Path | None = None) -> list[dict[str, Any]]:
@@ -80,8 +85,13 @@ def load_residuals(path: str | Path | None = None) -> list[dict[str, Any]]:
             raise ValueError(f"schema_version {data.get('schema_version')!r}, expected {SCHEMA_VERSION}")
         recs = data["residuals"]
         for i, r in enumerate(recs):
-            for key, typ in (("cell_id", str), ("gpu_class", str), ("model_class", str), ("family", str),
-                             ("error_pct", float | int)):
+            for key, typ in (
+                ("cell_id", str),
+                ("gpu_class", str),
+                ("model_class", str),
+                ("family", str),
+                ("error_pct", float | int),
+            ):
                 if not isinstance(r.get(key), typ):
                     raise ValueError(f"residuals[{i}].{key} = {r.get(key)!r}")
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -94,15 +104,18 @@ def band(residuals: list[dict[str, Any]], metric: str, gpu: str, model: str) -> 
     fams = FAMILIES[metric]
     rows = [r for r in residuals if r["family"] in fams]
     g, m = gpu_class(gpu), model_class(model)
-    for level, keep in (("GPU and model class", lambda r: r["gpu_class"] == g and r["model_class"] == m),
-                        ("model class", lambda r: r["model_class"] == m),
-                        ("GPU class", lambda r: r["gpu_class"] == g),
-                        ("all cells", lambda r: True)):
+    for level, keep in (
+        ("GPU and model class", lambda r: r["gpu_class"] == g and r["model_class"] == m),
+        ("model class", lambda r: r["model_class"] == m),
+        ("GPU class", lambda r: r["gpu_class"] == g),
+        ("all cells", lambda r: True),
+    ):
         sel = [r for r in rows if keep(r)]
         if sel:
             errs = [float(r["error_pct"]) for r in sel]
-            return Band(sum(abs(e) for e in errs) / len(errs), sum(errs) / len(errs),
-                        len({r["cell_id"] for r in sel}), level)
+            return Band(
+                sum(abs(e) for e in errs) / len(errs), sum(errs) / len(errs), len({r["cell_id"] for r in sel}), level
+            )
     return None
 
 

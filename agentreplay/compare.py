@@ -13,23 +13,44 @@ from agentreplay.sim.config import SimConfig
 from agentreplay.sim.run import SimResult, simulate
 from agentreplay.sim.workload import Workload
 
-COLUMNS = ("preset", "jct_mean_s", "jct_p50_s", "jct_p99_s", "makespan_s", "throughput_programs_per_s",
-           "throughput_output_tokens_per_s", "prefix_hit_rate", "preemptions", "affinity_breaks", "bytes_moved_total",
-           "ttft_mean_s", "recomputed_tokens")
+COLUMNS = (
+    "preset",
+    "jct_mean_s",
+    "jct_p50_s",
+    "jct_p99_s",
+    "makespan_s",
+    "throughput_programs_per_s",
+    "throughput_output_tokens_per_s",
+    "prefix_hit_rate",
+    "preemptions",
+    "affinity_breaks",
+    "bytes_moved_total",
+    "ttft_mean_s",
+    "recomputed_tokens",
+)
 
 
 def row(preset: str, s: dict[str, Any]) -> dict[str, Any]:
-    return {"preset": preset, "jct_mean_s": s["jct_s"]["mean"], "jct_p50_s": s["jct_s"]["p50"],
-            "jct_p99_s": s["jct_s"]["p99"], "makespan_s": s["makespan_s"],
-            "throughput_programs_per_s": s["throughput_programs_per_s"],
-            "throughput_output_tokens_per_s": s["throughput_output_tokens_per_s"],
-            "prefix_hit_rate": s["prefix_hit_rate"], "preemptions": s["preemptions"],
-            "affinity_breaks": s["affinity_breaks"], "bytes_moved_total": s["bytes_moved_total"],
-            "ttft_mean_s": s["ttft_s"]["mean"], "recomputed_tokens": s["recomputed_tokens"]}
+    return {
+        "preset": preset,
+        "jct_mean_s": s["jct_s"]["mean"],
+        "jct_p50_s": s["jct_s"]["p50"],
+        "jct_p99_s": s["jct_s"]["p99"],
+        "makespan_s": s["makespan_s"],
+        "throughput_programs_per_s": s["throughput_programs_per_s"],
+        "throughput_output_tokens_per_s": s["throughput_output_tokens_per_s"],
+        "prefix_hit_rate": s["prefix_hit_rate"],
+        "preemptions": s["preemptions"],
+        "affinity_breaks": s["affinity_breaks"],
+        "bytes_moved_total": s["bytes_moved_total"],
+        "ttft_mean_s": s["ttft_s"]["mean"],
+        "recomputed_tokens": s["recomputed_tokens"],
+    }
 
 
-def compare(workload: Workload, base: SimConfig, presets: Sequence[str],
-            on_done: Callable[[str, SimResult], None] | None = None) -> tuple[pd.DataFrame, dict[str, SimResult]]:
+def compare(
+    workload: Workload, base: SimConfig, presets: Sequence[str], on_done: Callable[[str, SimResult], None] | None = None
+) -> tuple[pd.DataFrame, dict[str, SimResult]]:
     """One simulation per preset (same trace, hardware, workload, tools and seed). Returns the table (one row
     per preset, in the order given) and each preset's full results."""
     results: dict[str, SimResult] = {}

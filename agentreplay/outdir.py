@@ -34,8 +34,10 @@ MARKER = ".agentreplay-output"
 #: ``NAME/KIND`` is a folder of kind KIND, ``NAME/`` any folder. Used only to recognise folders written before
 #: the marker existed.
 KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "simulate": ("summary.json", ("turns.parquet", "programs.parquet", "instances.parquet", "summary.json",
-                                  "config.toml", "decisions.jsonl")),
+    "simulate": (
+        "summary.json",
+        ("turns.parquet", "programs.parquet", "instances.parquet", "summary.json", "config.toml", "decisions.jsonl"),
+    ),
     "compare": ("compare.parquet", ("compare.parquet", "jct_cdf.png", "*/simulate")),
     "validate": ("errors.parquet", ("*.parquet", "*.png", "*.md", "*.html", "*.json")),
     "trace": ("programs.parquet", ("programs.parquet", "turns.parquet", "tool_calls.parquet", "MANIFEST.json")),
@@ -85,7 +87,8 @@ def check(path: str | os.PathLike[str], kind: str) -> Path:
         foreign = sorted(e.name for e in p.iterdir() if not _is_ours(e, kind))
         raise OutputDirError(
             f"{p}: not empty and not written by agentreplay (no {MARKER} file; it holds {', '.join(foreign[:5])}"
-            f"{', ...' if len(foreign) > 5 else ''}); choose another output folder or empty this one")
+            f"{', ...' if len(foreign) > 5 else ''}); choose another output folder or empty this one"
+        )
     return p
 
 

@@ -39,8 +39,9 @@ def _own_tables(d: Path) -> dict[str, str]:
         if sub.name in found or not _IDENT.match(sub.name) or any(sub.glob("*.parquet")):
             continue
         if any(sub.rglob("*.parquet")):
-            found[sub.name] = (f"SELECT * FROM read_parquet({_lit(str(sub / '**' / '*.parquet'))}, "
-                               "hive_partitioning=true)")
+            found[sub.name] = (
+                f"SELECT * FROM read_parquet({_lit(str(sub / '**' / '*.parquet'))}, hive_partitioning=true)"
+            )
     return found
 
 

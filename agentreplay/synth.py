@@ -55,8 +55,15 @@ def _ordered_turns(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray
     return progs, t, start
 
 
-def synthesize(trace: Trace, n_programs: int, *, seed: int = 0, tool_sampler: ToolSampler | None = None,
-               jitter: float = 0.1, neighbourhood: float = 0.05) -> Trace:
+def synthesize(
+    trace: Trace,
+    n_programs: int,
+    *,
+    seed: int = 0,
+    tool_sampler: ToolSampler | None = None,
+    jitter: float = 0.1,
+    neighbourhood: float = 0.05,
+) -> Trace:
     """``n_programs`` synthetic programs following ``trace`` (see the module docstring); a valid Trace with
     ``source = "synthetic"``."""
     if n_programs < 1:
@@ -111,30 +118,54 @@ def synthesize(trace: Trace, n_programs: int, *, seed: int = 0, tool_sampler: To
 
     pids = np.array([f"{SOURCE}/{i:06d}" for i in range(n_programs)], dtype=object)
     tp = progs.iloc[template].reset_index(drop=True)
-    programs = pd.DataFrame({
-        "program_id": pids, "source": SOURCE, "task_id": tp["task_id"], "agent": tp["agent"],
-        "model": tp["model"], "n_turns": n_turns.astype(np.int32), "resolved": pd.array([None] * n_programs,
-                                                                                           dtype="boolean"),
-        "arrival_s": np.full(n_programs, np.nan), "shared_prefix_id": tp["shared_prefix_id"],
-        "shared_prefix_tokens": prefix,
-    })
+    programs = pd.DataFrame(
+        {
+            "program_id": pids,
+            "source": SOURCE,
+            "task_id": tp["task_id"],
+            "agent": tp["agent"],
+            "model": tp["model"],
+            "n_turns": n_turns.astype(np.int32),
+            "resolved": pd.array([None] * n_programs, dtype="boolean"),
+            "arrival_s": np.full(n_programs, np.nan),
+            "shared_prefix_id": tp["shared_prefix_id"],
+            "shared_prefix_tokens": prefix,
+        }
+    )
     kind = np.full(total, "sampled", dtype=object)
     kind[last] = None
     none_f = np.full(total, np.nan)
     none_i = pd.array([None] * total, dtype="Int64")
-    turns = pd.DataFrame({
-        "program_id": pids[prog_of], "turn_idx": t_idx.astype(np.int32), "input_tokens": input_tokens,
-        "output_tokens": out, "reused_tokens": reused, "provider_cached_tokens": none_i,
-        "reasoning_tokens": none_i, "tokens_kind": src["tokens_kind"].to_numpy(object)[row],
-        "tool_class": tool_class, "tool_name": src["tool_name"].to_numpy(object)[row],
-        "tool_duration_s": duration, "tool_duration_kind": kind,
-        "llm_latency_s": none_f, "t_request_s": none_f, "t_response_s": none_f,
-    })
+    turns = pd.DataFrame(
+        {
+            "program_id": pids[prog_of],
+            "turn_idx": t_idx.astype(np.int32),
+            "input_tokens": input_tokens,
+            "output_tokens": out,
+            "reused_tokens": reused,
+            "provider_cached_tokens": none_i,
+            "reasoning_tokens": none_i,
+            "tokens_kind": src["tokens_kind"].to_numpy(object)[row],
+            "tool_class": tool_class,
+            "tool_name": src["tool_name"].to_numpy(object)[row],
+            "tool_duration_s": duration,
+            "tool_duration_kind": kind,
+            "llm_latency_s": none_f,
+            "t_request_s": none_f,
+            "t_response_s": none_f,
+        }
+    )
     return Trace(programs[[f.name for f in PROGRAMS]], turns.reindex(columns=[f.name for f in TURNS]))
 
 
-def _durations(src: pd.DataFrame, row: np.ndarray, tool_class: np.ndarray, last: np.ndarray,
-               rng: np.random.Generator, sampler: ToolSampler | None) -> np.ndarray:
+def _durations(
+    src: pd.DataFrame,
+    row: np.ndarray,
+    tool_class: np.ndarray,
+    last: np.ndarray,
+    rng: np.random.Generator,
+    sampler: ToolSampler | None,
+) -> np.ndarray:
     """Tool seconds per synthetic turn (NaN on last turns): from the tool model, else the donor's."""
     out = np.full(len(row), np.nan)
     need = ~last

@@ -67,9 +67,14 @@ def vllm_run() -> None:
     for kind in ("roofline", "refined"):
         for mixed in MIXED_ATTENTION:
             rows, _ = e2e.vllm_run(cell, tables, None, pricer=f"{kind}:{mixed}")  # e2e.E2E_PRICERS naming
-            print(f"RTX 4090 vLLM run, {kind}, mixed attention {mixed}: " + ", ".join(
-                f"{r['metric']} {100 * (r['simulated'] / r['measured'] - 1):+.1f}%" for r in rows
-                if r["metric"] in metrics))
+            print(
+                f"RTX 4090 vLLM run, {kind}, mixed attention {mixed}: "
+                + ", ".join(
+                    f"{r['metric']} {100 * (r['simulated'] / r['measured'] - 1):+.1f}%"
+                    for r in rows
+                    if r["metric"] in metrics
+                )
+            )
 
 
 #: Mixed skew shots priced per cell (every k-th row, k chosen to give about this many).
@@ -80,14 +85,17 @@ def attention_us(pm: RefinedPerfModel, prefill: list[tuple[int, int]], ctx: list
     """One layer's attention of a shot as ``pm`` prices it inside an iteration (prefill and decode terms, one
     launch), in microseconds: apart or as one kernel, as ``pm`` was built."""
     bd = pm.breakdown(prefill, ctx)
-    return ((bd["attention_prefill"] + bd["attention_decode"]) / pm.model.num_hidden_layers
-            + pm.launch["attention"]) * 1e6
+    return (
+        (bd["attention_prefill"] + bd["attention_decode"]) / pm.model.num_hidden_layers + pm.launch["attention"]
+    ) * 1e6
 
 
 def pricers(gpu: str, model: str, tp: int) -> tuple[RefinedPerfModel, RefinedPerfModel]:
     """The shipped refined roofline with mixed attention apart and as one kernel (the simulator's default)."""
-    return tuple(RefinedPerfModel.from_names(gpu, model, tp=tp, mixed_attention=m)  # type: ignore[return-value]
-                 for m in ("apart", "one_kernel"))
+    return tuple(
+        RefinedPerfModel.from_names(gpu, model, tp=tp, mixed_attention=m)  # type: ignore[return-value]
+        for m in ("apart", "one_kernel")
+    )
 
 
 def skew_scale(skew: pd.DataFrame, grid: pd.DataFrame) -> tuple[float, int]:
@@ -110,21 +118,28 @@ def skew_check() -> None:
     for label, gpu, model, tp, df in profile_cells("skew.csv"):
         scale, matched = skew_scale(df, grids[label])
         mix = df[(df["regime"] == "mixed") & (df["pc"] > 0)]
-        mix = mix.iloc[::max(1, len(mix) // SKEW_SHOTS)]
+        mix = mix.iloc[:: max(1, len(mix) // SKEW_SHOTS)]
         pm_apart, pm_one = pricers(gpu.name, model.name, tp)
         t = mix["t_skew_us"].to_numpy(dtype=float) / scale
         apart, one = [], []
-        for n, nb, kvs, big, pc, kp in mix[["n", "nb", "kvs", "kv_big", "pc", "kp"]].astype(int).itertuples(
-                index=False):
+        for n, nb, kvs, big, pc, kp in (
+            mix[["n", "nb", "kvs", "kv_big", "pc", "kp"]].astype(int).itertuples(index=False)
+        ):
             ctx = [big] * nb + [kvs] * (n - nb)
             apart.append(attention_us(pm_apart, [(pc, kp)], ctx))
             one.append(attention_us(pm_one, [(pc, kp)], ctx))
         alpha = mix["alpha"].to_numpy(dtype=float)
-        rows.append({"cell": label, "mixed shots": len(df[df["regime"] == "mixed"]), "priced": len(t),
-                     "scale (matched)": f"{scale:.3f} ({matched})",
-                     "alpha > 0.5 %": float(np.mean(alpha > 0.5) * 100)}
-                    | _errors("refined, apart", np.array(apart), t)
-                    | _errors("refined, one kernel", np.array(one), t))
+        rows.append(
+            {
+                "cell": label,
+                "mixed shots": len(df[df["regime"] == "mixed"]),
+                "priced": len(t),
+                "scale (matched)": f"{scale:.3f} ({matched})",
+                "alpha > 0.5 %": float(np.mean(alpha > 0.5) * 100),
+            }
+            | _errors("refined, apart", np.array(apart), t)
+            | _errors("refined, one kernel", np.array(one), t)
+        )
     with pd.option_context("display.width", 250, "display.max_columns", 20):
         print(pd.DataFrame(rows).round(2).to_string(index=False))
 
@@ -138,20 +153,26 @@ def main() -> None:
         dec = df[(df["prefill_chunk"] == 0) & (df["n_decode"] > 0)].set_index(["n_decode", "kv_decode"])
         mix = df[(df["prefill_chunk"] > 0) & (df["n_decode"] > 0)]
         t = mix["time_us"].to_numpy(dtype=float)
-        shots = list(mix[["prefill_chunk", "kv_prefill", "n_decode", "kv_decode"]].astype(int)
-                     .itertuples(index=False))
-        add = np.array([pre["time_us"].get((c, p), np.nan) + dec["time_us"].get((n, k), np.nan)
-                        for c, p, n, k in shots])
-        span = np.array([makespan_blocks(block_tiles(1, k, d) * n + block_tiles(c, p, d), heads, slots)
-                         for c, p, n, k in shots], dtype=float)
+        shots = list(mix[["prefill_chunk", "kv_prefill", "n_decode", "kv_decode"]].astype(int).itertuples(index=False))
+        add = np.array(
+            [pre["time_us"].get((c, p), np.nan) + dec["time_us"].get((n, k), np.nan) for c, p, n, k in shots]
+        )
+        span = np.array(
+            [makespan_blocks(block_tiles(1, k, d) * n + block_tiles(c, p, d), heads, slots) for c, p, n, k in shots],
+            dtype=float,
+        )
         pm_apart, pm_one = pricers(gpu.name, model.name, tp)
         apart = np.array([attention_us(pm_apart, [(c, p)], [k] * n) for c, p, n, k in shots])
         one = np.array([attention_us(pm_one, [(c, p)], [k] * n) for c, p, n, k in shots])
         in_sample, coef = fit_line(t, span)
         ok = np.isfinite(add)
-        rows.append({"cell": label, "mixed shots": len(t)} | _errors("additive", add[ok], t[ok])
-                    | {"one kernel MAPE %": in_sample, "fixed us": coef[0], "us per tile": coef[1]}
-                    | _errors("refined, apart", apart, t) | _errors("refined, one kernel", one, t))
+        rows.append(
+            {"cell": label, "mixed shots": len(t)}
+            | _errors("additive", add[ok], t[ok])
+            | {"one kernel MAPE %": in_sample, "fixed us": coef[0], "us per tile": coef[1]}
+            | _errors("refined, apart", apart, t)
+            | _errors("refined, one kernel", one, t)
+        )
     with pd.option_context("display.width", 250, "display.max_columns", 20):
         print(pd.DataFrame(rows).round(2).to_string(index=False))
 

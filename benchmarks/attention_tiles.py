@@ -29,9 +29,13 @@ PROFILES = ROOT.parent / "shared" / "measurements" / "profiles-llmservingsim" / 
 GPUS = {"RTX4090": "rtx4090", "RTXPRO6000": "rtxpro6000"}
 MODELS = {"Llama-3.1-8B": "llama-3.1-8b", "Qwen3-32B": "qwen3-32b", "Qwen3-30B-A3B-Instruct-2507": "qwen3-30b-a3b"}
 #: (label, (kBlockM, kBlockN) or None for the kernel's own, CTAs per SM)
-FORMS = (("FA2 split-KV 64x128, 1 CTA/SM (in use)", None, 1), ("64x64, 1 CTA/SM", (64, 64), 1),
-         ("128x64, 1 CTA/SM", (128, 64), 1), ("128x128, 1 CTA/SM", (128, 128), 1),
-         ("64x128, 2 CTAs/SM", None, 2))
+FORMS = (
+    ("FA2 split-KV 64x128, 1 CTA/SM (in use)", None, 1),
+    ("64x64, 1 CTA/SM", (64, 64), 1),
+    ("128x64, 1 CTA/SM", (128, 64), 1),
+    ("128x128, 1 CTA/SM", (128, 128), 1),
+    ("64x128, 2 CTAs/SM", None, 2),
+)
 
 
 def fit_line(t: np.ndarray, x: np.ndarray) -> tuple[float, np.ndarray]:
@@ -49,8 +53,13 @@ def profile_cells(name: str = "attention.csv") -> Iterator[tuple[str, GpuSpec, M
         gpu_dir, model_dir, tp = csv.parts[-6], csv.parts[-4], int(csv.parts[-2][2:])
         if gpu_dir in GPUS and model_dir in MODELS:
             found = True
-            yield (f"{GPUS[gpu_dir]}/{MODELS[model_dir]}/tp{tp}", load_gpu(GPUS[gpu_dir]),
-                   load_model(MODELS[model_dir]), tp, pd.read_csv(csv))
+            yield (
+                f"{GPUS[gpu_dir]}/{MODELS[model_dir]}/tp{tp}",
+                load_gpu(GPUS[gpu_dir]),
+                load_model(MODELS[model_dir]),
+                tp,
+                pd.read_csv(csv),
+            )
     if not found:
         sys.exit(f"no profile with {name} found under {PROFILES}")
 
@@ -62,8 +71,11 @@ def main() -> None:
         df = df[(df["n_decode"] == 0) & (df["prefill_chunk"] > 0)]
         t = df["time_us"].to_numpy(dtype=float)
         pts = list(zip(df["prefill_chunk"].astype(int), df["kv_prefill"].astype(int), strict=True))
-        row = {"cell": label, "points": len(t),
-               "FLOPs": fit_line(t, np.array([4.0 * c * (p + c / 2) * heads * d for c, p in pts]))[0]}
+        row = {
+            "cell": label,
+            "points": len(t),
+            "FLOPs": fit_line(t, np.array([4.0 * c * (p + c / 2) * heads * d for c, p in pts]))[0],
+        }
         for form, shape, per_sm in FORMS:
             span = [makespan_tiles([pt], heads, gpu.sm_count * per_sm, d, shape) for pt in pts]
             row[form] = fit_line(t, np.array(span, dtype=float))[0]

@@ -46,8 +46,12 @@ COMPONENTS = {
     "performance model": ("agentreplay/perf/",),
     "KV manager, pool, residency, tiers, retention": ("agentreplay/kv/",),
     "router and admission": ("agentreplay/router/",),
-    "orchestrator, tools, requests": ("agentreplay/sim/orchestrator.py", "agentreplay/sim/tools",
-                                      "agentreplay/request.py", "agentreplay/policy/"),
+    "orchestrator, tools, requests": (
+        "agentreplay/sim/orchestrator.py",
+        "agentreplay/sim/tools",
+        "agentreplay/request.py",
+        "agentreplay/policy/",
+    ),
     "metrics recorder": ("agentreplay/sim/metrics.py",),
     "event engine": ("agentreplay/engine.py",),
 }
@@ -75,13 +79,19 @@ def build(spec: dict) -> tuple[Any, Any]:
             program_ids=[f"{pid}#{c}" for c in range(k) for pid in w.program_ids],
             task_ids=w.task_ids * k,
             turn_start=np.concatenate([w.turn_start[:-1] + c * n for c in range(k)] + [[k * n]]),
-            input_tokens=np.tile(w.input_tokens, k), output_tokens=np.tile(w.output_tokens, k),
-            reused_tokens=np.tile(w.reused_tokens, k), tool_s=np.tile(w.tool_s, k), tool_class=w.tool_class * k,
-            arrival_s=np.tile(w.arrival_s, k), prefix_ids=w.prefix_ids * k, prefix_tokens=np.tile(w.prefix_tokens, k),
+            input_tokens=np.tile(w.input_tokens, k),
+            output_tokens=np.tile(w.output_tokens, k),
+            reused_tokens=np.tile(w.reused_tokens, k),
+            tool_s=np.tile(w.tool_s, k),
+            tool_class=w.tool_class * k,
+            arrival_s=np.tile(w.arrival_s, k),
+            prefix_ids=w.prefix_ids * k,
+            prefix_tokens=np.tile(w.prefix_tokens, k),
         )
-    cfg = SimConfig().replace(hardware={"gpu": "h100-sxm", "model": spec["model"], "tp": spec["tp"],
-                                        "instances": spec["instances"]},
-                              workload={"concurrency": spec["concurrency"]})
+    cfg = SimConfig().replace(
+        hardware={"gpu": "h100-sxm", "model": spec["model"], "tp": spec["tp"], "instances": spec["instances"]},
+        workload={"concurrency": spec["concurrency"]},
+    )
     return w, cfg
 
 
@@ -95,11 +105,18 @@ def run_cell(spec: dict) -> dict:
     wall = time.perf_counter() - t0
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     s = res.summary
-    return {"turns": s["turns"], "programs": s["programs"], "wall_s": round(wall, 3),
-            "turns_per_s": round(s["turns"] / wall), "peak_rss_mib": round(rss_mib),
-            "events": s["engine"]["events"], "iterations": s["engine"]["iterations"],
-            "prefix_hit_rate": round(s["prefix_hit_rate"], 4), "preemptions": s["preemptions"],
-            "jct_mean_s": round(s["jct_s"]["mean"], 1)}
+    return {
+        "turns": s["turns"],
+        "programs": s["programs"],
+        "wall_s": round(wall, 3),
+        "turns_per_s": round(s["turns"] / wall),
+        "peak_rss_mib": round(rss_mib),
+        "events": s["engine"]["events"],
+        "iterations": s["engine"]["iterations"],
+        "prefix_hit_rate": round(s["prefix_hit_rate"], 4),
+        "preemptions": s["preemptions"],
+        "jct_mean_s": round(s["jct_s"]["mean"], 1),
+    }
 
 
 def profile_cell(name: str, spec: dict) -> None:
@@ -123,8 +140,9 @@ def profile_cell(name: str, spec: dict) -> None:
     shares["other (builtins, numpy, setup)"] = 0.0
     for (path, _, _), v in stats.stats.items():  # type: ignore[attr-defined]
         rel = path.replace("\\", "/")
-        key = next((c for c, parts in COMPONENTS.items() if any(p in rel for p in parts)),
-                   "other (builtins, numpy, setup)")
+        key = next(
+            (c for c, parts in COMPONENTS.items() if any(p in rel for p in parts)), "other (builtins, numpy, setup)"
+        )
         shares[key] += v[2]
     print(f"{name}: {total:.1f} s of profiled self time")
     for key, t in sorted(shares.items(), key=lambda kv: -kv[1]):
@@ -163,15 +181,20 @@ def main() -> None:
     if args.only:
         cells = {args.only: {**CELLS, **SCALE, **SYNTH}[args.only]}
     print(f"build: {build_label()}")
-    print(f"{'cell':<12}{'turns':>10}{'wall s':>9}{'turns/s':>10}{'RSS MiB':>9}{'events':>12}{'hit':>8}"
-          f"{'preempt':>9}{'JCT mean s':>12}")
+    print(
+        f"{'cell':<12}{'turns':>10}{'wall s':>9}{'turns/s':>10}{'RSS MiB':>9}{'events':>12}{'hit':>8}"
+        f"{'preempt':>9}{'JCT mean s':>12}"
+    )
     for name, spec in cells.items():
-        out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True,
-                             check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True, check=True
+        )
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"{name:<12}{r['turns']:>10,}{r['wall_s']:>9.2f}{r['turns_per_s']:>10,}{r['peak_rss_mib']:>9,}"
-              f"{r['events']:>12,}{r['prefix_hit_rate']:>8.3f}{r['preemptions']:>9,}{r['jct_mean_s']:>12,.1f}",
-              flush=True)
+        print(
+            f"{name:<12}{r['turns']:>10,}{r['wall_s']:>9.2f}{r['turns_per_s']:>10,}{r['peak_rss_mib']:>9,}"
+            f"{r['events']:>12,}{r['prefix_hit_rate']:>8.3f}{r['preemptions']:>9,}{r['jct_mean_s']:>12,.1f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -26,10 +26,12 @@ from agentreplay.sim.run import simulate
 from validation.e2e_common import single_turn_trace
 from validation.e2e_fit import write_vllm_run
 
-CELLS = (("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", 2, 1, False),
-         ("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", 8, 1, False),
-         ("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", 20, 1, False),
-         ("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", 8, 2, True))
+CELLS = (
+    ("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", 2, 1, False),
+    ("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", 8, 1, False),
+    ("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", 20, 1, False),
+    ("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", 8, 2, True),
+)
 
 
 def main() -> None:
@@ -44,17 +46,25 @@ def main() -> None:
     n = args.requests
     for model, hf, rate, dp, ep in CELLS:
         rng = np.random.default_rng(rate)
-        trace = single_turn_trace([f"q{i}" for i in range(n)], np.arange(n) / rate, rng.integers(50, 1500, n),
-                                  rng.integers(20, 300, n), model)
-        cfg = SimConfig().replace(hardware={"gpu": "h100-sxm", "model": model, "dp": dp, "ep": ep},
-                                  cache={"num_gpu_blocks": 3000},
-                                  scheduler={"max_num_seqs": 256, "max_num_batched_tokens": 2048},
-                                  router={"policy": "vllm-dp" if dp > 1 else "least-loaded"},
-                                  workload={"arrival": "trace"})
+        trace = single_turn_trace(
+            [f"q{i}" for i in range(n)], np.arange(n) / rate, rng.integers(50, 1500, n), rng.integers(20, 300, n), model
+        )
+        cfg = SimConfig().replace(
+            hardware={"gpu": "h100-sxm", "model": model, "dp": dp, "ep": ep},
+            cache={"num_gpu_blocks": 3000},
+            scheduler={"max_num_seqs": 256, "max_num_batched_tokens": 2048},
+            router={"policy": "vllm-dp" if dp > 1 else "least-loaded"},
+            workload={"arrival": "trace"},
+        )
         perf = PerfModel(gpu, load_model(model), efficiency=truth.apply(gpu.efficiency))
         res = simulate(trace, cfg, perf=perf)
-        d = write_vllm_run(args.out / f"{model}-dp{dp}-{rate}rps", res, "NVIDIA H100 80GB HBM3", hf,
-                           dataset_path=f"sharegpt-sps{rate}.jsonl")
+        d = write_vllm_run(
+            args.out / f"{model}-dp{dp}-{rate}rps",
+            res,
+            "NVIDIA H100 80GB HBM3",
+            hf,
+            dataset_path=f"sharegpt-sps{rate}.jsonl",
+        )
         print(f"wrote {d}: {n} requests, true step cost {truth.as_dict()}")
 
 

@@ -31,8 +31,12 @@ def main() -> None:
         t0 = time.perf_counter()
         cli = [sys.executable, "-c", "from agentreplay.cli import main; main()"]
         spec = str(ROOT / "benchmarks" / "sweep-100.toml")
-        subprocess.run([*cli, "sweep", spec, "--out", str(out), "--workers", str(args.workers)], check=True,
-                       cwd=ROOT, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [*cli, "sweep", spec, "--out", str(out), "--workers", str(args.workers)],
+            check=True,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+        )
         wall = time.perf_counter() - t0
         n = len(list((out / "results").rglob("*.parquet")))
         print(f"sweep-100: {n} cells in {wall:.1f} s with {args.workers} workers (process start-up included)")

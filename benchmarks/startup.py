@@ -68,8 +68,14 @@ def _env(root: Path) -> dict[str, str]:
 
 def import_us(root: Path, module: str) -> tuple[int, list[tuple[int, str]]]:
     """Cumulative import time of ``module`` (us) and every top-level import's (us, name)."""
-    res = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], cwd=root, env=_env(root),
-                         capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+        cwd=root,
+        env=_env(root),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return parse(res.stderr, module)
 
 
@@ -84,12 +90,24 @@ def parse(stderr: str, module: str) -> tuple[int, list[tuple[int, str]]]:
     return total, top
 
 
-def simulate_s(root: Path, trace: Path, out: Path, pin: bool, importtime: bool = False
-               ) -> tuple[float, float, str]:
+def simulate_s(root: Path, trace: Path, out: Path, pin: bool, importtime: bool = False) -> tuple[float, float, str]:
     """Wall time and CPU time (user + system, s) of one ``agentreplay simulate`` process, and its stderr."""
-    cmd = [sys.executable, *(["-X", "importtime"] if importtime else []), "-c",
-           "from agentreplay.cli import main; main()", "simulate", "--trace", str(trace), "--out", str(out),
-           "--quiet", "--gpu", "h100-sxm", "--model", "llama-3.1-8b"]
+    cmd = [
+        sys.executable,
+        *(["-X", "importtime"] if importtime else []),
+        "-c",
+        "from agentreplay.cli import main; main()",
+        "simulate",
+        "--trace",
+        str(trace),
+        "--out",
+        str(out),
+        "--quiet",
+        "--gpu",
+        "h100-sxm",
+        "--model",
+        "llama-3.1-8b",
+    ]
     if pin and shutil.which("taskset"):
         cmd = ["taskset", "-c", "0", *cmd]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -131,8 +149,9 @@ def stages(root: Path, trace: Path, out: Path, pin: bool) -> list[tuple[float, s
         cmd = ["taskset", "-c", "0", *cmd]
     res = subprocess.run(cmd, cwd=root, env=_env(root), capture_output=True, text=True, check=True)
     PANDAS[str(root)] = "pandas loaded: True" in res.stderr
-    return [(float(line.split(" ", 1)[0]), line.split(" ", 1)[1]) for line in res.stderr.splitlines()
-            if line[:1].isdigit()]
+    return [
+        (float(line.split(" ", 1)[0]), line.split(" ", 1)[1]) for line in res.stderr.splitlines() if line[:1].isdigit()
+    ]
 
 
 #: Whether the last :func:`stages` process of each checkout imported pandas.
@@ -164,15 +183,18 @@ def main() -> None:
                 cpus[r].append(cpu)
                 stage_runs[r].append(stages(r, trace, Path(tmp) / f"stages{i}", not args.no_pin))
         for r in roots:
-            tops[r] = parse(simulate_s(r, trace, Path(tmp) / "out-imports", not args.no_pin, importtime=True)[2],
-                            "")[1]
+            tops[r] = parse(simulate_s(r, trace, Path(tmp) / "out-imports", not args.no_pin, importtime=True)[2], "")[1]
     for r in roots:
         print(f"checkout: {r}")
-        print(f"  import agentreplay.cli.app: min {min(imports[r]):.3f} s, median "
-              f"{statistics.median(imports[r]):.3f} s ({args.runs} runs)")
-        print(f"  simulate, one request{'' if args.no_pin else ', one core'}: min {min(walls[r]):.3f} s, median "
-              f"{statistics.median(walls[r]):.3f} s; CPU (user + system) min {min(cpus[r]):.3f} s, median "
-              f"{statistics.median(cpus[r]):.3f} s ({args.runs} runs)")
+        print(
+            f"  import agentreplay.cli.app: min {min(imports[r]):.3f} s, median "
+            f"{statistics.median(imports[r]):.3f} s ({args.runs} runs)"
+        )
+        print(
+            f"  simulate, one request{'' if args.no_pin else ', one core'}: min {min(walls[r]):.3f} s, median "
+            f"{statistics.median(walls[r]):.3f} s; CPU (user + system) min {min(cpus[r]):.3f} s, median "
+            f"{statistics.median(cpus[r]):.3f} s ({args.runs} runs)"
+        )
         print(f"  CPU seconds per stage (median over the runs; pandas imported: {PANDAS[str(r)]}):")
         for k, (_, name) in enumerate(stage_runs[r][0]):
             print(f"    {statistics.median(run[k][0] for run in stage_runs[r]):7.3f} s  {name}")

@@ -27,16 +27,20 @@ def parse_stamp(value: str, line: int) -> float:
         if frac and not frac.isdigit():
             raise ValueError
     except ValueError:
-        raise BadInput(f"line {line}: field 'TIMESTAMP' = {value!r} is not 'YYYY-MM-DD HH:MM:SS[.fraction]'") \
-            from None
+        raise BadInput(f"line {line}: field 'TIMESTAMP' = {value!r} is not 'YYYY-MM-DD HH:MM:SS[.fraction]'") from None
     return (t - _EPOCH).total_seconds() + (int(frac) / 10 ** len(frac) if frac else 0.0)
 
 
 def parse_file(path: Path) -> list[Req]:
-    return [Req(line, parse_stamp(row["TIMESTAMP"], line),
-                as_int(row["ContextTokens"], line, "ContextTokens", minimum=1),
-                as_int(row["GeneratedTokens"], line, "GeneratedTokens"))
-            for line, row in csv_rows(path, COLUMNS)]
+    return [
+        Req(
+            line,
+            parse_stamp(row["TIMESTAMP"], line),
+            as_int(row["ContextTokens"], line, "ContextTokens", minimum=1),
+            as_int(row["GeneratedTokens"], line, "GeneratedTokens"),
+        )
+        for line, row in csv_rows(path, COLUMNS)
+    ]
 
 
 _recognise = recogniser(".csv", COLUMNS)
@@ -50,5 +54,12 @@ class AzureLLMCollector:
         return detects(path, ".csv", _recognise)
 
     def collect(self, path: Path) -> CollectResult:
-        return collect_requests(self.name, path, ".csv", _recognise, parse_file, shared_clock=True,
-                                clock_note="one wall clock; merged in time order from the earliest request")
+        return collect_requests(
+            self.name,
+            path,
+            ".csv",
+            _recognise,
+            parse_file,
+            shared_clock=True,
+            clock_note="one wall clock; merged in time order from the earliest request",
+        )

@@ -26,8 +26,8 @@ MANIFEST = {
     "source_folder": "swebench_results/20251118_gemini-3-pro-74pct/",
     "source_license": "MIT (mini-swe-agent); trajectories contain Gemini outputs and SWE-bench Verified task text",
     "build_command": "python -m collectors.bundle  "
-                     "(= agentreplay collect mini-swe-agent ../shared/datasets/swebench-verified-mini-swe-agent/trajs "
-                     "--out datasets/swebench-verified)",
+    "(= agentreplay collect mini-swe-agent ../shared/datasets/swebench-verified-mini-swe-agent/trajs "
+    "--out datasets/swebench-verified)",
 }
 
 

@@ -150,8 +150,9 @@ def parse_tool_calls(path: Path) -> list[_ToolEntry]:
         start = _ts(e["timestamp"], f"entry {i} timestamp")
         end = _ts(e["end_timestamp"], f"entry {i} end_timestamp")
         if end < start:
-            raise BadInput(f"entry {i} ({e['id']}): end_timestamp {e['end_timestamp']} before timestamp "
-                           f"{e['timestamp']}")
+            raise BadInput(
+                f"entry {i} ({e['id']}): end_timestamp {e['end_timestamp']} before timestamp {e['timestamp']}"
+            )
         name = str(e["tool"])
         out.append(_ToolEntry(str(e["id"]), name, _command(name, e.get("input")), start, end))
     return out
@@ -189,8 +190,10 @@ def parse_trace(path: Path) -> _Session:
                 continue
             ts = _ts(o.get("timestamp"), where)
             if latest is not None and _secs(latest, ts) > TIMESTAMP_JITTER_S:
-                raise BadInput(f"{where}: non-monotonic timestamp {o['timestamp']} is {_secs(latest, ts):.3f} s "
-                               "before an earlier line")
+                raise BadInput(
+                    f"{where}: non-monotonic timestamp {o['timestamp']} is {_secs(latest, ts):.3f} s "
+                    "before an earlier line"
+                )
             t0 = ts if t0 is None else t0
             msg = o.get("message")
             if not isinstance(msg, dict):
@@ -275,15 +278,25 @@ def _turn_rows(pid: str, s: _Session, tools: dict[str, _ToolEntry] | None) -> li
                 dkind = "measured"
             else:
                 duration, dkind = max(0.0, _secs(s.calls[i + 1].request, call.last)), "estimated"
-        rows.append({
-            "program_id": pid, "turn_idx": i, "input_tokens": inp, "output_tokens": out,
-            "reused_tokens": 0 if i == 0 else min(prev_total, inp),
-            "provider_cached_tokens": call.usage.get("cache_read_input_tokens"),
-            "reasoning_tokens": reasoning, "tokens_kind": kind, "tool_class": cls, "tool_name": name,
-            "tool_duration_s": duration, "tool_duration_kind": dkind,
-            "llm_latency_s": max(0.0, _secs(call.last, call.request)),
-            "t_request_s": _secs(call.request, s.t0), "t_response_s": _secs(call.last, s.t0),
-        })
+        rows.append(
+            {
+                "program_id": pid,
+                "turn_idx": i,
+                "input_tokens": inp,
+                "output_tokens": out,
+                "reused_tokens": 0 if i == 0 else min(prev_total, inp),
+                "provider_cached_tokens": call.usage.get("cache_read_input_tokens"),
+                "reasoning_tokens": reasoning,
+                "tokens_kind": kind,
+                "tool_class": cls,
+                "tool_name": name,
+                "tool_duration_s": duration,
+                "tool_duration_kind": dkind,
+                "llm_latency_s": max(0.0, _secs(call.last, call.request)),
+                "t_request_s": _secs(call.request, s.t0),
+                "t_response_s": _secs(call.last, s.t0),
+            }
+        )
         prev_total = inp + out
     return rows
 
@@ -312,8 +325,10 @@ class ClaudeCodeCollector:
     """Claude Code ``trace.jsonl`` + ``tool_calls.json`` per task attempt (agentcgroup SWE-rebench runs)."""
 
     name = "claude-code"
-    description = ("Claude Code sessions: <variant>/<task>/attempt_*/trace.jsonl (turns, token usage) and "
-                   "tool_calls.json (exact tool start/end times)")
+    description = (
+        "Claude Code sessions: <variant>/<task>/attempt_*/trace.jsonl (turns, token usage) and "
+        "tool_calls.json (exact tool start/end times)"
+    )
 
     def detect(self, path: Path) -> bool:
         p = Path(path)
@@ -322,8 +337,7 @@ class ClaudeCodeCollector:
         pats = ["attempt_*/{f}", "*/attempt_*/{f}", "*/*/attempt_*/{f}"]
         if p.name.startswith("attempt_"):
             pats.insert(0, "{f}")
-        return any(next(p.glob(pat.format(f=f)), None) is not None
-                   for pat in pats for f in (TOOLS_FILE, TRACE_FILE))
+        return any(next(p.glob(pat.format(f=f)), None) is not None for pat in pats for f in (TOOLS_FILE, TRACE_FILE))
 
     def collect(self, path: Path) -> CollectResult:
         attempts = _attempt_dirs(Path(path))
@@ -348,38 +362,62 @@ class ClaudeCodeCollector:
                 for i, call in enumerate(s.calls):
                     turn_of.update((tid, i) for tid, _, _ in call.tools)
                 model = Counter(c.model for c in s.calls).most_common(1)[0][0]
-                programs.append({
-                    "program_id": pid, "source": "claude-code", "task_id": task, "agent": "claude-code",
-                    "model": model, "n_turns": len(s.calls), "resolved": None, "arrival_s": None,
-                    "shared_prefix_id": f"claude-code/{variant}", "shared_prefix_tokens": prefix[variant],
-                })
+                programs.append(
+                    {
+                        "program_id": pid,
+                        "source": "claude-code",
+                        "task_id": task,
+                        "agent": "claude-code",
+                        "model": model,
+                        "n_turns": len(s.calls),
+                        "resolved": None,
+                        "arrival_s": None,
+                        "shared_prefix_id": f"claude-code/{variant}",
+                        "shared_prefix_tokens": prefix[variant],
+                    }
+                )
                 turns.extend(_turn_rows(pid, s, None if entries is None else {e.id: e for e in entries}))
             if entries:
                 origin = min(e.start for e in entries)
-                tool_rows.extend({
-                    "program_id": pid, "call_idx": k, "turn_idx": turn_of.get(e.id), "tool_name": e.name,
-                    "tool_class": classify_tool(e.name, e.command), "start_s": _secs(e.start, origin),
-                    "duration_s": _secs(e.end, e.start), "duration_kind": "measured",
-                } for k, e in enumerate(entries))
+                tool_rows.extend(
+                    {
+                        "program_id": pid,
+                        "call_idx": k,
+                        "turn_idx": turn_of.get(e.id),
+                        "tool_name": e.name,
+                        "tool_class": classify_tool(e.name, e.command),
+                        "start_s": _secs(e.start, origin),
+                        "duration_s": _secs(e.end, e.start),
+                        "duration_kind": "measured",
+                    }
+                    for k, e in enumerate(entries)
+                )
 
         notes = []
         only_tools = [a for a in tools if a not in sessions]
         if only_tools:
             n = sum(len(tools[a]) for a in only_tools)
-            notes.append(f"{len(only_tools)} task(s) have tool_calls.json but no readable trace.jsonl: their {n} "
-                         "tool calls are in tool_calls only (no program, no turns)")
+            notes.append(
+                f"{len(only_tools)} task(s) have tool_calls.json but no readable trace.jsonl: their {n} "
+                "tool calls are in tool_calls only (no program, no turns)"
+            )
         only_trace = [a for a in sessions if a not in tools]
         if only_trace:
-            notes.append(f"{len(only_trace)} program(s) have no readable tool_calls.json: their tool gaps are "
-                         "estimated from timestamps")
+            notes.append(
+                f"{len(only_trace)} program(s) have no readable tool_calls.json: their tool gaps are "
+                "estimated from timestamps"
+            )
         synthetic = sum(s.n_synthetic for s in sessions.values())
         if synthetic:
             notes.append(f"{synthetic} synthetic API-error message(s) dropped (not LLM calls)")
         kinds = Counter(r["tokens_kind"] for r in turns)
-        notes.append(f"output tokens: {kinds.get('exact', 0)} logged (final), {kinds.get('estimated', 0)} "
-                     "estimated from text (streaming placeholders)")
+        notes.append(
+            f"output tokens: {kinds.get('exact', 0)} logged (final), {kinds.get('estimated', 0)} "
+            "estimated from text (streaming placeholders)"
+        )
         trace = frames(programs, turns, tool_rows)
         if trace.tool_calls is not None:
             trace.tool_calls["turn_idx"] = trace.tool_calls["turn_idx"].astype("Int32")
-        return CollectResult(trace=trace, fmt=self.name, files_read=len(tools) + len(sessions),
-                             skips=skips, notes=notes)
+        return CollectResult(
+            trace=trace, fmt=self.name, files_read=len(tools) + len(sessions), skips=skips, notes=notes
+        )

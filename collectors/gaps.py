@@ -42,8 +42,9 @@ def fit_seconds_per_token(gaps_s: np.ndarray, output_tokens: np.ndarray, percent
     return float(np.percentile(gaps_s[ok] / out[ok], percentile))
 
 
-def estimate_tool_durations(stamps_s: Sequence[float], output_tokens: Sequence[int], s_per_token: float,
-                            stamp: Stamp = "request") -> list[float | None]:
+def estimate_tool_durations(
+    stamps_s: Sequence[float], output_tokens: Sequence[int], s_per_token: float, stamp: Stamp = "request"
+) -> list[float | None]:
     """Estimated tool duration after each call of one program; the last call gets ``None``.
 
     ``stamps_s`` must be non-decreasing (collectors check and report that before calling).
@@ -61,8 +62,9 @@ def estimate_tool_durations(stamps_s: Sequence[float], output_tokens: Sequence[i
     return result
 
 
-def program_gaps(stamps_s: Sequence[float], output_tokens: Sequence[int],
-                 stamp: Stamp = "request") -> tuple[np.ndarray, np.ndarray]:
+def program_gaps(
+    stamps_s: Sequence[float], output_tokens: Sequence[int], stamp: Stamp = "request"
+) -> tuple[np.ndarray, np.ndarray]:
     """The (gap, output tokens of the call whose latency the gap contains) pairs of one program."""
     t = np.asarray(stamps_s, dtype=float)
     out = np.asarray(output_tokens, dtype=float)

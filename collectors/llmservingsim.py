@@ -39,7 +39,7 @@ def block_ids(tokens: list[int], table: dict[tuple[int, tuple[int, ...]], int]) 
     out: list[int] = []
     prev = -1
     for i in range(len(tokens) // BLOCK_TOKENS):
-        key = (prev, tuple(tokens[i * BLOCK_TOKENS:(i + 1) * BLOCK_TOKENS]))
+        key = (prev, tuple(tokens[i * BLOCK_TOKENS : (i + 1) * BLOCK_TOKENS]))
         prev = table.setdefault(key, len(table))
         out.append(prev)
     return out
@@ -58,9 +58,16 @@ def parse_file(path: Path, table: dict[tuple[int, tuple[int, ...]], int] | None 
                 got = f"{len(toks)} ids" if isinstance(toks, list) else repr(toks)
                 raise BadInput(f"line {line}: field 'input_tok_ids' = {got}, expected a list of input_toks = {inp}")
             ids = block_ids([as_int(t, line, "input_tok_ids") for t in toks], table) or None
-        out.append(Req(line, as_time(obj["arrival_time_ns"], line, "arrival_time_ns") / 1e9, inp,
-                       as_int(obj["output_toks"], line, "output_toks"), ids,
-                       BLOCK_TOKENS if ids is not None else None))
+        out.append(
+            Req(
+                line,
+                as_time(obj["arrival_time_ns"], line, "arrival_time_ns") / 1e9,
+                inp,
+                as_int(obj["output_toks"], line, "output_toks"),
+                ids,
+                BLOCK_TOKENS if ids is not None else None,
+            )
+        )
     return out
 
 
@@ -76,7 +83,12 @@ class LLMServingSimCollector:
 
     def collect(self, path: Path) -> CollectResult:
         table: dict[tuple[int, tuple[int, ...]], int] = {}
-        return collect_requests(self.name, path, ".jsonl", _recognise, lambda p: parse_file(p, table),
-                                shared_clock=False,
-                                clock_note="each file's arrival_time_ns starts at its own first request; the "
-                                           "files are overlaid from t = 0")
+        return collect_requests(
+            self.name,
+            path,
+            ".jsonl",
+            _recognise,
+            lambda p: parse_file(p, table),
+            shared_clock=False,
+            clock_note="each file's arrival_time_ns starts at its own first request; the files are overlaid from t = 0",
+        )

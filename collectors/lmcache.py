@@ -156,21 +156,35 @@ class LMCacheCollector:
         self._fill_durations(built, notes)
         ratios = [r for _, rs in built.values() for r in rs]
         if ratios:
-            notes.append(f"prompt reuse: mean lcp / previous prompt length {np.mean(ratios):.4f} over "
-                         f"{len(ratios)} consecutive pairs ({sum(r == 1.0 for r in ratios)} strictly append-only)")
+            notes.append(
+                f"prompt reuse: mean lcp / previous prompt length {np.mean(ratios):.4f} over "
+                f"{len(ratios)} consecutive pairs ({sum(r == 1.0 for r in ratios)} strictly append-only)"
+            )
         firsts = [sessions[sid][0].input for sid in order]
         prefix = os.path.commonprefix(firsts) if len(firsts) > 1 else ""
         prefix_tokens = min(estimate_tokens(prefix), min(estimate_tokens(f) for f in firsts))
-        notes.append(f"shared prefix: {len(prefix)} characters common to all {len(firsts)} sessions' first "
-                     f"prompts, estimated {prefix_tokens} tokens")
+        notes.append(
+            f"shared prefix: {len(prefix)} characters common to all {len(firsts)} sessions' first "
+            f"prompts, estimated {prefix_tokens} tokens"
+        )
         programs, turns = [], []
         for sid in order:
             rows, _ = built[sid]
             pid = f"lmcache/{sid}"
-            programs.append({"program_id": pid, "source": "lmcache", "task_id": sid, "agent": "mini-swe-agent",
-                             "model": "unknown", "n_turns": len(rows), "resolved": None,
-                             "arrival_s": rows[0]["t_request_s"], "shared_prefix_id": PREFIX_ID,
-                             "shared_prefix_tokens": prefix_tokens})
+            programs.append(
+                {
+                    "program_id": pid,
+                    "source": "lmcache",
+                    "task_id": sid,
+                    "agent": "mini-swe-agent",
+                    "model": "unknown",
+                    "n_turns": len(rows),
+                    "resolved": None,
+                    "arrival_s": rows[0]["t_request_s"],
+                    "shared_prefix_id": PREFIX_ID,
+                    "shared_prefix_tokens": prefix_tokens,
+                }
+            )
             turns += [dict(r, program_id=pid) for r in rows]
         return CollectResult(frames(programs, turns, None), self.name, len(read), skips, notes)
 
@@ -189,24 +203,40 @@ class LMCacheCollector:
                 ratios.append(lcp / len(prev) if prev else 1.0)
             cmd = bash_command(r.output)
             words = cmd.split() if cmd else []
-            rows.append({"turn_idx": i, "input_tokens": inp, "output_tokens": estimate_tokens(r.output),
-                         "reused_tokens": reused, "provider_cached_tokens": None, "reasoning_tokens": None,
-                         "tokens_kind": "estimated", "tool_class": classify_command(cmd),
-                         "tool_name": words[0] if words else None, "tool_duration_s": None,
-                         "tool_duration_kind": None, "llm_latency_s": None,
-                         "t_request_s": (r.timestamp - t0) / 1e6, "t_response_s": None})
+            rows.append(
+                {
+                    "turn_idx": i,
+                    "input_tokens": inp,
+                    "output_tokens": estimate_tokens(r.output),
+                    "reused_tokens": reused,
+                    "provider_cached_tokens": None,
+                    "reasoning_tokens": None,
+                    "tokens_kind": "estimated",
+                    "tool_class": classify_command(cmd),
+                    "tool_name": words[0] if words else None,
+                    "tool_duration_s": None,
+                    "tool_duration_kind": None,
+                    "llm_latency_s": None,
+                    "t_request_s": (r.timestamp - t0) / 1e6,
+                    "t_response_s": None,
+                }
+            )
             prev = r.input
         return rows, ratios
 
     @staticmethod
     def _fill_durations(built: dict[str, tuple[list[dict], list[float]]], notes: list[str]) -> None:
-        pairs = [program_gaps([t["t_request_s"] for t in rows], [t["output_tokens"] for t in rows])
-                 for rows, _ in built.values()]
+        pairs = [
+            program_gaps([t["t_request_s"] for t in rows], [t["output_tokens"] for t in rows])
+            for rows, _ in built.values()
+        ]
         gaps = np.concatenate([g for g, _ in pairs])
         outs = np.concatenate([o for _, o in pairs])
         spt = fit_seconds_per_token(gaps, outs)
-        notes.append(f"tool durations estimated from request gaps: {spt * 1000:.2f} ms per output token "
-                     f"(5th percentile of gap/output over {len(gaps)} gaps)")
+        notes.append(
+            f"tool durations estimated from request gaps: {spt * 1000:.2f} ms per output token "
+            f"(5th percentile of gap/output over {len(gaps)} gaps)"
+        )
         for rows, _ in built.values():
             stamps = [t["t_request_s"] for t in rows]
             durations = estimate_tool_durations(stamps, [t["output_tokens"] for t in rows], spt)

@@ -128,8 +128,9 @@ def parse_file(path: Path) -> _Parsed:
             key = "extra.timestamp" if measured else "extra.response.created"
             raise BadInput(f"messages[{i}]: no {key} timestamp")
         if stamps and ts < stamps[-1]:
-            raise BadInput(f"messages[{i}]: timestamp {ts} earlier than the previous call's {stamps[-1]} "
-                           "(non-monotonic)")
+            raise BadInput(
+                f"messages[{i}]: timestamp {ts} earlier than the previous call's {stamps[-1]} (non-monotonic)"
+            )
         stamps.append(float(ts))
         cmd = _command(msg)
         prompt_details = usage.get("prompt_tokens_details") or {}
@@ -143,8 +144,11 @@ def parse_file(path: Path) -> _Parsed:
             "tokens_kind": "exact",
             "tool_class": classify_command(cmd),
             "tool_name": cmd.split()[0] if cmd and cmd.split() else None,
-            "tool_duration_s": None, "tool_duration_kind": None,
-            "llm_latency_s": None, "t_request_s": None, "t_response_s": None,
+            "tool_duration_s": None,
+            "tool_duration_kind": None,
+            "llm_latency_s": None,
+            "t_request_s": None,
+            "t_response_s": None,
         }
         if measured:
             prev_ts = _prev_stamp(msgs, i)
@@ -218,8 +222,10 @@ class MiniSweAgentCollector:
     def detect(self, path: Path) -> bool:
         if path.is_file():
             return path.name.endswith(".traj.json") and '"messages"' in path.read_text(errors="replace")[:200_000]
-        return next(iter(path.glob("*/*.traj.json")), None) is not None or \
-            next(iter(path.glob("*.traj.json")), None) is not None
+        return (
+            next(iter(path.glob("*/*.traj.json")), None) is not None
+            or next(iter(path.glob("*.traj.json")), None) is not None
+        )
 
     def collect(self, path: Path) -> CollectResult:
         root = path if path.is_dir() else path.parent
@@ -231,13 +237,18 @@ class MiniSweAgentCollector:
             return CollectResult(frames([], [], None), self.name, 0, skips, notes)
         self._fill_estimated_durations(parsed, notes)
         resolved = _resolved_map(root)
-        prefix = os.path.commonprefix([p.prefix_text for p in parsed]) if len(parsed) > 1 else \
-            parsed[0].prefix_text.split("\n", 1)[0]
+        prefix = (
+            os.path.commonprefix([p.prefix_text for p in parsed])
+            if len(parsed) > 1
+            else parsed[0].prefix_text.split("\n", 1)[0]
+        )
         min_first = min(p.turns[0]["input_tokens"] for p in parsed)
         prefix_tokens = min(estimate_tokens(prefix), min_first)
         prefix_id = "mini-swe-agent/" + hashlib.sha1(prefix.encode()).hexdigest()[:12]
-        notes.append(f"shared prefix: {len(prefix)} characters common to all programs' system + task text, "
-                     f"estimated {prefix_tokens} tokens")
+        notes.append(
+            f"shared prefix: {len(prefix)} characters common to all programs' system + task text, "
+            f"estimated {prefix_tokens} tokens"
+        )
         t0 = min(p.start_s for p in parsed)
         programs, turns = [], []
         for p in parsed:
@@ -264,8 +275,10 @@ class MiniSweAgentCollector:
         gaps = np.concatenate([g for g, _ in pairs]) if pairs else np.empty(0)
         outs = np.concatenate([o for _, o in pairs]) if pairs else np.empty(0)
         spt = fit_seconds_per_token(gaps, outs)
-        notes.append(f"tool durations estimated from call gaps: {spt * 1000:.2f} ms per output token "
-                     f"(5th percentile of gap/output over {len(gaps)} gaps)")
+        notes.append(
+            f"tool durations estimated from call gaps: {spt * 1000:.2f} ms per output token "
+            f"(5th percentile of gap/output over {len(gaps)} gaps)"
+        )
         for p in est:
             durations = estimate_tool_durations(p.stamps_s, [t["output_tokens"] for t in p.turns], spt)
             for row, d in zip(p.turns, durations, strict=True):

@@ -46,10 +46,20 @@ def parse_file(path: Path) -> list[Req]:
             raise BadInput(f"line {line}: field 'hash_ids' = {ids!r} is not a list")
         hashes = [as_int(h, line, "hash_ids") for h in ids]
         if len(hashes) > -(-inp // BLOCK_TOKENS):
-            raise BadInput(f"line {line}: field 'hash_ids' has {len(hashes)} ids, more than the "
-                           f"{-(-inp // BLOCK_TOKENS)} blocks of {BLOCK_TOKENS} tokens of input_length {inp}")
-        out.append(Req(line, as_int(obj["timestamp"], line, "timestamp") / 1000.0, inp,
-                       as_int(obj["output_length"], line, "output_length"), hashes, BLOCK_TOKENS))
+            raise BadInput(
+                f"line {line}: field 'hash_ids' has {len(hashes)} ids, more than the "
+                f"{-(-inp // BLOCK_TOKENS)} blocks of {BLOCK_TOKENS} tokens of input_length {inp}"
+            )
+        out.append(
+            Req(
+                line,
+                as_int(obj["timestamp"], line, "timestamp") / 1000.0,
+                inp,
+                as_int(obj["output_length"], line, "output_length"),
+                hashes,
+                BLOCK_TOKENS,
+            )
+        )
     return out
 
 
@@ -85,19 +95,29 @@ class MooncakeCollector:
         return detects(path, ".jsonl", _recognise)
 
     def collect(self, path: Path) -> CollectResult:
-        result = collect_requests(self.name, path, ".jsonl", _recognise, parse_file, shared_clock=False,
-                                  clock_note="each file's timestamps start at its own first request; the files are "
-                                             "overlaid from t = 0 (their hash ids are kept apart by file)")
+        result = collect_requests(
+            self.name,
+            path,
+            ".jsonl",
+            _recognise,
+            parse_file,
+            shared_clock=False,
+            clock_note="each file's timestamps start at its own first request; the files are "
+            "overlaid from t = 0 (their hash ids are kept apart by file)",
+        )
         turns = result.trace.turns
         if len(turns):
             # ids are remapped per file: keep files apart so equal ids of two files never look shared
             if result.files_read > 1:
                 stems = turns["program_id"].str.split("/").str[1]
                 offset = {s: i << 40 for i, s in enumerate(sorted(set(stems)))}
-                turns["prefix_hash_ids"] = [[h + offset[s] for h in ids] for ids, s in
-                                            zip(turns["prefix_hash_ids"], stems, strict=True)]
+                turns["prefix_hash_ids"] = [
+                    [h + offset[s] for h in ids] for ids, s in zip(turns["prefix_hash_ids"], stems, strict=True)
+                ]
             order = turns.assign(_t=turns["t_request_s"]).sort_values("_t", kind="stable")
             hit, total = reuse_bound(list(zip(order["prefix_hash_ids"], order["input_tokens"], strict=True)))
-            result.notes.append(f"hash_ids: {hit / total:.3f} of prompt tokens lie in whole {BLOCK_TOKENS}-token "
-                                f"blocks an earlier request already named (unbounded prefix cache hit rate)")
+            result.notes.append(
+                f"hash_ids: {hit / total:.3f} of prompt tokens lie in whole {BLOCK_TOKENS}-token "
+                f"blocks an earlier request already named (unbounded prefix cache hit rate)"
+            )
         return result

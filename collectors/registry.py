@@ -33,8 +33,16 @@ def register(collector: Collector) -> Collector:
     return collector
 
 
-for _c in (MiniSweAgentCollector(), ClaudeCodeCollector(), SweAgentCollector(), LMCacheCollector(),
-           SplitwiseCollector(), AzureLLMCollector(), MooncakeCollector(), LLMServingSimCollector()):
+for _c in (
+    MiniSweAgentCollector(),
+    ClaudeCodeCollector(),
+    SweAgentCollector(),
+    LMCacheCollector(),
+    SplitwiseCollector(),
+    AzureLLMCollector(),
+    MooncakeCollector(),
+    LLMServingSimCollector(),
+):
     register(_c)
 
 
@@ -47,15 +55,17 @@ def detect_format(path: Path) -> str:
     """Name of the one collector that recognises ``path``; :class:`CollectError` if none or several do."""
     hits = [name for name, c in _REGISTRY.items() if c.detect(path)]
     if not hits:
-        raise CollectError(f"{path}: format not recognised by any collector ({', '.join(_REGISTRY)}); "
-                           "name it explicitly")
+        raise CollectError(
+            f"{path}: format not recognised by any collector ({', '.join(_REGISTRY)}); name it explicitly"
+        )
     if len(hits) > 1:
         raise CollectError(f"{path}: ambiguous format, recognised by {hits}; name it explicitly")
     return hits[0]
 
 
-def collect(fmt: str, path: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
-            *, strict: bool = False) -> CollectResult:
+def collect(
+    fmt: str, path: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None, *, strict: bool = False
+) -> CollectResult:
     """Ingest ``path`` with collector ``fmt`` (or ``"auto"``) and write the trace to ``out_dir`` if given.
 
     Under ``strict`` any skipped file fails the ingest before anything is written.
@@ -77,7 +87,8 @@ def collect(fmt: str, path: str | os.PathLike[str], out_dir: str | os.PathLike[s
         if result.n_programs == 0 and result.n_tool_calls == 0:
             why = "; ".join(f"{s.path}: {s.reason}" for s in result.skips[:3])
             more = f"; and {len(result.skips) - 3} more" if len(result.skips) > 3 else ""
-            raise CollectError(f"{p}: nothing could be ingested ({len(result.skips)} file(s) skipped: {why}{more}); "
-                               "no output written")
+            raise CollectError(
+                f"{p}: nothing could be ingested ({len(result.skips)} file(s) skipped: {why}{more}); no output written"
+            )
         write_trace(out_dir, result.trace)
     return result

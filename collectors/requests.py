@@ -79,8 +79,11 @@ def csv_rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[s
             line = reader.line_num
             if None in row or any(row.get(c) in (None, "") for c in columns):
                 empty = [c for c in columns if row.get(c) in (None, "")]
-                raise BadInput(f"line {line}: wrong number of fields" if None in row and not empty
-                               else f"line {line}: field {empty[0]!r} is empty")
+                raise BadInput(
+                    f"line {line}: wrong number of fields"
+                    if None in row and not empty
+                    else f"line {line}: field {empty[0]!r} is empty"
+                )
             yield line, row
 
 
@@ -117,6 +120,7 @@ def first_line(path: Path) -> str:
 def recogniser(suffix: str, fields: tuple[str, ...]) -> Callable[[Path], bool]:
     """Cheap format detection: a ``.csv`` file whose header names every field, or a ``.jsonl`` file whose first
     line is a JSON object with every field."""
+
     def recognise(path: Path) -> bool:
         if path.suffix != suffix:
             return False
@@ -127,6 +131,7 @@ def recogniser(suffix: str, fields: tuple[str, ...]) -> Callable[[Path], bool]:
         except ValueError:
             return False
         return isinstance(obj, dict) and all(f in obj for f in fields)
+
     return recognise
 
 
@@ -148,8 +153,16 @@ def nonempty(reqs: list[Req]) -> list[Req]:
     return reqs
 
 
-def collect_requests(name: str, path: Path, suffix: str, recognise: Callable[[Path], bool],
-                     parse: Callable[[Path], list[Req]], *, shared_clock: bool, clock_note: str) -> CollectResult:
+def collect_requests(
+    name: str,
+    path: Path,
+    suffix: str,
+    recognise: Callable[[Path], bool],
+    parse: Callable[[Path], list[Req]],
+    *,
+    shared_clock: bool,
+    clock_note: str,
+) -> CollectResult:
     """Read every file with ``parse`` and build the one-turn programs.
 
     ``shared_clock``: the files' arrival times are on one clock (wall-clock stamps), so one origin (the earliest
@@ -168,23 +181,53 @@ def collect_requests(name: str, path: Path, suffix: str, recognise: Callable[[Pa
         for r in reqs:
             pid = f"{name}/{p.stem}/{r.line}"
             t = r.arrival_s - t0
-            programs.append({"program_id": pid, "source": name, "task_id": f"{p.stem}:{r.line}", "agent": "none",
-                             "model": "unknown", "n_turns": 1, "resolved": None, "arrival_s": t,
-                             "shared_prefix_id": None, "shared_prefix_tokens": 0})
-            turns.append({"program_id": pid, "turn_idx": 0, "input_tokens": r.input_tokens,
-                          "output_tokens": r.output_tokens, "reused_tokens": 0, "provider_cached_tokens": None,
-                          "reasoning_tokens": None, "tokens_kind": "exact", "tool_class": "other",
-                          "tool_name": None, "tool_duration_s": None, "tool_duration_kind": None,
-                          "llm_latency_s": None, "t_request_s": t, "t_response_s": None,
-                          "prefix_hash_ids": r.hash_ids, "hash_block_tokens": r.hash_block_tokens})
+            programs.append(
+                {
+                    "program_id": pid,
+                    "source": name,
+                    "task_id": f"{p.stem}:{r.line}",
+                    "agent": "none",
+                    "model": "unknown",
+                    "n_turns": 1,
+                    "resolved": None,
+                    "arrival_s": t,
+                    "shared_prefix_id": None,
+                    "shared_prefix_tokens": 0,
+                }
+            )
+            turns.append(
+                {
+                    "program_id": pid,
+                    "turn_idx": 0,
+                    "input_tokens": r.input_tokens,
+                    "output_tokens": r.output_tokens,
+                    "reused_tokens": 0,
+                    "provider_cached_tokens": None,
+                    "reasoning_tokens": None,
+                    "tokens_kind": "exact",
+                    "tool_class": "other",
+                    "tool_name": None,
+                    "tool_duration_s": None,
+                    "tool_duration_kind": None,
+                    "llm_latency_s": None,
+                    "t_request_s": t,
+                    "t_response_s": None,
+                    "prefix_hash_ids": r.hash_ids,
+                    "hash_block_tokens": r.hash_block_tokens,
+                }
+            )
     n = len(turns)
     span = max(t["t_request_s"] for t in turns)
-    notes.append(f"{n:,} requests over {span:,.1f} s ({n / span:.2f} requests/s)" if span > 0 else
-                 f"{n:,} requests, all at t = 0")
+    notes.append(
+        f"{n:,} requests over {span:,.1f} s ({n / span:.2f} requests/s)"
+        if span > 0
+        else f"{n:,} requests, all at t = 0"
+    )
     if len(read) > 1:
         notes.append(f"{len(read)} files: {clock_note}")
     zero_out = sum(t["output_tokens"] == 0 for t in turns)
     if zero_out:
-        notes.append(f"{zero_out} request(s) with 0 output tokens (the simulator generates 1: an engine always "
-                     "emits one token)")
+        notes.append(
+            f"{zero_out} request(s) with 0 output tokens (the simulator generates 1: an engine always emits one token)"
+        )
     return CollectResult(frames(programs, turns, None), name, len(read), skips, notes)

@@ -19,10 +19,15 @@ COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 
 
 def parse_file(path: Path) -> list[Req]:
-    return [Req(line, as_time(row["arrived_at"], line, "arrived_at"),
-                as_int(row["num_prefill_tokens"], line, "num_prefill_tokens", minimum=1),
-                as_int(row["num_decode_tokens"], line, "num_decode_tokens"))
-            for line, row in csv_rows(path, COLUMNS)]
+    return [
+        Req(
+            line,
+            as_time(row["arrived_at"], line, "arrived_at"),
+            as_int(row["num_prefill_tokens"], line, "num_prefill_tokens", minimum=1),
+            as_int(row["num_decode_tokens"], line, "num_decode_tokens"),
+        )
+        for line, row in csv_rows(path, COLUMNS)
+    ]
 
 
 _recognise = recogniser(".csv", COLUMNS)
@@ -36,6 +41,12 @@ class SplitwiseCollector:
         return detects(path, ".csv", _recognise)
 
     def collect(self, path: Path) -> CollectResult:
-        return collect_requests(self.name, path, ".csv", _recognise, parse_file, shared_clock=False,
-                                clock_note="each file's arrived_at starts at its own first request; the files "
-                                           "are overlaid from t = 0")
+        return collect_requests(
+            self.name,
+            path,
+            ".csv",
+            _recognise,
+            parse_file,
+            shared_clock=False,
+            clock_note="each file's arrived_at starts at its own first request; the files are overlaid from t = 0",
+        )

@@ -59,10 +59,24 @@ from agentreplay.trace.taxonomy import PRIORITY, classify_command, classify_tool
 from collectors.base import BadInput, CollectResult, Skip, frames, per_file
 from collectors.tokens import estimate_tokens
 
-_SWE_TOOLS = frozenset({
-    "str_replace_editor", "submit", "find_file", "search_dir", "search_file", "open", "goto", "scroll_up",
-    "scroll_down", "create", "edit", "insert", "filemap", "view_image",
-})
+_SWE_TOOLS = frozenset(
+    {
+        "str_replace_editor",
+        "submit",
+        "find_file",
+        "search_dir",
+        "search_file",
+        "open",
+        "goto",
+        "scroll_up",
+        "scroll_down",
+        "create",
+        "edit",
+        "insert",
+        "filemap",
+        "view_image",
+    }
+)
 _EDITORS = frozenset({"str_replace_editor", "str_replace_based_edit_tool", "file_editor"})
 _SNIFF_BYTES = 1 << 20
 
@@ -139,8 +153,9 @@ def parse_traj(path: Path) -> _Program:
     history = [m for m in data.get("history") or [] if isinstance(m, dict)]
     main = history[0].get("agent") if history else None
     history = [m for m in history if m.get("agent", main) == main]
-    first = next((i for i, m in enumerate(history) if m.get("role") == "assistant" and not m.get("is_demo")),
-                 len(history))
+    first = next(
+        (i for i, m in enumerate(history) if m.get("role") == "assistant" and not m.get("is_demo")), len(history)
+    )
     initial = history[:first]
     system = next((_text(m.get("content")) for m in history if m.get("role") == "system"), "")
     turns, calls = [], []
@@ -186,21 +201,47 @@ def _is_prefix(a: list[dict], b: list[dict]) -> bool:
 
 
 def _turn(i: int, inp: int, out: int, reused: int, cls: str, name: str | None, dur: float | None) -> dict:
-    return {"turn_idx": i, "input_tokens": inp, "output_tokens": out, "reused_tokens": reused,
-            "provider_cached_tokens": None, "reasoning_tokens": None, "tokens_kind": "estimated",
-            "tool_class": cls, "tool_name": name, "tool_duration_s": dur,
-            "tool_duration_kind": None if dur is None else "measured",
-            "llm_latency_s": None, "t_request_s": None, "t_response_s": None}
+    return {
+        "turn_idx": i,
+        "input_tokens": inp,
+        "output_tokens": out,
+        "reused_tokens": reused,
+        "provider_cached_tokens": None,
+        "reasoning_tokens": None,
+        "tokens_kind": "estimated",
+        "tool_class": cls,
+        "tool_name": name,
+        "tool_duration_s": dur,
+        "tool_duration_kind": None if dur is None else "measured",
+        "llm_latency_s": None,
+        "t_request_s": None,
+        "t_response_s": None,
+    }
 
 
 def _call(call_idx: int, turn_idx: int, name: str | None, cls: str, dur: float) -> dict:
-    return {"call_idx": call_idx, "turn_idx": turn_idx, "tool_name": name or "", "tool_class": cls,
-            "start_s": None, "duration_s": dur, "duration_kind": "measured"}
+    return {
+        "call_idx": call_idx,
+        "turn_idx": turn_idx,
+        "tool_name": name or "",
+        "tool_class": cls,
+        "start_s": None,
+        "duration_s": dur,
+        "duration_kind": "measured",
+    }
 
 
 def _program(pid: str, source: str, task: str, model: str, n: int, resolved: bool | None) -> dict:
-    return {"program_id": pid, "source": source, "task_id": task, "agent": "swe-agent", "model": model,
-            "n_turns": n, "resolved": resolved, "arrival_s": None}
+    return {
+        "program_id": pid,
+        "source": source,
+        "task_id": task,
+        "agent": "swe-agent",
+        "model": model,
+        "n_turns": n,
+        "resolved": resolved,
+        "arrival_s": None,
+    }
 
 
 def parse_swe_smith_object(obj: object) -> _Program:
@@ -237,8 +278,9 @@ def parse_swe_smith_object(obj: object) -> _Program:
             best = min(best, (PRIORITY.index(cls), name, cls), key=lambda x: x[0])
         inp, out = sum(tokens[:i]), tokens[i]
         last = t == len(asst) - 1
-        turns.append(_turn(t, inp, out, 0 if t == 0 else min(prev_in + prev_out, inp), best[2], best[1],
-                           None if last else total))
+        turns.append(
+            _turn(t, inp, out, 0 if t == 0 else min(prev_in + prev_out, inp), best[2], best[1], None if last else total)
+        )
         prev_in, prev_out = inp, out
     task = str(obj["instance_id"])
     pid = f"swe-smith/{obj.get('traj_id') or task}"
@@ -337,8 +379,9 @@ class SweAgentCollector:
             calls += [dict(c, program_id=pid) for c in p.calls]
         if parsed:
             n_calls = len(calls)
-            notes.append(f"tool durations measured: {n_calls} tool calls, "
-                         f"{sum(c['duration_s'] for c in calls):.1f} s in all")
+            notes.append(
+                f"tool durations measured: {n_calls} tool calls, {sum(c['duration_s'] for c in calls):.1f} s in all"
+            )
         return CollectResult(frames(programs, turns, calls), self.name, n_files, skips, notes)
 
     @staticmethod
@@ -364,7 +407,9 @@ class SweAgentCollector:
         est_out = sum(t["output_tokens"] for p in logged for t in p.turns)
         calls = sum(p.stats.get("api_calls") or 0 for p in logged)
         ratio = f"{est / sent:.3f}" if sent else "n/a"
-        notes.append(f"model_stats of {len(logged)} .traj file(s): tokens_sent {int(sent)} vs estimated input "
-                     f"{est} (ratio {ratio}); tokens_received {int(recv)} vs estimated output {est_out}; "
-                     f"api_calls {int(calls)} vs {sum(len(p.turns) for p in logged)} steps "
-                     "(estimates kept; model_stats not used)")
+        notes.append(
+            f"model_stats of {len(logged)} .traj file(s): tokens_sent {int(sent)} vs estimated input "
+            f"{est} (ratio {ratio}); tokens_received {int(recv)} vs estimated output {est_out}; "
+            f"api_calls {int(calls)} vs {sum(len(p.turns) for p in logged)} steps "
+            "(estimates kept; model_stats not used)"
+        )

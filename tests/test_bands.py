@@ -15,9 +15,13 @@ def _r(cell: str, gpu_class: str, model_class: str, family: str, err: float) -> 
     return {"cell_id": cell, "gpu_class": gpu_class, "model_class": model_class, "family": family, "error_pct": err}
 
 
-RES = [_r("a", "workstation", "dense-small", "ttft", 10.0), _r("a", "workstation", "dense-small", "e2e", -20.0),
-       _r("b", "workstation", "dense-small", "ttft", -30.0), _r("c", "datacenter", "dense-large", "e2e", 50.0),
-       _r("d", "workstation", "dense-small", "itl", 4.0)]
+RES = [
+    _r("a", "workstation", "dense-small", "ttft", 10.0),
+    _r("a", "workstation", "dense-small", "e2e", -20.0),
+    _r("b", "workstation", "dense-small", "ttft", -30.0),
+    _r("c", "datacenter", "dense-large", "e2e", 50.0),
+    _r("d", "workstation", "dense-small", "itl", 4.0),
+]
 
 
 def test_classes_of_catalogue_entries() -> None:
@@ -43,37 +47,68 @@ def test_band_levels_widen_in_order() -> None:
 
 
 def test_mixed_gpu_classes_get_no_band() -> None:
-    s = {"cluster": {"gpu": "h100-sxm", "model": "llama-3.1-8b",
-                     "per_instance": [{"gpu": "h100-sxm"}, {"gpu": "rtx4090"}]}}
+    s = {
+        "cluster": {
+            "gpu": "h100-sxm",
+            "model": "llama-3.1-8b",
+            "per_instance": [{"gpu": "h100-sxm"}, {"gpu": "rtx4090"}],
+        }
+    }
     assert B.bands_for(s, RES) == {}
     s["cluster"]["per_instance"] = [{"gpu": "rtx4090"}]
     assert set(B.bands_for(s, RES)) == {"jct_s", "ttft_s", "tpot_s"}
 
 
 def _row(source: str, cell: str, metric: str, err: float, judged: bool = True) -> dict[str, object]:
-    return {"source": source, "cell_id": cell, "gpu": "rtx3090", "model": "llama-3.1-8b", "dtype": "bf16", "tp": 1,
-            "metric": metric, "measured": 1.0, "simulated": 1 + err, "rel_error": err, "role": "validation",
-            "note": "", "judged": judged}
+    return {
+        "source": source,
+        "cell_id": cell,
+        "gpu": "rtx3090",
+        "model": "llama-3.1-8b",
+        "dtype": "bf16",
+        "tp": 1,
+        "metric": metric,
+        "measured": 1.0,
+        "simulated": 1 + err,
+        "rel_error": err,
+        "role": "validation",
+        "note": "",
+        "judged": judged,
+    }
 
 
 def test_residuals_only_judged_measured_serving_metrics(tmp_path) -> None:
-    errors = pd.DataFrame([_row("llmperf", "l/1", "ttft_p90_s", 0.5), _row("llmperf", "l/1", "itl_mean_s", -0.1),
-                           _row("llmperf", "l/1", "throughput_output_tok_s", 0.3, judged=False),
-                           _row("agent-jct", "a/1", "jct_mean_s", 8.0),
-                           _row("splitwise", "s/1", "decode_iteration_s", 0.3),
-                           _row("vidur", "v/1", "layer_time_s", 0.1)])
+    errors = pd.DataFrame(
+        [
+            _row("llmperf", "l/1", "ttft_p90_s", 0.5),
+            _row("llmperf", "l/1", "itl_mean_s", -0.1),
+            _row("llmperf", "l/1", "throughput_output_tok_s", 0.3, judged=False),
+            _row("agent-jct", "a/1", "jct_mean_s", 8.0),
+            _row("splitwise", "s/1", "decode_iteration_s", 0.3),
+            _row("vidur", "v/1", "layer_time_s", 0.1),
+        ]
+    )
     recs = VB.residuals(errors)
-    assert [(r["metric"], r["family"], r["error_pct"]) for r in recs] == [("ttft_p90_s", "ttft", 50.0),
-                                                                           ("itl_mean_s", "itl", -10.0)]
+    assert [(r["metric"], r["family"], r["error_pct"]) for r in recs] == [
+        ("ttft_p90_s", "ttft", 50.0),
+        ("itl_mean_s", "itl", -10.0),
+    ]
     path = VB.write(errors, tmp_path / "error_bands.json")
     assert B.load_residuals(path) == recs
 
 
 def test_bad_band_file_names_the_file_and_field(tmp_path) -> None:
     p = tmp_path / "bands.json"
-    p.write_text(json.dumps({"schema_version": 1, "residuals": [{"cell_id": "x", "gpu_class": "w",
-                                                                  "model_class": "m", "family": "ttft",
-                                                                  "error_pct": "big"}]}))
+    p.write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "residuals": [
+                    {"cell_id": "x", "gpu_class": "w", "model_class": "m", "family": "ttft", "error_pct": "big"}
+                ],
+            }
+        )
+    )
     with pytest.raises(ValueError, match=r"bands.json.*residuals\[0\].error_pct = 'big'"):
         B.load_residuals(p)
     with pytest.raises(ValueError, match="not found"):

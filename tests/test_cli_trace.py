@@ -32,8 +32,9 @@ def test_describe_table_renders() -> None:
 
 
 def test_query_duckdb_over_parquet() -> None:
-    res = runner.invoke(app, ["query", "select count(*) as n, sum(input_tokens) as s from turns", "--data", BUNDLED,
-                              "--json"])
+    res = runner.invoke(
+        app, ["query", "select count(*) as n, sum(input_tokens) as s from turns", "--data", BUNDLED, "--json"]
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(res.output) == [{"n": 20163, "s": 333047929}]
 

@@ -64,8 +64,16 @@ def imports(path: Path, modules: set[str], name: str | None = None, types: bool 
 #: (importer, imported package prefix) edges left out of the graph, with the reason in the module docstring.
 REGISTRATION = (("agentreplay.cli.app", "agentreplay.cli."),)
 
-CORE = ("agentreplay.engine", "agentreplay.request", "agentreplay.policy", "agentreplay.kv", "agentreplay.scheduler",
-        "agentreplay.router", "agentreplay.perf", "agentreplay.sim")
+CORE = (
+    "agentreplay.engine",
+    "agentreplay.request",
+    "agentreplay.policy",
+    "agentreplay.kv",
+    "agentreplay.scheduler",
+    "agentreplay.router",
+    "agentreplay.perf",
+    "agentreplay.sim",
+)
 
 
 def graph(types: bool = False, only: tuple[str, ...] = ("agentreplay",)) -> dict[str, set[str]]:
@@ -90,7 +98,7 @@ def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
         stack.append(n)
         for m in sorted(g.get(n, ())):
             if state.get(m) == 1:
-                return [*stack[stack.index(m):], m]
+                return [*stack[stack.index(m) :], m]
             if m not in state and (c := visit(m)) is not None:
                 return c
         stack.pop()

@@ -24,8 +24,13 @@ def modules(root: Path = ROOT) -> dict[str, Path]:
 
 
 def _type_checking(tree: ast.AST) -> set[int]:
-    return {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for stmt in node.body for n in ast.walk(stmt)}
+    return {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body
+        for n in ast.walk(stmt)
+    }
 
 
 def imports(path: Path, name: str, mods: dict[str, Path]) -> set[str]:
@@ -94,7 +99,9 @@ def test_every_collector_module_is_registered() -> None:
     for m, f in modules().items():
         if m.startswith("collectors.") and m.count(".") == 1:
             tree = ast.parse(f.read_text())
-            if any(isinstance(n, ast.ClassDef) and n.name.endswith("Collector") and n.name != "Collector"
-                   for n in tree.body):
+            if any(
+                isinstance(n, ast.ClassDef) and n.name.endswith("Collector") and n.name != "Collector"
+                for n in tree.body
+            ):
                 defining.add(m)
     assert registered == defining

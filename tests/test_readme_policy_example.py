@@ -24,19 +24,39 @@ def _example() -> str:
 
 
 def test_the_readme_policy_example_builds_and_decides() -> None:
-    ns: dict[str, Any] = {"dataclass": dataclass, "check": check, "ToolStats": ToolStats, "Request": Request,
-                          "GapContext": GapContext, "Decision": Decision}
+    ns: dict[str, Any] = {
+        "dataclass": dataclass,
+        "check": check,
+        "ToolStats": ToolStats,
+        "Request": Request,
+        "GapContext": GapContext,
+        "Decision": Decision,
+    }
     exec(compile("from __future__ import annotations\n" + _example(), "README example", "exec"), ns)
-    reg = Registry("retention", [*RETENTIONS.entries(),
-                                 Entry("mean-fraction", ns["MeanFraction"], ns["MeanFractionParams"], "example")])
+    reg = Registry(
+        "retention",
+        [*RETENTIONS.entries(), Entry("mean-fraction", ns["MeanFraction"], ns["MeanFractionParams"], "example")],
+    )
 
     class Section:  # the configuration section, with the new field
         mean_fraction = 0.25
 
     stats = ToolStats()
     policy = reg.build("mean-fraction", Section(), stats)
-    r = Request(turn=0, program=0, turn_idx=0, prompt=100, target_out=1, reuse=0, pfx=None,
-                prog=Segment(("prog", 0), 0, 0), base=0, release_s=0.0, info=ProgramInfo(0.0), tool_class="test")
+    r = Request(
+        turn=0,
+        program=0,
+        turn_idx=0,
+        prompt=100,
+        target_out=1,
+        reuse=0,
+        pfx=None,
+        prog=Segment(("prog", 0), 0, 0),
+        base=0,
+        release_s=0.0,
+        info=ProgramInfo(0.0),
+        tool_class="test",
+    )
     ctx = GapContext(0.0, 10, 10, 0.0, None, 1.0)
     assert policy.decide(r, ctx).action == "release"  # no observation yet
     stats.observe("test", 8.0)

@@ -26,8 +26,13 @@ from tests.sim.fakes import LinearPerf
 
 #: axis -> (registry, configuration section holding its name and parameters, the field naming the policy, option)
 #: the README's policy table: the row of each axis
-README_ROWS = {"router": "| router |", "queue": "| queue |", "victim": "| preemption victim |",
-               "retention": "| tool-gap retention |", "admission": "| admission"}
+README_ROWS = {
+    "router": "| router |",
+    "queue": "| queue |",
+    "victim": "| preemption victim |",
+    "retention": "| tool-gap retention |",
+    "admission": "| admission",
+}
 AXES: dict[str, tuple[Registry[Any], str, str, str]] = {
     "router": (ROUTERS, "router", "policy", "--router"),
     "queue": (QUEUE_ORDERS, "policy", "queue", "--queue"),
@@ -42,8 +47,13 @@ ALL = [(axis, name) for axis, (reg, *_) in AXES.items() for name in reg.names()]
 @pytest.mark.parametrize(("axis", "name"), ALL, ids=[f"{a}:{n}" for a, n in ALL])
 def test_every_registered_policy_runs(axis: str, name: str) -> None:
     _, section, field, _ = AXES[axis]
-    cfg = SimConfig().replace(hardware={"instances": 2}, cache={"num_gpu_blocks": 400},
-                              workload={"concurrency": 4}, tiers={"dram_gib": 1.0}, **{section: {field: name}})
+    cfg = SimConfig().replace(
+        hardware={"instances": 2},
+        cache={"num_gpu_blocks": 400},
+        workload={"concurrency": 4},
+        tiers={"dram_gib": 1.0},
+        **{section: {field: name}},
+    )
     res = simulate(make_trace(AGENTS), cfg, perf=LinearPerf())
     assert len(res.turns) == sum(len(a) for a in AGENTS)
     policy = res.summary["policy"]
@@ -152,8 +162,11 @@ def test_the_admission_hook_holds_calls_until_a_call_finishes(monkeypatch: pytes
 
     policy = _HoldUntilLater()
     monkeypatch.setattr(run_mod, "ADMISSIONS", _OneRegistry(policy))
-    res = simulate(make_trace([[(500, 5, None)]] * 3), SimConfig().replace(
-        cache={"num_gpu_blocks": 400}, workload={"concurrency": 3}), perf=LinearPerf())
+    res = simulate(
+        make_trace([[(500, 5, None)]] * 3),
+        SimConfig().replace(cache={"num_gpu_blocks": 400}, workload={"concurrency": 3}),
+        perf=LinearPerf(),
+    )
     t = res.turns.set_index("program_id")
     assert t["release_s"].tolist() == [0.0, 0.0, 0.0]
     finish0 = float(t.loc["p0", "finish_s"])

@@ -62,7 +62,8 @@ def test_distributions_follow_the_source(synthetic, source) -> None:
     for col in ("input_tokens", "output_tokens"):
         assert synthetic.turns[col].median() == pytest.approx(source.turns[col].median(), rel=0.15), col
     assert np.nanmedian(synthetic.turns["tool_duration_s"]) == pytest.approx(
-        np.nanmedian(source.turns["tool_duration_s"]), rel=0.1)
+        np.nanmedian(source.turns["tool_duration_s"]), rel=0.1
+    )
 
 
 def test_seeded(source) -> None:
@@ -74,10 +75,26 @@ def test_seeded(source) -> None:
 
 
 def test_tool_durations_from_a_tool_model(source) -> None:
-    model = {"format": "agentreplay-tool-model", "version": 1, "provenance": {}, "default_source": "x",
-             "classes": {}, "overall": {"family": "exponential", "params": {"scale": 10.0}, "p_zero": 0.0, "n": 1,
-                                        "aic": None, "bic": None, "ks": None, "ks_p": None, "ad": None,
-                                        "median_s": None, "p90_s": None}}
+    model = {
+        "format": "agentreplay-tool-model",
+        "version": 1,
+        "provenance": {},
+        "default_source": "x",
+        "classes": {},
+        "overall": {
+            "family": "exponential",
+            "params": {"scale": 10.0},
+            "p_zero": 0.0,
+            "n": 1,
+            "aic": None,
+            "bic": None,
+            "ks": None,
+            "ks_p": None,
+            "ad": None,
+            "median_s": None,
+            "p90_s": None,
+        },
+    }
     s = synthesize(source, 300, seed=2, tool_sampler=ToolSampler(model, class_scale={"test": 2.0}))
     d = s.turns.dropna(subset=["tool_duration_s"])
     assert d.loc[d["tool_class"] != "test", "tool_duration_s"].mean() == pytest.approx(10.0, rel=0.1)
@@ -99,13 +116,45 @@ def test_single_turn_and_missing_durations() -> None:
 
 def test_synth_command(tmp_path) -> None:
     model = tmp_path / "m.json"
-    write_tool_model(model, {"format": "agentreplay-tool-model", "version": 1, "provenance": {},
-                             "default_source": "x", "classes": {},
-                             "overall": {"family": "lognormal", "params": {"mu": 0.0, "sigma": 1.0}, "p_zero": 0.0,
-                                         "n": 1, "aic": None, "bic": None, "ks": None, "ks_p": None, "ad": None,
-                                         "median_s": 1.0, "p90_s": None}})
-    res = CliRunner().invoke(app, ["synth", "--trace", str(BUNDLED), "--programs", "20", "--out",
-                                   str(tmp_path / "out"), "--seed", "5", "--tool-model", str(model)])
+    write_tool_model(
+        model,
+        {
+            "format": "agentreplay-tool-model",
+            "version": 1,
+            "provenance": {},
+            "default_source": "x",
+            "classes": {},
+            "overall": {
+                "family": "lognormal",
+                "params": {"mu": 0.0, "sigma": 1.0},
+                "p_zero": 0.0,
+                "n": 1,
+                "aic": None,
+                "bic": None,
+                "ks": None,
+                "ks_p": None,
+                "ad": None,
+                "median_s": 1.0,
+                "p90_s": None,
+            },
+        },
+    )
+    res = CliRunner().invoke(
+        app,
+        [
+            "synth",
+            "--trace",
+            str(BUNDLED),
+            "--programs",
+            "20",
+            "--out",
+            str(tmp_path / "out"),
+            "--seed",
+            "5",
+            "--tool-model",
+            str(model),
+        ],
+    )
     assert res.exit_code == 0, res.output
     tr = read_trace(tmp_path / "out")
     assert len(tr.programs) == 20 and set(tr.programs["source"]) == {"synthetic"}

@@ -8,8 +8,16 @@ import pytest
 
 from tests.conftest import ROOT
 
-CORE = ["agentreplay/engine.py", "agentreplay/request.py", "agentreplay/policy", "agentreplay/kv",
-        "agentreplay/scheduler", "agentreplay/router", "agentreplay/perf", "agentreplay/sim"]
+CORE = [
+    "agentreplay/engine.py",
+    "agentreplay/request.py",
+    "agentreplay/policy",
+    "agentreplay/kv",
+    "agentreplay/scheduler",
+    "agentreplay/router",
+    "agentreplay/perf",
+    "agentreplay/sim",
+]
 
 
 @pytest.mark.slow

@@ -23,17 +23,31 @@ def residuals(errors: pd.DataFrame) -> list[dict[str, Any]]:
     t = H.e2e_table(errors)
     t = t[t["judged"] & t["workload"].eq("measured") & ~t["metric"].isin(H.ITERATION_METRICS)]
     fam = H.family(t["metric"])
-    return [{"cell_id": r.cell_id, "source": r.source, "gpu": r.gpu, "model": r.model,
-             "gpu_class": gpu_class(str(r.gpu)), "model_class": model_class(str(r.model)), "metric": r.metric,
-             "family": f, "error_pct": round(float(r.error_pct), 3)}
-            for r, f in zip(t.itertuples(index=False), fam, strict=True)]
+    return [
+        {
+            "cell_id": r.cell_id,
+            "source": r.source,
+            "gpu": r.gpu,
+            "model": r.model,
+            "gpu_class": gpu_class(str(r.gpu)),
+            "model_class": model_class(str(r.model)),
+            "metric": r.metric,
+            "family": f,
+            "error_pct": round(float(r.error_pct), 3),
+        }
+        for r, f in zip(t.itertuples(index=False), fam, strict=True)
+    ]
 
 
 def write(errors: pd.DataFrame, path: str | Path) -> Path:
     """Write the band file atomically; returns its path."""
     p = Path(path)
-    doc = {"schema_version": SCHEMA_VERSION, "what": "signed error % of judged end-to-end validation metrics "
-           "(agentreplay validate); agentreplay.bands turns them into per-class bands", "residuals": residuals(errors)}
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "what": "signed error % of judged end-to-end validation metrics "
+        "(agentreplay validate); agentreplay.bands turns them into per-class bands",
+        "residuals": residuals(errors),
+    }
     tmp = p.with_name(f".{p.name}.tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
     os.replace(tmp, p)

@@ -150,10 +150,18 @@ def run(measured: Measured, out: str | Path | None = None) -> dict:
     write_tables(tables, dst.parent / "tables.toml", allreduce)
     summary = summary_json(fits, ops, data, measured)
     summary["refined"] = {
-        "stages": {name: list(params) for name, _, params in REFINED_STAGES}, "bounds": {
-            k: list(v) for k, v in REFINED_BOUNDS.items() if k not in BOUNDS}, "start": REFINED_START,
-        "gpus": {g: {"fitted": {p: round(f.value(p), 6) for p in f.fitted}, "calibrated_from": f.calibrated_from,
-                     "points": f.n_points} for g, f in sorted(refined.items())}}
+        "stages": {name: list(params) for name, _, params in REFINED_STAGES},
+        "bounds": {k: list(v) for k, v in REFINED_BOUNDS.items() if k not in BOUNDS},
+        "start": REFINED_START,
+        "gpus": {
+            g: {
+                "fitted": {p: round(f.value(p), 6) for p in f.fitted},
+                "calibrated_from": f.calibrated_from,
+                "points": f.n_points,
+            }
+            for g, f in sorted(refined.items())
+        },
+    }
     summary["tables"] = sorted(tables)
     summary["allreduce_tables"] = sorted(allreduce)
     (dst.parent / "calibration.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")

@@ -87,15 +87,18 @@ def predict(data: ComponentData, gpu: GpuSpec, eff: Efficiency) -> tuple[np.ndar
     o = data.ops[data.ops["gpu"] == gpu.name].reset_index(drop=True)
     i = data.iterations[data.iterations["gpu"] == gpu.name].reset_index(drop=True)
     a = data.allreduce[data.allreduce["gpu"] == gpu.name].reset_index(drop=True)
-    return (C.predict_ops(o, gpu, data.specs, data.tps, eff),  # type: ignore[arg-type]
-            C.predict_iterations(i, gpu, data.specs, data.tps, eff),  # type: ignore[arg-type]
-            C.predict_allreduce(a, gpu, eff))
+    return (
+        C.predict_ops(o, gpu, data.specs, data.tps, eff),  # type: ignore[arg-type]
+        C.predict_iterations(i, gpu, data.specs, data.tps, eff),  # type: ignore[arg-type]
+        C.predict_allreduce(a, gpu, eff),
+    )
 
 
 def fittable(ops: pd.DataFrame) -> np.ndarray:
     """True for the op rows of a kind the fit uses (not :data:`FIT_EXCLUDE`), whatever their role."""
-    return np.array([(C.source_of(c), g) not in FIT_EXCLUDE for c, g in zip(ops["cell_id"], ops["group"],
-                                                                           strict=True)], dtype=bool)
+    return np.array(
+        [(C.source_of(c), g) not in FIT_EXCLUDE for c, g in zip(ops["cell_id"], ops["group"], strict=True)], dtype=bool
+    )
 
 
 def fit_rows(data: ComponentData, gpu: str) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -45,12 +45,19 @@ def layer_share(o: pd.DataFrame) -> np.ndarray:
     """Each op row's share of the measured decoder-layer time at its (cell, num_tokens), in [SHARE_FLOOR, 1];
     1 for attention rows and where no whole layer was measured. Weights the fit towards what dominates a layer
     (GEMMs) rather than towards microsecond elementwise kernels."""
-    layer = (o[o["per_layer"] & (o["probe"] == "tokens")].assign(t=lambda d: d["measured_s"] * d["mult"])
-             .groupby(["cell_id", "num_tokens"])["t"].sum())
+    layer = (
+        o[o["per_layer"] & (o["probe"] == "tokens")]
+        .assign(t=lambda d: d["measured_s"] * d["mult"])
+        .groupby(["cell_id", "num_tokens"])["t"]
+        .sum()
+    )
     key = pd.MultiIndex.from_arrays([o["cell_id"], o["num_tokens"]])
     tot = layer.reindex(key).to_numpy()
-    share = np.where(np.isnan(tot) | o["group"].str.startswith("attention").to_numpy(), 1.0,
-                     o["measured_s"].to_numpy() / np.where(np.isnan(tot), 1.0, tot))
+    share = np.where(
+        np.isnan(tot) | o["group"].str.startswith("attention").to_numpy(),
+        1.0,
+        o["measured_s"].to_numpy() / np.where(np.isnan(tot), 1.0, tot),
+    )
     return np.clip(share, SHARE_FLOOR, 1.0)
 
 
@@ -60,46 +67,67 @@ def borrowable(params: tuple[str, ...], fitted: tuple[str, ...], target: GpuSpec
     return tuple(p for p in params if p in fitted and (p != "attn_prefill_tile_efficiency" or tile_form(target)))
 
 
-def _stage(o: pd.DataFrame, a: pd.DataFrame, gpu: GpuSpec, data: ComponentData, base: Efficiency,
-           params: list[str], time_weighted: bool = False) -> tuple[Efficiency, float]:
+def _stage(
+    o: pd.DataFrame,
+    a: pd.DataFrame,
+    gpu: GpuSpec,
+    data: ComponentData,
+    base: Efficiency,
+    params: list[str],
+    time_weighted: bool = False,
+) -> tuple[Efficiency, float]:
     """Bounded soft-L1 least squares of log(model) - log(measured) over ``params``. Weights: each curve (cell x
     operator group) counts about equally; within it, points by sqrt(share of the layer time / points in the
     curve), or with ``time_weighted`` by sqrt(time / the curve's total time), i.e. squared relative error
     weighted by time (attention: a 10 us point weighs what it costs in an iteration, not what a 10 ms one does)."""
     curve = pd.concat([o["cell_id"] + "|" + o["group"], a["cell_id"] + "|ar"], ignore_index=True)
     if time_weighted:
-        t = pd.Series(np.concatenate([o["measured_s"].to_numpy(dtype=float),
-                                      a["measured_s"].to_numpy(dtype=float)]))
+        t = pd.Series(np.concatenate([o["measured_s"].to_numpy(dtype=float), a["measured_s"].to_numpy(dtype=float)]))
         w = np.sqrt((t / t.groupby(curve).transform("sum")).to_numpy())
     else:
         share = np.concatenate([layer_share(o), np.ones(len(a))])
         w = np.sqrt(share / curve.map(curve.value_counts()).to_numpy(dtype=float))
-    meas = np.log(np.concatenate([o["measured_s"].to_numpy(dtype=float),
-                                  a["measured_s"].to_numpy(dtype=float)]))
+    meas = np.log(np.concatenate([o["measured_s"].to_numpy(dtype=float), a["measured_s"].to_numpy(dtype=float)]))
 
     def eff_of(x: np.ndarray) -> Efficiency:
         return dataclasses.replace(base, **{p: float(v) for p, v in zip(params, x, strict=True)})
 
     def resid(x: np.ndarray) -> np.ndarray:
         e = eff_of(x)
-        pred = np.concatenate([C.predict_ops(o, gpu, data.specs, data.tps, e),  # type: ignore[arg-type]
-                               C.predict_allreduce(a, gpu, e)])
+        pred = np.concatenate(
+            [
+                C.predict_ops(o, gpu, data.specs, data.tps, e),  # type: ignore[arg-type]
+                C.predict_allreduce(a, gpu, e),
+            ]
+        )
         return w * (np.log(np.maximum(pred, 1e-12)) - meas)
 
     x, cost = fit_least_squares(resid, params, BOUNDS, START)
     return eff_of(x), cost
 
 
-def fit_least_squares(resid: Callable[[np.ndarray], np.ndarray], params: list[str],
-                      bounds: dict[str, tuple[float, float]], start: dict[str, float]) -> tuple[np.ndarray, float]:
+def fit_least_squares(
+    resid: Callable[[np.ndarray], np.ndarray],
+    params: list[str],
+    bounds: dict[str, tuple[float, float]],
+    start: dict[str, float],
+) -> tuple[np.ndarray, float]:
     """Bounded soft-L1 least squares of ``resid`` over ``params``, from the catalog start and from the middle of
     the bounds; the better of the two ``(x, cost)``."""
     lo = np.array([bounds[p][0] for p in params])
     hi = np.array([bounds[p][1] for p in params])
     best = None
     for x0 in (np.clip([start[p] for p in params], lo + 1e-6, hi - 1e-6), (lo + hi) / 2):
-        r = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=ROBUST_SCALE, x_scale="jac",
-                          diff_step=1e-4, max_nfev=400)
+        r = least_squares(
+            resid,
+            x0,
+            bounds=(lo, hi),
+            loss="soft_l1",
+            f_scale=ROBUST_SCALE,
+            x_scale="jac",
+            diff_step=1e-4,
+            max_nfev=400,
+        )
         if best is None or r.cost < best.cost:
             best = r
     assert best is not None
@@ -116,15 +144,24 @@ def fit_gpu(data: ComponentData, gpu: GpuSpec, prior: Efficiency | None = None) 
         prior = dataclasses.replace(prior, attn_prefill_tile_efficiency=0.0)
     o, a = fit_rows(data, gpu.name)
     is_att = o["group"].str.startswith("attention")
-    rows = {"dense": (o[~is_att].reset_index(drop=True), a.iloc[:0]),
-            "attention": (o[is_att].reset_index(drop=True), a.iloc[:0]), "allreduce": (o.iloc[:0], a)}
+    rows = {
+        "dense": (o[~is_att].reset_index(drop=True), a.iloc[:0]),
+        "attention": (o[is_att].reset_index(drop=True), a.iloc[:0]),
+        "allreduce": (o.iloc[:0], a),
+    }
     eff, fitted, cost = prior, [], 0.0
     for stage, params in STAGES:
         so, sa = rows[stage]
         groups = set(so["group"])
-        active = [p for p in params if (stage != "attention" and len(so) + len(sa))
-                  or (f"attention_{p.split('_')[1]}" in groups
-                      and p != ("attn_prefill_efficiency" if tiles else "attn_prefill_tile_efficiency"))]
+        active = [
+            p
+            for p in params
+            if (stage != "attention" and len(so) + len(sa))
+            or (
+                f"attention_{p.split('_')[1]}" in groups
+                and p != ("attn_prefill_efficiency" if tiles else "attn_prefill_tile_efficiency")
+            )
+        ]
         if not active:
             continue
         eff, c = _stage(so, sa, gpu, data, eff, active, time_weighted=stage == "attention")

@@ -46,16 +46,27 @@ def _apply(eff: Efficiency, ref: Refinement, params: list[str], x: np.ndarray) -
     return dataclasses.replace(eff, **e), dataclasses.replace(ref, **r)
 
 
-def _refined_stage(o: pd.DataFrame, a: pd.DataFrame, gpu: GpuSpec, data: ComponentData, eff: Efficiency,
-                   ref: Refinement, params: list[str]) -> tuple[Efficiency, Refinement, float]:
+def _refined_stage(
+    o: pd.DataFrame,
+    a: pd.DataFrame,
+    gpu: GpuSpec,
+    data: ComponentData,
+    eff: Efficiency,
+    ref: Refinement,
+    params: list[str],
+) -> tuple[Efficiency, Refinement, float]:
     curve = pd.concat([o["cell_id"] + "|" + o["group"], a["cell_id"] + "|ar"], ignore_index=True)
     w = 1.0 / np.sqrt(curve.map(curve.value_counts()).to_numpy(dtype=float))
     meas = np.log(np.concatenate([o["measured_s"].to_numpy(dtype=float), a["measured_s"].to_numpy(dtype=float)]))
 
     def resid(x: np.ndarray) -> np.ndarray:
         e, r = _apply(eff, ref, params, x)
-        pred = np.concatenate([C.predict_ops(o, gpu, data.specs, data.tps, e, r),  # type: ignore[arg-type]
-                               C.predict_allreduce(a, gpu, e, r)])
+        pred = np.concatenate(
+            [
+                C.predict_ops(o, gpu, data.specs, data.tps, e, r),  # type: ignore[arg-type]
+                C.predict_allreduce(a, gpu, e, r),
+            ]
+        )
         return w * (np.log(np.maximum(pred, 1e-12)) - meas)
 
     x, cost = fit_least_squares(resid, params, REFINED_BOUNDS, REFINED_START)
@@ -80,12 +91,16 @@ def fit_refined(data: ComponentData, gpu: GpuSpec, tiles: bool | None = None) ->
         active = list(params) if len(so) + len(sa) else []
         if stage == "attention":
             pf, dec = so[so["group"] == "attention_prefill"], so[so["group"] == "attention_decode"]
-            active = [p for p in params if (p == "attn_kernel_us" and len(so))
-                      or (p in ("attn_prefill_efficiency", "attn_prefill_m_half_tokens") and len(pf) and not tiles)
-                      or (p == "attn_prefill_kv_efficiency" and (pf["context_tokens"] > 0).any() and not tiles)
-                      or (p == "attn_prefill_tile_efficiency" and len(pf) and tiles)
-                      or (p in ("attn_decode_efficiency", "attn_decode_seq_us") and len(dec))
-                      or (p == "attn_decode_fixed_us" and len(dec) and len(pf))]
+            active = [
+                p
+                for p in params
+                if (p == "attn_kernel_us" and len(so))
+                or (p in ("attn_prefill_efficiency", "attn_prefill_m_half_tokens") and len(pf) and not tiles)
+                or (p == "attn_prefill_kv_efficiency" and (pf["context_tokens"] > 0).any() and not tiles)
+                or (p == "attn_prefill_tile_efficiency" and len(pf) and tiles)
+                or (p in ("attn_decode_efficiency", "attn_decode_seq_us") and len(dec))
+                or (p == "attn_decode_fixed_us" and len(dec) and len(pf))
+            ]
         if not active:
             continue
         eff, ref, c = _refined_stage(so, sa, gpu, data, eff, ref, active)
@@ -107,6 +122,13 @@ def calibrate_refined(data: ComponentData, catalog: str | Path | None = None) ->
             borrowed = borrowable(REFINED_KERNEL_PARAMS, f.fitted, target)
             e = {p: f.value(p) for p in borrowed if p not in REFINEMENT_FIELDS}
             r = {p: f.value(p) for p in borrowed if p in REFINEMENT_FIELDS}
-            fits[g] = RefinedFit(g, dataclasses.replace(target.efficiency, **e),
-                                 dataclasses.replace(Refinement(), **r), borrowed, 0, 0.0, calibrated_from=src)
+            fits[g] = RefinedFit(
+                g,
+                dataclasses.replace(target.efficiency, **e),
+                dataclasses.replace(Refinement(), **r),
+                borrowed,
+                0,
+                0.0,
+                calibrated_from=src,
+            )
     return fits

@@ -26,8 +26,10 @@ def shipped_tables(data: ComponentData) -> dict[str, MeasuredTable]:
     models = set(list_models())
     out: dict[str, MeasuredTable] = {}
     rank = {s: i for i, s in enumerate(TABLE_SOURCES)}
-    cids = sorted((c for c in data.full["cell_id"].unique() if role(c, data.tps[c]) == P.CALIBRATION),
-                  key=lambda c: (rank.get(C.source_of(c), 99), c))
+    cids = sorted(
+        (c for c in data.full["cell_id"].unique() if role(c, data.tps[c]) == P.CALIBRATION),
+        key=lambda c: (rank.get(C.source_of(c), 99), c),
+    )
     for cid in cids:
         spec, src = data.specs[cid], C.source_of(cid)
         name = spec.name  # type: ignore[attr-defined]
@@ -54,8 +56,11 @@ def shipped_allreduce(data: ComponentData) -> dict[str, AllReduceTable]:
         return out
     for _, d in sorted(a.groupby("cell_id"), key=lambda kv: str(kv[0])):
         g = d["gpu"].iloc[0]
-        if not isinstance(g, str) or g not in known or role(str(d["cell_id"].iloc[0]), int(d["tp"].iloc[0])) \
-                != P.CALIBRATION:
+        if (
+            not isinstance(g, str)
+            or g not in known
+            or role(str(d["cell_id"].iloc[0]), int(d["tp"].iloc[0])) != P.CALIBRATION
+        ):
             continue
         key = allreduce_key(g, int(d["tp"].iloc[0]))
         if key not in out:

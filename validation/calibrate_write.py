@@ -19,24 +19,37 @@ from validation.calibrate_refined import RefinedFit
 from validation.calibrate_settings import BOUNDS, FIT_EXCLUDE, FIT_PARAMS, ROBUST_SCALE, STAGES, START
 from validation.measured import Measured
 
-_FMT = {"kernel_overhead_us": 3, "allreduce_latency_us": 3, "gemm_m_half_tokens": 1, "elementwise_kernel_us": 3,
-        "attn_kernel_us": 3, "attn_decode_seq_us": 4, "attn_decode_fixed_us": 3, "attn_prefill_m_half_tokens": 1}
+_FMT = {
+    "kernel_overhead_us": 3,
+    "allreduce_latency_us": 3,
+    "gemm_m_half_tokens": 1,
+    "elementwise_kernel_us": 3,
+    "attn_kernel_us": 3,
+    "attn_decode_seq_us": 4,
+    "attn_decode_fixed_us": 3,
+    "attn_prefill_m_half_tokens": 1,
+}
 
 
 def _block(fit: GpuFit, old_lines: list[str]) -> list[str]:
     """The new ``[gpu."x".efficiency]`` table: fitted keys first, then the old lines for keys not fitted."""
     head = f'[gpu."{fit.gpu}".efficiency]'
     if fit.calibrated_from:
-        note = (f'# calibrated_from = "{fit.calibrated_from}": no profile of this GPU; kernel-level efficiencies '
-                f"of {fit.calibrated_from} (agentreplay calibrate)")
+        note = (
+            f'# calibrated_from = "{fit.calibrated_from}": no profile of this GPU; kernel-level efficiencies '
+            f"of {fit.calibrated_from} (agentreplay calibrate)"
+        )
     else:
-        note = (f"# calibrated by `agentreplay calibrate` on {fit.n_points} component points "
-                "(split and fit errors: calibration.json)")
+        note = (
+            f"# calibrated by `agentreplay calibrate` on {fit.n_points} component points "
+            "(split and fit errors: calibration.json)"
+        )
     lines = [head, note]
     # a GPU fitted in the tile form drops its FLOP-form prefill efficiency (the [defaults] value prices the
     # decode FLOP bound, which the KV bytes dominate)
-    replaced = set(fit.fitted) | ({"attn_prefill_efficiency"} if "attn_prefill_tile_efficiency" in fit.fitted
-                                  else set())
+    replaced = set(fit.fitted) | (
+        {"attn_prefill_efficiency"} if "attn_prefill_tile_efficiency" in fit.fitted else set()
+    )
     for p in fit.fitted:
         v = getattr(fit.efficiency, p)
         lines.append(f"{p} = {round(v, _FMT.get(p, 4))!r}")
@@ -63,7 +76,7 @@ def write_catalog(fits: dict[str, GpuFit], src: Path, dst: Path) -> None:
             j = i + 1
             while j < len(lines) and lines[j].strip() and not lines[j].startswith("["):
                 j += 1
-            out.extend(_block(fits[m.group(1)], lines[i + 1:j]))
+            out.extend(_block(fits[m.group(1)], lines[i + 1 : j]))
             i = j
             continue
         m = re.fullmatch(r'\[gpu\."([^"]+)"\]\s*', lines[i])
@@ -90,19 +103,28 @@ def summary_json(fits: dict[str, GpuFit], ops: pd.DataFrame, data: ComponentData
         d = ops[ops["gpu"] == g]
         gpus[g] = {
             "efficiency": {k: round(v, 6) for k, v in dataclasses.asdict(f.efficiency).items()},
-            "fitted": list(f.fitted), "calibrated_from": f.calibrated_from,
+            "fitted": list(f.fitted),
+            "calibrated_from": f.calibrated_from,
             "points": {r: int((d["role"] == r).sum()) for r in ("calibration", "validation")},
             "mape_pct": {r: _num(mape(d.loc[d["role"] == r, "rel_error"])) for r in ("calibration", "validation")},
-            "mape_pct_by_group": {grp: {r: _num(v) for r, v in row.items()}
-                                  for grp, row in table.loc[g].iterrows()} if g in table.index.levels[0] else {},
+            "mape_pct_by_group": {grp: {r: _num(v) for r, v in row.items()} for grp, row in table.loc[g].iterrows()}
+            if g in table.index.levels[0]
+            else {},
         }
-    return {"schema_version": 1, "split": SPLIT, "fit_params": list(FIT_PARAMS),
-            "bounds": {k: list(v) for k, v in BOUNDS.items()}, "start": START, "robust_scale": ROBUST_SCALE,
-            "stages": {name: list(params) for name, params in STAGES},
-            "fit_excluded": sorted(f"{s}:{g}" for s, g in FIT_EXCLUDE),
-            "max_points_per_curve": C.MAX_POINTS, "gpus": gpus,
-            "skipped_cells": [{"cell_id": c, "reason": r} for c, r in data.skipped],
-            "sources": [{k: o[k] for k in ("path", "collector", "cells")} for o in measured.origins]}
+    return {
+        "schema_version": 1,
+        "split": SPLIT,
+        "fit_params": list(FIT_PARAMS),
+        "bounds": {k: list(v) for k, v in BOUNDS.items()},
+        "start": START,
+        "robust_scale": ROBUST_SCALE,
+        "stages": {name: list(params) for name, params in STAGES},
+        "fit_excluded": sorted(f"{s}:{g}" for s, g in FIT_EXCLUDE),
+        "max_points_per_curve": C.MAX_POINTS,
+        "gpus": gpus,
+        "skipped_cells": [{"cell_id": c, "reason": r} for c, r in data.skipped],
+        "sources": [{k: o[k] for k in ("path", "collector", "cells")} for o in measured.origins],
+    }
 
 
 def _num(v: float) -> float | None:
@@ -116,14 +138,20 @@ def packaged_catalog() -> Path:
 
 def write_refinements(fits: dict[str, RefinedFit], dst: Path) -> None:
     """``roofline.toml``: the fitted parameters of each GPU (the rest: gpus.toml / plain-roofline defaults)."""
-    lines = ["# Refined roofline (agentreplay.perf.table.RefinedPerfModel): written by `agentreplay calibrate`",
-             "# (validation/calibrate.py REFINED_STAGES), fitted on the calibration split only (calibration.json).",
-             "# Efficiency keys here override gpus.toml for the refined roofline only; the plain PerfModel keeps",
-             "# gpus.toml. Units in the key names; see the agentreplay.perf.table docstring for each parameter.", ""]
+    lines = [
+        "# Refined roofline (agentreplay.perf.table.RefinedPerfModel): written by `agentreplay calibrate`",
+        "# (validation/calibrate.py REFINED_STAGES), fitted on the calibration split only (calibration.json).",
+        "# Efficiency keys here override gpus.toml for the refined roofline only; the plain PerfModel keeps",
+        "# gpus.toml. Units in the key names; see the agentreplay.perf.table docstring for each parameter.",
+        "",
+    ]
     for g, f in sorted(fits.items()):
         lines.append(f'[gpu."{g}"]')
-        lines.append(f'# calibrated_from = "{f.calibrated_from}"' if f.calibrated_from
-                     else f"# fitted on {f.n_points} component points")
+        lines.append(
+            f'# calibrated_from = "{f.calibrated_from}"'
+            if f.calibrated_from
+            else f"# fitted on {f.n_points} component points"
+        )
         lines += [f"{p} = {round(f.value(p), _FMT.get(p, 4))!r}" for p in f.fitted]
         lines.append("")
     tmp = dst.with_name(f".{dst.name}.tmp")
@@ -135,31 +163,55 @@ def _arr(values: object, fmt: str) -> str:
     return "[" + ", ".join(format(v, fmt) for v in values) + "]"  # type: ignore[attr-defined]
 
 
-def write_tables(tables: dict[str, MeasuredTable], dst: Path,
-                 allreduce: dict[str, AllReduceTable] | None = None) -> None:
+def write_tables(
+    tables: dict[str, MeasuredTable], dst: Path, allreduce: dict[str, AllReduceTable] | None = None
+) -> None:
     """``tables.toml``: one ``[table."gpu/model/tpN"]`` per table, seconds per layer (module docstring of
     agentreplay.perf.table), and one ``[allreduce."gpu/tpN"]`` per all-reduce table (seconds per all-reduce)."""
-    lines = ["# Measured per-layer tables for agentreplay.perf.table.TablePerfModel, written by `agentreplay "
-             "calibrate`", "# (validation/calibrate.py shipped_tables) from the component profiles: seconds per "
-             "layer of each", "# operator (per forward: embedding, final_layernorm, lm_head, sampler) against "
-             "tokens (sequences", "# for lm_head / sampler); attention per layer by (tokens or batch, context);",
-             "# all-reduce: seconds of one all-reduce over tp GPUs of one node against the bytes reduced "
-             "(shipped_allreduce).", ""]
+    lines = [
+        "# Measured per-layer tables for agentreplay.perf.table.TablePerfModel, written by `agentreplay calibrate`",
+        "# (validation/calibrate.py shipped_tables) from the component profiles: seconds per layer of each",
+        "# operator (per forward: embedding, final_layernorm, lm_head, sampler) against tokens (sequences",
+        "# for lm_head / sampler); attention per layer by (tokens or batch, context);",
+        "# all-reduce: seconds of one all-reduce over tp GPUs of one node against the bytes reduced "
+        "(shipped_allreduce).",
+        "",
+    ]
     for key, a in sorted((allreduce or {}).items()):
-        lines += [f'[allreduce."{key}"]', f'source = "{a.name}"', f'gpu = "{a.gpu}"', f"tp = {a.tp}",
-                  f"bytes = {_arr(a.nbytes, 'd')}", f"seconds = {_arr(a.seconds, '.5g')}", ""]
+        lines += [
+            f'[allreduce."{key}"]',
+            f'source = "{a.name}"',
+            f'gpu = "{a.gpu}"',
+            f"tp = {a.tp}",
+            f"bytes = {_arr(a.nbytes, 'd')}",
+            f"seconds = {_arr(a.seconds, '.5g')}",
+            "",
+        ]
     for key, t in sorted(tables.items()):
-        lines += [f'[table."{key}"]', f'source = "{t.name}"', f'gpu = "{t.gpu}"', f'model = "{t.model}"',
-                  f"tp = {t.tp}", f'dtype = "{t.dtype}"']
+        lines += [
+            f'[table."{key}"]',
+            f'source = "{t.name}"',
+            f'gpu = "{t.gpu}"',
+            f'model = "{t.model}"',
+            f"tp = {t.tp}",
+            f'dtype = "{t.dtype}"',
+        ]
         for op, (x, sec) in sorted(t.ops.items()):
             order = np.argsort(np.asarray(x), kind="stable")
-            lines += [f'[table."{key}".op.{op}]', f"tokens = {_arr(np.asarray(x)[order], 'd')}",
-                      f"seconds = {_arr(np.asarray(sec)[order], '.5g')}"]
+            lines += [
+                f'[table."{key}".op.{op}]',
+                f"tokens = {_arr(np.asarray(x)[order], 'd')}",
+                f"seconds = {_arr(np.asarray(sec)[order], '.5g')}",
+            ]
         for part, names in (("attention_prefill", ("tokens", "context")), ("attention_decode", ("batch", "context"))):
             v = getattr(t, part)
             if v is not None:
-                lines += [f'[table."{key}".{part}]', f"{names[0]} = {_arr(v[0], 'd')}",
-                          f"{names[1]} = {_arr(v[1], 'd')}", f"seconds = {_arr(v[2], '.5g')}"]
+                lines += [
+                    f'[table."{key}".{part}]',
+                    f"{names[0]} = {_arr(v[0], 'd')}",
+                    f"{names[1]} = {_arr(v[1], 'd')}",
+                    f"seconds = {_arr(v[2], '.5g')}",
+                ]
         lines.append("")
     tmp = dst.with_name(f".{dst.name}.tmp")
     tmp.write_text("\n".join(lines))

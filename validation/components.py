@@ -150,10 +150,19 @@ def model_spec(cell: pd.Series) -> tuple[ModelSpec | None, str]:
             return None, "non-gated MLP (the model prices gate+up SwiGLU MLPs)"
         h, heads = int(cfg["n_embd"]), int(cfg["n_head"])
         return ModelSpec(
-            name=str(cell["model"]), hf_repo=str(cfg.get("model_raw", "")), model_type="llama", hidden_size=h,
-            num_hidden_layers=1, num_attention_heads=heads, num_key_value_heads=int(cfg["n_kv_head"]),
-            head_dim=h // heads, intermediate_size=int(cfg["n_expanded_embd"]), vocab_size=int(cfg["vocab_size"]),
-            max_position_embeddings=4096, tie_word_embeddings=False), "source shapes"
+            name=str(cell["model"]),
+            hf_repo=str(cfg.get("model_raw", "")),
+            model_type="llama",
+            hidden_size=h,
+            num_hidden_layers=1,
+            num_attention_heads=heads,
+            num_key_value_heads=int(cfg["n_kv_head"]),
+            head_dim=h // heads,
+            intermediate_size=int(cfg["n_expanded_embd"]),
+            vocab_size=int(cfg["vocab_size"]),
+            max_position_embeddings=4096,
+            tie_word_embeddings=False,
+        ), "source shapes"
     return None, "model not in the catalog and no shapes recorded"
 
 
@@ -162,8 +171,9 @@ def one_layer(spec: ModelSpec) -> ModelSpec:
 
 
 # ---------------------------------------------------------------------------------------------- op points
-def op_points(cells: pd.DataFrame, comp: pd.DataFrame, max_points: int = MAX_POINTS,
-              max_attention: int | None = None) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
+def op_points(
+    cells: pd.DataFrame, comp: pd.DataFrame, max_points: int = MAX_POINTS, max_attention: int | None = None
+) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
     """Per-operator-group measured times of the LLMServingSim and Vidur profile cells (one row per cell, group
     and operating point), subsampled to ``max_points`` token counts per cell and ``max_attention`` (default
     ``2 * max_points``) points per attention curve; and the (cell_id, reason) of cells left out."""
@@ -194,8 +204,9 @@ def op_points(cells: pd.DataFrame, comp: pd.DataFrame, max_points: int = MAX_POI
         for g in GROUPS[src]:
             if not all(op in table.columns for op in g.ops):
                 continue
-            launches = len(g.ops) + sum(1 for (s, e), i in EXTRA_INTO.items()
-                                        if s == src and i == g.group and e in table.columns)
+            launches = len(g.ops) + sum(
+                1 for (s, e), i in EXTRA_INTO.items() if s == src and i == g.group and e in table.columns
+            )
             vals = table[list(g.ops)].sum(axis=1, min_count=len(g.ops)).dropna()
             for n, sec in vals.items():
                 rows.append((cid, g.group, g.probe, int(n), 1, 0, float(sec), g.mult, launches, g.per_layer))
@@ -213,18 +224,50 @@ def op_points(cells: pd.DataFrame, comp: pd.DataFrame, max_points: int = MAX_POI
                 a = a.iloc[np.unique(np.linspace(0, len(a) - 1, max_attention).round().astype(int))]
             probe = "attn_prefill" if phase == "prefill" else "attn_decode"
             for r in a.itertuples(index=False):
-                rows.append((cid, f"attention_{phase}", probe, int(r.num_tokens), int(r.batch_size),
-                             int(r.context_tokens), float(r.seconds), 1, 1, True))
-    cols = ["cell_id", "group", "probe", "num_tokens", "batch_size", "context_tokens", "measured_s", "mult",
-            "launches", "per_layer"]
+                rows.append(
+                    (
+                        cid,
+                        f"attention_{phase}",
+                        probe,
+                        int(r.num_tokens),
+                        int(r.batch_size),
+                        int(r.context_tokens),
+                        float(r.seconds),
+                        1,
+                        1,
+                        True,
+                    )
+                )
+    cols = [
+        "cell_id",
+        "group",
+        "probe",
+        "num_tokens",
+        "batch_size",
+        "context_tokens",
+        "measured_s",
+        "mult",
+        "launches",
+        "per_layer",
+    ]
     df = pd.DataFrame(rows, columns=cols)
-    df["point_id"] = (df["cell_id"] + "|" + df["group"] + "|" + df["num_tokens"].astype(str) + "|"
-                      + df["batch_size"].astype(str) + "|" + df["context_tokens"].astype(str))
+    df["point_id"] = (
+        df["cell_id"]
+        + "|"
+        + df["group"]
+        + "|"
+        + df["num_tokens"].astype(str)
+        + "|"
+        + df["batch_size"].astype(str)
+        + "|"
+        + df["context_tokens"].astype(str)
+    )
     return df, skipped
 
 
-def iteration_floor_s(spec: ModelSpec, gpu: GpuSpec, group: str, tokens: float, tp: int = 1,
-                      dtype: str = "bf16") -> float:
+def iteration_floor_s(
+    spec: ModelSpec, gpu: GpuSpec, group: str, tokens: float, tp: int = 1, dtype: str = "bf16"
+) -> float:
     """The least time a whole-model iteration can take at ``gpu``'s datasheet peaks over ``tp`` GPUs: a prefill
     of ``tokens`` tokens (``group`` ``prefill_iteration``) the FLOPs of its linear layers without embedding and
     LM head (2 per parameter per token) at the dense GEMM peak; a decode step (``decode_iteration``) the same
@@ -237,8 +280,9 @@ def iteration_floor_s(spec: ModelSpec, gpu: GpuSpec, group: str, tokens: float, 
     raise ValueError(f"unknown iteration group {group!r}")
 
 
-def below_floor(it: pd.DataFrame, specs: dict[str, ModelSpec], gpus: dict[str, GpuSpec]
-                ) -> tuple[np.ndarray, list[tuple[str, str]]]:
+def below_floor(
+    it: pd.DataFrame, specs: dict[str, ModelSpec], gpus: dict[str, GpuSpec]
+) -> tuple[np.ndarray, list[tuple[str, str]]]:
     """Rows of :func:`iteration_points` (with ``gpu`` and ``tp``) measured faster than :func:`iteration_floor_s`
     allows, so not one iteration of the recorded shape (e.g. a Splitwise prefill whose batch did not fit and
     was split, its ``e2e_time`` many times the next smaller batch's); the mask and a (row, reason) per such
@@ -249,9 +293,13 @@ def below_floor(it: pd.DataFrame, specs: dict[str, ModelSpec], gpus: dict[str, G
         floor = iteration_floor_s(specs[r.cell_id], gpus[r.gpu], r.group, float(r.num_tokens), int(r.tp))
         if r.measured_s < floor:
             bad[k] = True
-            why.append((f"{r.cell_id} {r.group} {r.num_tokens} tokens, batch {r.batch_size}",
-                        f"measured {r.measured_s * 1e3:.0f} ms, {floor / r.measured_s:.1f}x faster than the "
-                        f"datasheet peaks allow ({floor * 1e3:.0f} ms): not one iteration of that shape"))
+            why.append(
+                (
+                    f"{r.cell_id} {r.group} {r.num_tokens} tokens, batch {r.batch_size}",
+                    f"measured {r.measured_s * 1e3:.0f} ms, {floor / r.measured_s:.1f}x faster than the "
+                    f"datasheet peaks allow ({floor * 1e3:.0f} ms): not one iteration of that shape",
+                )
+            )
     return bad, why
 
 
@@ -278,18 +326,30 @@ def allreduce_points(cells: pd.DataFrame, comp: pd.DataFrame, max_points: int = 
         c = comp[comp["cell_id"] == cell["cell_id"]]
         g = c.groupby("bytes")["seconds"].median()
         g = g.loc[subsample(g.index, max_points)]
-        rows.extend((cell["cell_id"], "all_reduce", "all_reduce", int(cfg["num_workers"]), int(b), float(s))
-                    for b, s in g.items())
+        rows.extend(
+            (cell["cell_id"], "all_reduce", "all_reduce", int(cfg["num_workers"]), int(b), float(s))
+            for b, s in g.items()
+        )
     df = pd.DataFrame(rows, columns=["cell_id", "group", "probe", "tp", "bytes", "measured_s"])
     df["point_id"] = df["cell_id"] + "|all_reduce|" + df["bytes"].astype(str)
     return df
 
 
 # ---------------------------------------------------------------------------------------------- predictions
-_AR_MODEL: Final = ModelSpec(name="allreduce-probe", hf_repo="", model_type="llama", hidden_size=64,
-                             num_hidden_layers=1, num_attention_heads=16, num_key_value_heads=16, head_dim=4,
-                             intermediate_size=64, vocab_size=64, max_position_embeddings=1 << 30,
-                             tie_word_embeddings=False)
+_AR_MODEL: Final = ModelSpec(
+    name="allreduce-probe",
+    hf_repo="",
+    model_type="llama",
+    hidden_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=16,
+    num_key_value_heads=16,
+    head_dim=4,
+    intermediate_size=64,
+    vocab_size=64,
+    max_position_embeddings=1 << 30,
+    tie_word_embeddings=False,
+)
 
 
 def _probe(pm: PerfModel, probe: str, n: int, b: int, ctx: int) -> dict[str, float]:
@@ -304,15 +364,29 @@ def _probe(pm: PerfModel, probe: str, n: int, b: int, ctx: int) -> dict[str, flo
     raise ValueError(f"unknown probe {probe!r}")
 
 
-def roofline(gpu: GpuSpec, spec: ModelSpec, tp: int, eff: Efficiency, refinement: Refinement | None = None,
-             dtype: str = "bf16", custom_allreduce: bool = False) -> PerfModel:
+def roofline(
+    gpu: GpuSpec,
+    spec: ModelSpec,
+    tp: int,
+    eff: Efficiency,
+    refinement: Refinement | None = None,
+    dtype: str = "bf16",
+    custom_allreduce: bool = False,
+) -> PerfModel:
     """The plain roofline, or the refined one when ``refinement`` is given (kernels run eagerly, as profiled);
     every TP all-reduce priced as NCCL's ring unless ``custom_allreduce`` (vLLM's custom all-reduce where vLLM
     uses it)."""
     if refinement is None:
         return PerfModel(gpu, spec, dtype, tp, efficiency=eff, custom_allreduce=custom_allreduce)  # type: ignore
-    return RefinedPerfModel(gpu, spec, dtype, tp, efficiency=eff, refinement=refinement,  # type: ignore[arg-type]
-                            custom_allreduce=custom_allreduce)
+    return RefinedPerfModel(
+        gpu,
+        spec,
+        dtype,
+        tp,
+        efficiency=eff,
+        refinement=refinement,  # type: ignore[arg-type]
+        custom_allreduce=custom_allreduce,
+    )
 
 
 def predict_with(points: pd.DataFrame, pricers: dict[str, PerfModel | TablePerfModel]) -> np.ndarray:
@@ -335,17 +409,29 @@ def predict_with(points: pd.DataFrame, pricers: dict[str, PerfModel | TablePerfM
     return out
 
 
-def predict_ops(points: pd.DataFrame, gpu: GpuSpec, specs: dict[str, ModelSpec], tps: dict[str, int],
-                eff: Efficiency, refinement: Refinement | None = None) -> np.ndarray:
+def predict_ops(
+    points: pd.DataFrame,
+    gpu: GpuSpec,
+    specs: dict[str, ModelSpec],
+    tps: dict[str, int],
+    eff: Efficiency,
+    refinement: Refinement | None = None,
+) -> np.ndarray:
     """Model seconds for each row of :func:`op_points` (all rows on ``gpu``), with efficiencies ``eff`` (and the
     refined roofline when ``refinement`` is given)."""
     cids = points["cell_id"].unique()
     return predict_with(points, {c: roofline(gpu, specs[c], tps[c], eff, refinement) for c in cids})
 
 
-def predict_iterations(points: pd.DataFrame, gpu: GpuSpec, specs: dict[str, ModelSpec], tps: dict[str, int],
-                       eff: Efficiency, refinement: Refinement | None = None,
-                       pricers: dict[str, PerfModel | TablePerfModel] | None = None) -> np.ndarray:
+def predict_iterations(
+    points: pd.DataFrame,
+    gpu: GpuSpec,
+    specs: dict[str, ModelSpec],
+    tps: dict[str, int],
+    eff: Efficiency,
+    refinement: Refinement | None = None,
+    pricers: dict[str, PerfModel | TablePerfModel] | None = None,
+) -> np.ndarray:
     """Model seconds of whole-model prefill / decode iterations (Splitwise rows); ``pricers`` (per cell_id)
     override the roofline."""
     out = np.empty(len(points))
@@ -360,9 +446,13 @@ def predict_iterations(points: pd.DataFrame, gpu: GpuSpec, specs: dict[str, Mode
     return out
 
 
-def predict_allreduce(points: pd.DataFrame, gpu: GpuSpec, eff: Efficiency,
-                      refinement: Refinement | None = None,
-                      tables: dict[int, AllReduceTable] | None = None) -> np.ndarray:
+def predict_allreduce(
+    points: pd.DataFrame,
+    gpu: GpuSpec,
+    eff: Efficiency,
+    refinement: Refinement | None = None,
+    tables: dict[int, AllReduceTable] | None = None,
+) -> np.ndarray:
     """Model seconds of one all-reduce of ``bytes`` over ``tp`` GPUs: the model's ``tp_comm`` of a one-layer
     model (3 all-reduces) for ``bytes / (2 * hidden)`` tokens, divided by 3; ``tables`` (by GPU count): price
     through :class:`TablePerfModel` with that measured all-reduce table (the roofline as its fallback). The
@@ -372,8 +462,9 @@ def predict_allreduce(points: pd.DataFrame, gpu: GpuSpec, eff: Efficiency,
         pm: PerfModel | TablePerfModel = roofline(gpu, _AR_MODEL, int(tp), eff, refinement, custom_allreduce=False)
         t = (tables or {}).get(int(tp))
         if t is not None:
-            pm = TablePerfModel(MeasuredTable(name=t.name, gpu=gpu.name, model=_AR_MODEL.name, tp=int(tp)),
-                                pm, all_reduce=t)  # type: ignore[arg-type]
+            pm = TablePerfModel(
+                MeasuredTable(name=t.name, gpu=gpu.name, model=_AR_MODEL.name, tp=int(tp)), pm, all_reduce=t
+            )  # type: ignore[arg-type]
         for j, nbytes in zip(idx, points["bytes"].to_numpy()[idx], strict=True):
             tokens = max(1, round(int(nbytes) / (2 * _AR_MODEL.hidden_size)))
             out[j] = pm.breakdown([(tokens, 0, False)], ())["tp_comm"] / 3
@@ -391,8 +482,15 @@ def layer_sums(points: pd.DataFrame, predicted: np.ndarray, source: dict[str, st
         present = set(g["group"])
         if not expected <= present and not (expected - {"attention_prefill"}) <= present:
             continue
-        rows.append((cid, int(n), float((g["measured_s"] * g["mult"]).sum()),
-                     float((g["predicted_s"] * g["mult"]).sum()), "+".join(sorted(present))))
+        rows.append(
+            (
+                cid,
+                int(n),
+                float((g["measured_s"] * g["mult"]).sum()),
+                float((g["predicted_s"] * g["mult"]).sum()),
+                "+".join(sorted(present)),
+            )
+        )
     return pd.DataFrame(rows, columns=["cell_id", "num_tokens", "measured_s", "predicted_s", "ops"])
 
 
@@ -408,11 +506,18 @@ def table_from_points(points: pd.DataFrame, name: str, gpu: str, model: str, tp:
     pf = points[points["group"] == "attention_prefill"]
     dec = points[points["group"] == "attention_decode"]
     return MeasuredTable(
-        name=name, gpu=gpu, model=model, tp=tp, ops=ops,
+        name=name,
+        gpu=gpu,
+        model=model,
+        tp=tp,
+        ops=ops,
         attention_prefill=(pf["num_tokens"].tolist(), pf["context_tokens"].tolist(), pf["measured_s"].tolist())
-        if len(pf) else None,
+        if len(pf)
+        else None,
         attention_decode=(dec["batch_size"].tolist(), dec["context_tokens"].tolist(), dec["measured_s"].tolist())
-        if len(dec) else None)
+        if len(dec)
+        else None,
+    )
 
 
 def allreduce_table(points: pd.DataFrame) -> AllReduceTable:
@@ -420,8 +525,13 @@ def allreduce_table(points: pd.DataFrame) -> AllReduceTable:
     if points["cell_id"].nunique() != 1:
         raise ValueError(f"an all-reduce table comes from one cell, got {sorted(points['cell_id'].unique())}")
     d = points.sort_values("bytes")
-    return AllReduceTable(name=str(d["cell_id"].iloc[0]), gpu=str(d["gpu"].iloc[0]), tp=int(d["tp"].iloc[0]),
-                          nbytes=d["bytes"].astype(int).tolist(), seconds=d["measured_s"].astype(float).tolist())
+    return AllReduceTable(
+        name=str(d["cell_id"].iloc[0]),
+        gpu=str(d["gpu"].iloc[0]),
+        tp=int(d["tp"].iloc[0]),
+        nbytes=d["bytes"].astype(int).tolist(),
+        seconds=d["measured_s"].astype(float).tolist(),
+    )
 
 
 def table_points(points: pd.DataFrame) -> pd.DataFrame:
@@ -466,5 +576,14 @@ def allreduce_in_table(points: pd.DataFrame) -> np.ndarray:
 
 def point_keys(points: pd.DataFrame) -> pd.Series:
     """Operating point of a row within its cell (group, probe and coordinates)."""
-    return (points["group"] + "|" + points["probe"] + "|" + points["num_tokens"].astype(str) + "|"
-            + points["batch_size"].astype(str) + "|" + points["context_tokens"].astype(str))
+    return (
+        points["group"]
+        + "|"
+        + points["probe"]
+        + "|"
+        + points["num_tokens"].astype(str)
+        + "|"
+        + points["batch_size"].astype(str)
+        + "|"
+        + points["context_tokens"].astype(str)
+    )

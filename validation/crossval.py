@@ -52,9 +52,14 @@ def _dense_attention(points: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return points[~att], points[att]
 
 
-def in_cell_tables(data: K.ComponentData, g: str, fallback: dict[str, Any], cells: list[str] | None = None,
-                   tile: int = GEMM_TILE_TOKENS, rows_in_reference: bool = ATTENTION_ROWS_IN_REFERENCE
-                   ) -> tuple[dict[str, Any], pd.Series]:
+def in_cell_tables(
+    data: K.ComponentData,
+    g: str,
+    fallback: dict[str, Any],
+    cells: list[str] | None = None,
+    tile: int = GEMM_TILE_TOKENS,
+    rows_in_reference: bool = ATTENTION_ROWS_IN_REFERENCE,
+) -> tuple[dict[str, Any], pd.Series]:
     """Per cell of ``g`` (or of ``cells``): a table pricer built from every other of its compared token counts
     (attention: every other row and column of the full grid), and for every op row whether it is in that table
     (True) or held out (False). ``tile``: ``TablePerfModel(gemm_tile_tokens=...)``; ``rows_in_reference``:
@@ -72,9 +77,12 @@ def in_cell_tables(data: K.ComponentData, g: str, fallback: dict[str, Any], cell
         keys = set(C.point_keys(C.table_points(pts)))
         inside.loc[o.index] = C.point_keys(o).isin(keys).to_numpy()
         spec = data.specs[cid]
-        own[cid] = TablePerfModel(C.table_from_points(pts, cid, g, spec.name, data.tps[cid]),  # type: ignore
-                                  fallback[cid], gemm_tile_tokens=tile,
-                                  attention_rows_in_reference=rows_in_reference)
+        own[cid] = TablePerfModel(
+            C.table_from_points(pts, cid, g, spec.name, data.tps[cid]),  # type: ignore
+            fallback[cid],
+            gemm_tile_tokens=tile,
+            attention_rows_in_reference=rows_in_reference,
+        )
     return own, inside
 
 
@@ -94,9 +102,10 @@ def table_cv(data: K.ComponentData, catalog: Any = None) -> pd.DataFrame:
         cells = sorted(cal.loc[cal["gpu"] == g, "cell_id"].unique())
         assert all(K.role(c, data.tps[c]) == P.CALIBRATION for c in cells)
         fb = _refined_fallbacks(data, g, cells, catalog)
-        for tunable, cands in (("GEMM_TILE_TOKENS", {str(t): (t, False) for t in TILE_CANDIDATES}),
-                               ("prefill-attention row rule",
-                                {k: (GEMM_TILE_TOKENS, v) for k, v in ROW_RULES.items()})):
+        for tunable, cands in (
+            ("GEMM_TILE_TOKENS", {str(t): (t, False) for t in TILE_CANDIDATES}),
+            ("prefill-attention row rule", {k: (GEMM_TILE_TOKENS, v) for k, v in ROW_RULES.items()}),
+        ):
             for cand, (tile, rule) in cands.items():
                 own, inside = in_cell_tables(data, g, fb, cells, tile=tile, rows_in_reference=rule)
                 held = data.ops.loc[inside.index[~inside.to_numpy()]]
@@ -110,8 +119,16 @@ def table_cv(data: K.ComponentData, catalog: Any = None) -> pd.DataFrame:
                 held = held.reset_index(drop=True)
                 err = C.predict_with(held, own) / held["measured_s"].to_numpy() - 1
                 for cid, idx in held.groupby("cell_id", sort=False).indices.items():
-                    rows.append({"tunable": tunable, "candidate": cand, "gpu": g, "cell_id": cid,
-                                 "points": len(idx), "mape_pct": K.mape(err[idx])})
+                    rows.append(
+                        {
+                            "tunable": tunable,
+                            "candidate": cand,
+                            "gpu": g,
+                            "cell_id": cid,
+                            "points": len(idx),
+                            "mape_pct": K.mape(err[idx]),
+                        }
+                    )
     return pd.DataFrame(rows, columns=["tunable", "candidate", "gpu", "cell_id", "points", "mape_pct"])
 
 
@@ -121,8 +138,9 @@ def cv_scores(cv: pd.DataFrame) -> pd.DataFrame:
     if not len(cv):
         return pd.DataFrame(columns=["tunable", "candidate", "folds", "points", "cv_score_pct", "chosen"])
     g = cv.groupby(["tunable", "candidate"], sort=False)
-    out = pd.DataFrame({"folds": g.size(), "points": g["points"].sum(),
-                        "cv_score_pct": g["mape_pct"].mean()}).reset_index()
+    out = pd.DataFrame(
+        {"folds": g.size(), "points": g["points"].sum(), "cv_score_pct": g["mape_pct"].mean()}
+    ).reset_index()
     out["chosen"] = False
     for _, d in out.groupby("tunable"):
         out.loc[d["cv_score_pct"].idxmin(), "chosen"] = True
@@ -137,9 +155,15 @@ def choose(cv: pd.DataFrame, tunable: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------- judged rows
-def judged_rows(data: K.ComponentData, gpu: GpuSpec, cells: set[str], eff: Efficiency,
-                ref: Refinement | None = None, allreduce: bool = True,
-                pricers: dict[str, Any] | None = None) -> pd.DataFrame:
+def judged_rows(
+    data: K.ComponentData,
+    gpu: GpuSpec,
+    cells: set[str],
+    eff: Efficiency,
+    ref: Refinement | None = None,
+    allreduce: bool = True,
+    pricers: dict[str, Any] | None = None,
+) -> pd.DataFrame:
     """``cell_id, metric, measured, simulated`` of every component metric (layer time, attention, LM head,
     Splitwise iterations, all-reduce) of ``cells`` on ``gpu`` priced by the (refined when ``ref``) roofline;
     ``pricers`` (cell -> pricer): the operator cells priced by those instead (and only those cells)."""
@@ -148,34 +172,48 @@ def judged_rows(data: K.ComponentData, gpu: GpuSpec, cells: set[str], eff: Effic
         o = o[o["cell_id"].isin(list(pricers))].reset_index(drop=True)
     parts = []
     if len(o):
-        pred = (C.predict_with(o, pricers) if pricers is not None
-                else C.predict_ops(o, gpu, data.specs, data.tps, eff, ref))  # type: ignore[arg-type]
+        pred = (
+            C.predict_with(o, pricers) if pricers is not None else C.predict_ops(o, gpu, data.specs, data.tps, eff, ref)
+        )  # type: ignore[arg-type]
         layer = C.layer_sums(o, pred, {c: C.source_of(c) for c in o["cell_id"].unique()})
         parts.append(layer.assign(metric="layer_time_s")[["cell_id", "metric", "measured_s", "predicted_s"]])
-        att = (o["group"].isin(["attention_prefill", "attention_decode", "lm_head"]) & (o["probe"] != "tokens"))
-        parts.append(o[att].assign(metric=o.loc[att, "group"] + "_s", predicted_s=pred[att.to_numpy()])[
-            ["cell_id", "metric", "measured_s", "predicted_s"]])
+        att = o["group"].isin(["attention_prefill", "attention_decode", "lm_head"]) & (o["probe"] != "tokens")
+        parts.append(
+            o[att].assign(metric=o.loc[att, "group"] + "_s", predicted_s=pred[att.to_numpy()])[
+                ["cell_id", "metric", "measured_s", "predicted_s"]
+            ]
+        )
     it = data.iterations[(data.iterations["gpu"] == gpu.name) & data.iterations["cell_id"].isin(cells)]
     if len(it) and pricers is None:
         it = it.reset_index(drop=True)
         pred = C.predict_iterations(it, gpu, data.specs, data.tps, eff, ref)  # type: ignore[arg-type]
-        parts.append(it.assign(metric=it["group"] + "_s", predicted_s=pred)[
-            ["cell_id", "metric", "measured_s", "predicted_s"]])
+        parts.append(
+            it.assign(metric=it["group"] + "_s", predicted_s=pred)[["cell_id", "metric", "measured_s", "predicted_s"]]
+        )
     ar = data.allreduce[data.allreduce["gpu"] == gpu.name] if allreduce and pricers is None else data.allreduce.iloc[:0]
     if len(ar):
         ar = ar.reset_index(drop=True)
-        parts.append(ar.assign(metric="all_reduce_s", predicted_s=C.predict_allreduce(ar, gpu, eff, ref))[
-            ["cell_id", "metric", "measured_s", "predicted_s"]])
-    df = pd.concat([p for p in parts if len(p)], ignore_index=True) if parts else pd.DataFrame(
-        columns=["cell_id", "metric", "measured_s", "predicted_s"])
+        parts.append(
+            ar.assign(metric="all_reduce_s", predicted_s=C.predict_allreduce(ar, gpu, eff, ref))[
+                ["cell_id", "metric", "measured_s", "predicted_s"]
+            ]
+        )
+    df = (
+        pd.concat([p for p in parts if len(p)], ignore_index=True)
+        if parts
+        else pd.DataFrame(columns=["cell_id", "metric", "measured_s", "predicted_s"])
+    )
     return df.rename(columns={"measured_s": "measured", "predicted_s": "simulated"})
 
 
 def _families(df: pd.DataFrame) -> dict[str, float | int]:
     """MAPE (%) of the component metrics, the Splitwise iterations and the all-reduce, and the points of each."""
     err = df["simulated"] / df["measured"] - 1
-    fam = np.where(df["metric"].isin(COMPONENT_METRICS), "components",
-                   np.where(df["metric"] == "all_reduce_s", "all_reduce", "splitwise"))
+    fam = np.where(
+        df["metric"].isin(COMPONENT_METRICS),
+        "components",
+        np.where(df["metric"] == "all_reduce_s", "all_reduce", "splitwise"),
+    )
     out: dict[str, float | int] = {}
     for f in ("components", "splitwise", "all_reduce"):
         sel = fam == f
@@ -198,22 +236,26 @@ def _shipped(catalog: Any) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- LOGO
-def _profiled(data: K.ComponentData, catalog: Any = None
-              ) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]], list[str], dict[str, GpuSpec]]:
+def _profiled(
+    data: K.ComponentData, catalog: Any = None
+) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]], list[str], dict[str, GpuSpec]]:
     """(plain fitted parameters per GPU, refined fitted parameters per GPU, the profiled catalog GPUs with a fit
     of their own, their specs)."""
     shipped = _shipped(catalog)
-    fitted = {g: tuple(v.get("fitted", ())) for g, v in shipped.get("gpus", {}).items()
-              if not v.get("calibrated_from")}
-    rfitted = {g: tuple(v.get("fitted", {})) for g, v in shipped.get("refined", {}).get("gpus", {}).items()
-               if not v.get("calibrated_from")}
+    fitted = {g: tuple(v.get("fitted", ())) for g, v in shipped.get("gpus", {}).items() if not v.get("calibrated_from")}
+    rfitted = {
+        g: tuple(v.get("fitted", {}))
+        for g, v in shipped.get("refined", {}).get("gpus", {}).items()
+        if not v.get("calibrated_from")
+    }
     known = set(list_gpus(catalog))
     profiled = sorted(set(data.ops.loc[data.ops["role"] == P.CALIBRATION, "gpu"]) & known & set(fitted))
     return fitted, rfitted, profiled, {g: load_gpu(g, catalog) for g in profiled}
 
 
-def logo_efficiency(g: str, profiled: list[str], specs: dict[str, GpuSpec], fitted: dict[str, tuple[str, ...]],
-                    catalog: Any = None) -> tuple[str, Efficiency, list[str]] | None:
+def logo_efficiency(
+    g: str, profiled: list[str], specs: dict[str, GpuSpec], fitted: dict[str, tuple[str, ...]], catalog: Any = None
+) -> tuple[str, Efficiency, list[str]] | None:
     """What the catalogue would hold for ``g`` without its profile (the plain roofline): (donor, efficiency,
     the parameters borrowed from the donor); the parameters ``g`` had fitted and cannot borrow at the
     ``[defaults.efficiency]`` values. None when no other profiled GPU can be a donor."""
@@ -251,14 +293,17 @@ def leave_one_gpu_out(data: K.ComponentData, catalog: Any = None) -> pd.DataFram
         donor, eff, take = plain  # plain: what the catalogue would hold for g without its profile
         target, dspec = specs[g], specs[donor]
         cells = set(data.ops.loc[data.ops["gpu"] == g, "cell_id"]) | set(
-            data.iterations.loc[data.iterations["gpu"] == g, "cell_id"])
+            data.iterations.loc[data.iterations["gpu"] == g, "cell_id"]
+        )
         d_eff, d_ref = load_refinement(dspec, refinement_path(catalog))
         rtake = K.borrowable(K.REFINED_KERNEL_PARAMS, rfitted.get(donor, ()), target)
         reff = dataclasses.replace(eff, **{p: getattr(d_eff, p) for p in rtake if p not in REFINEMENT_FIELDS})
         rref = dataclasses.replace(Refinement(), **{p: getattr(d_ref, p) for p in rtake if p in REFINEMENT_FIELDS})
         o_eff, o_ref = load_refinement(target, refinement_path(catalog))
-        for pricer, (le, lr), (oe, orf), took in (("roofline", (eff, None), (target.efficiency, None), take),
-                                                  ("refined", (reff, rref), (o_eff, o_ref), rtake)):
+        for pricer, (le, lr), (oe, orf), took in (
+            ("roofline", (eff, None), (target.efficiency, None), take),
+            ("refined", (reff, rref), (o_eff, o_ref), rtake),
+        ):
             gpu_l = dataclasses.replace(target, efficiency=le)
             logo = judged_rows(data, gpu_l, cells, le, lr)
             own = judged_rows(data, target, cells, oe, orf)
@@ -270,15 +315,28 @@ def leave_one_gpu_out(data: K.ComponentData, catalog: Any = None) -> pd.DataFram
         tables = donor_tables(data, gpu_l, rref, donor, dspec, d_eff, d_ref, cells)
         if tables:
             logo = judged_rows(data, gpu_l, set(tables), reff, rref, pricers=tables)
-            row = {"gpu": g, "pricer": "table", "donor": donor, "borrowed": "the donor's TP=1 tables of the same "
-                   f"model, scaled by the refined roofline ({len(tables)} of {len(cells)} cells)"}
+            row = {
+                "gpu": g,
+                "pricer": "table",
+                "donor": donor,
+                "borrowed": "the donor's TP=1 tables of the same "
+                f"model, scaled by the refined roofline ({len(tables)} of {len(cells)} cells)",
+            }
             row.update({f"logo_{k}": v for k, v in _families(logo).items()})
             rows.append(row)
     return pd.DataFrame(rows)
 
 
-def donor_tables(data: K.ComponentData, gpu: GpuSpec, ref: Refinement, donor: str, dspec: GpuSpec,
-                 d_eff: Efficiency, d_ref: Refinement, cells: set[str]) -> dict[str, Any]:
+def donor_tables(
+    data: K.ComponentData,
+    gpu: GpuSpec,
+    ref: Refinement,
+    donor: str,
+    dspec: GpuSpec,
+    d_eff: Efficiency,
+    d_ref: Refinement,
+    cells: set[str],
+) -> dict[str, Any]:
     """Leave-one-GPU-out table pricers: each operator cell of ``gpu`` (its leave-one-GPU-out refined roofline as
     the fallback) priced from the ``donor``'s calibration (TP=1) cell of the same model, the source preference
     of the shipped tables (:data:`validation.calibrate.TABLE_SOURCES`) first, scaled by the target's / donor's
@@ -298,8 +356,11 @@ def donor_tables(data: K.ComponentData, gpu: GpuSpec, ref: Refinement, donor: st
         f = f[[(C.source_of(src), grp) not in K.FIT_EXCLUDE for grp in f["group"]]]
         spec = data.specs[src]
         table = C.table_from_points(f, src, donor, spec.name, 1)  # type: ignore[attr-defined]
-        out[cid] = TablePerfModel(table, C.roofline(gpu, data.specs[cid], data.tps[cid], gpu.efficiency, ref),
-                                  C.roofline(dspec, spec, 1, d_eff, d_ref))  # type: ignore[arg-type]
+        out[cid] = TablePerfModel(
+            table,
+            C.roofline(gpu, data.specs[cid], data.tps[cid], gpu.efficiency, ref),
+            C.roofline(dspec, spec, 1, d_eff, d_ref),
+        )  # type: ignore[arg-type]
     return out
 
 
@@ -349,22 +410,34 @@ def leave_one_model_out(data: K.ComponentData, catalog: Any = None) -> pd.DataFr
         fitted_ref = set(shipped.get("refined", {}).get("gpus", {}).get(g, {}).get("fitted", {}))
         o_eff, o_ref = load_refinement(gpu, refinement_path(catalog))
         all_cells = set(data.ops.loc[data.ops["gpu"] == g, "cell_id"]) | set(
-            data.iterations.loc[data.iterations["gpu"] == g, "cell_id"])
+            data.iterations.loc[data.iterations["gpu"] == g, "cell_id"]
+        )
         for m in models:
             held = {c for c in all_cells if _model_of(data, c) == m}
             sub = _without(data, held)
             pf = K.fit_gpu(sub, gpu)
             rf = K.fit_refined(sub, gpu)
             for pricer, (le, lr), (oe, orf), got, full in (
-                    ("roofline", (pf.efficiency, None), (gpu.efficiency, None), set(pf.fitted), fitted_plain),
-                    ("refined", (rf.efficiency, rf.refinement), (o_eff, o_ref), set(rf.fitted), fitted_ref)):
+                ("roofline", (pf.efficiency, None), (gpu.efficiency, None), set(pf.fitted), fitted_plain),
+                ("refined", (rf.efficiency, rf.refinement), (o_eff, o_ref), set(rf.fitted), fitted_ref),
+            ):
                 lomo = judged_rows(data, dataclasses.replace(gpu, efficiency=le), held, le, lr, allreduce=False)
                 own = judged_rows(data, gpu, held, oe, orf, allreduce=False)
-                row: dict[str, Any] = {"gpu": g, "model": m, "pricer": pricer, "cells": len(held),
-                                       "leaked": ", ".join(sorted(full - got))}
+                row: dict[str, Any] = {
+                    "gpu": g,
+                    "model": m,
+                    "pricer": pricer,
+                    "cells": len(held),
+                    "leaked": ", ".join(sorted(full - got)),
+                }
                 row.update({f"lomo_{k}": v for k, v in _families(lomo).items() if not k.startswith("all_reduce")})
-                row.update({f"own_{k}": v for k, v in _families(own).items()
-                            if k.endswith("pct") and not k.startswith("all_reduce")})
+                row.update(
+                    {
+                        f"own_{k}": v
+                        for k, v in _families(own).items()
+                        if k.endswith("pct") and not k.startswith("all_reduce")
+                    }
+                )
                 rows.append(row)
     return pd.DataFrame(rows)
 
@@ -373,16 +446,27 @@ def per_gpu(lomo: pd.DataFrame) -> pd.DataFrame:
     """LOMO MAPE per GPU and pricer: mean over held-out models of each model's component MAPE."""
     if not len(lomo):
         return lomo
-    return (lomo.groupby(["gpu", "pricer"])[["lomo_components_mape_pct", "own_components_mape_pct"]].mean()
-            .reset_index())
+    return lomo.groupby(["gpu", "pricer"])[["lomo_components_mape_pct", "own_components_mape_pct"]].mean().reset_index()
 
 
 # ---------------------------------------------------------------------------------------------- outputs
 def _json(df: pd.DataFrame) -> list[dict[str, Any]]:
     """JSON-ready rows: floats rounded to 3 decimals, NaN as None."""
-    return [{k: (None if isinstance(v, float) and not np.isfinite(v) else round(v, 3) if isinstance(v, float)
-                 else v.item() if isinstance(v, np.generic) else v) for k, v in r.items()}
-            for r in df.to_dict("records")]
+    return [
+        {
+            k: (
+                None
+                if isinstance(v, float) and not np.isfinite(v)
+                else round(v, 3)
+                if isinstance(v, float)
+                else v.item()
+                if isinstance(v, np.generic)
+                else v
+            )
+            for k, v in r.items()
+        }
+        for r in df.to_dict("records")
+    ]
 
 
 def fidelity(pricers: pd.DataFrame) -> pd.DataFrame:
@@ -399,8 +483,9 @@ def fidelity(pricers: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def outputs(data: K.ComponentData, pricers: pd.DataFrame, catalog: Any = None, lomo: bool = True
-            ) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
+def outputs(
+    data: K.ComponentData, pricers: pd.DataFrame, catalog: Any = None, lomo: bool = True
+) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
     """Everything the protocol reports: frames (``constants``, ``cv``, ``logo``, ``lomo``, ``fidelity``) to be
     written as parquet, and the ``protocol`` summary entry :func:`validation.protocol.render_protocol_markdown`
     renders. ``lomo=False`` skips the leave-one-model-out refits (minutes)."""
@@ -412,19 +497,35 @@ def outputs(data: K.ComponentData, pricers: pd.DataFrame, catalog: Any = None, l
     ar = data.allreduce[data.allreduce["role"] == P.CALIBRATION]
     for g, d in ar.groupby("gpu"):
         cells.setdefault(str(g), []).extend(sorted(d["cell_id"].unique()))
-    rows = P.catalog_rows(str(Path(catalog) if catalog else K.packaged_catalog()), shipped.get("gpus", {}),
-                          shipped.get("refined", {}).get("gpus", {}), cells, K.NEAREST)
+    rows = P.catalog_rows(
+        str(Path(catalog) if catalog else K.packaged_catalog()),
+        shipped.get("gpus", {}),
+        shipped.get("refined", {}).get("gpus", {}),
+        cells,
+        K.NEAREST,
+    )
     constants = pd.DataFrame(P.global_rows(_json(scores)) + rows, columns=list(P.CONSTANT_COLUMNS))
     constants["value"] = constants["value"].astype(str)
     logo = leave_one_gpu_out(data, catalog)
     lo = leave_one_model_out(data, catalog) if lomo else pd.DataFrame()
     fid = fidelity(pricers)
     frames = {"constants": constants, "cv": cv, "logo": logo, "lomo": lo, "fidelity": fid}
-    summary = {"split": P.SPLIT, "nearest_rule": P.NEAREST_RULE, "cv_scores": _json(scores),
-               "constants": _json(constants), "logo": _json(logo), "lomo": _json(lo),
-               "lomo_per_gpu": _json(per_gpu(lo)), "table_fidelity": _json(fid),
-               "cells": {r: sorted(set(data.ops.loc[data.ops["role"] == r, "cell_id"])
-                                   | set(data.iterations.loc[data.iterations["role"] == r, "cell_id"])
-                                   | set(data.allreduce.loc[data.allreduce["role"] == r, "cell_id"]))
-                         for r in (P.CALIBRATION, P.VALIDATION)}}
+    summary = {
+        "split": P.SPLIT,
+        "nearest_rule": P.NEAREST_RULE,
+        "cv_scores": _json(scores),
+        "constants": _json(constants),
+        "logo": _json(logo),
+        "lomo": _json(lo),
+        "lomo_per_gpu": _json(per_gpu(lo)),
+        "table_fidelity": _json(fid),
+        "cells": {
+            r: sorted(
+                set(data.ops.loc[data.ops["role"] == r, "cell_id"])
+                | set(data.iterations.loc[data.iterations["role"] == r, "cell_id"])
+                | set(data.allreduce.loc[data.allreduce["role"] == r, "cell_id"])
+            )
+            for r in (P.CALIBRATION, P.VALIDATION)
+        },
+    }
     return frames, summary

@@ -79,10 +79,14 @@ SOURCES: Final[dict[str, tuple[str, ...]]] = {
     "pp": ("resolved_config.parallel_config.pipeline_parallel_size", "engine_kwargs.pipeline_parallel_size"),
     "dp": ("resolved_config.parallel_config.data_parallel_size", "engine_kwargs.data_parallel_size"),
     "ep": ("resolved_config.parallel_config.enable_expert_parallel", "engine_kwargs.enable_expert_parallel"),
-    "dcp": ("resolved_config.parallel_config.decode_context_parallel_size",
-            "engine_kwargs.decode_context_parallel_size"),
-    "pcp": ("resolved_config.parallel_config.prefill_context_parallel_size",
-            "engine_kwargs.prefill_context_parallel_size"),
+    "dcp": (
+        "resolved_config.parallel_config.decode_context_parallel_size",
+        "engine_kwargs.decode_context_parallel_size",
+    ),
+    "pcp": (
+        "resolved_config.parallel_config.prefill_context_parallel_size",
+        "engine_kwargs.prefill_context_parallel_size",
+    ),
     "dbo": ("resolved_config.parallel_config.enable_dbo", "engine_kwargs.enable_dbo"),
     "all2all_backend": ("resolved_config.parallel_config.all2all_backend", "engine_kwargs.all2all_backend"),
     "dtype": ("resolved_config.model_config.dtype", "engine_kwargs.dtype"),
@@ -90,23 +94,40 @@ SOURCES: Final[dict[str, tuple[str, ...]]] = {
     "kv_cache_dtype": ("resolved_config.cache_config.cache_dtype", "engine_kwargs.kv_cache_dtype"),
     "block_size": ("kv_cache.block_size", "resolved_config.cache_config.block_size", "engine_kwargs.block_size"),
     "num_gpu_blocks": ("kv_cache.num_gpu_blocks", "resolved_config.cache_config.num_gpu_blocks"),
-    "gpu_memory_utilization": ("kv_cache.gpu_memory_utilization", "resolved_config.cache_config.gpu_memory_utilization",
-                               "engine_kwargs.gpu_memory_utilization"),
-    "kv_cache_memory_bytes": ("kv_cache.kv_cache_memory_bytes", "resolved_config.cache_config.kv_cache_memory_bytes",
-                              "engine_kwargs.kv_cache_memory_bytes"),
+    "gpu_memory_utilization": (
+        "kv_cache.gpu_memory_utilization",
+        "resolved_config.cache_config.gpu_memory_utilization",
+        "engine_kwargs.gpu_memory_utilization",
+    ),
+    "kv_cache_memory_bytes": (
+        "kv_cache.kv_cache_memory_bytes",
+        "resolved_config.cache_config.kv_cache_memory_bytes",
+        "engine_kwargs.kv_cache_memory_bytes",
+    ),
     "kv_offloading_size": ("resolved_config.cache_config.kv_offloading_size", "engine_kwargs.kv_offloading_size"),
-    "enable_prefix_caching": ("kv_cache.enable_prefix_caching", "resolved_config.cache_config.enable_prefix_caching",
-                              "engine_kwargs.enable_prefix_caching"),
+    "enable_prefix_caching": (
+        "kv_cache.enable_prefix_caching",
+        "resolved_config.cache_config.enable_prefix_caching",
+        "engine_kwargs.enable_prefix_caching",
+    ),
     "max_model_len": ("resolved_config.model_config.max_model_len", "engine_kwargs.max_model_len"),
     "max_num_seqs": ("resolved_config.scheduler_config.max_num_seqs", "engine_kwargs.max_num_seqs"),
-    "max_num_batched_tokens": ("resolved_config.scheduler_config.max_num_batched_tokens",
-                               "engine_kwargs.max_num_batched_tokens"),
-    "enable_chunked_prefill": ("resolved_config.scheduler_config.enable_chunked_prefill",
-                               "engine_kwargs.enable_chunked_prefill"),
-    "reserve_full_isl": ("resolved_config.scheduler_config.scheduler_reserve_full_isl",
-                         "engine_kwargs.scheduler_reserve_full_isl"),
-    "long_prefill_token_threshold": ("resolved_config.scheduler_config.long_prefill_token_threshold",
-                                     "engine_kwargs.long_prefill_token_threshold"),
+    "max_num_batched_tokens": (
+        "resolved_config.scheduler_config.max_num_batched_tokens",
+        "engine_kwargs.max_num_batched_tokens",
+    ),
+    "enable_chunked_prefill": (
+        "resolved_config.scheduler_config.enable_chunked_prefill",
+        "engine_kwargs.enable_chunked_prefill",
+    ),
+    "reserve_full_isl": (
+        "resolved_config.scheduler_config.scheduler_reserve_full_isl",
+        "engine_kwargs.scheduler_reserve_full_isl",
+    ),
+    "long_prefill_token_threshold": (
+        "resolved_config.scheduler_config.long_prefill_token_threshold",
+        "engine_kwargs.long_prefill_token_threshold",
+    ),
     "policy": ("resolved_config.scheduler_config.policy", "engine_kwargs.scheduling_policy"),
     "enforce_eager": ("resolved_config.model_config.enforce_eager", "engine_kwargs.enforce_eager"),
     "cudagraph_mode": ("resolved_config.compilation_config.cudagraph_mode",),
@@ -114,15 +135,31 @@ SOURCES: Final[dict[str, tuple[str, ...]]] = {
     "lora": ("resolved_config.lora_config", "engine_kwargs.enable_lora"),
     "kv_transfer": ("resolved_config.kv_transfer_config", "engine_kwargs.kv_transfer_config"),
 }
-_CUDAGRAPH_MODES: Final = {0: "NONE", 1: "PIECEWISE", 2: "FULL", (2, 0): "FULL_DECODE_ONLY",
-                           (2, 1): "FULL_AND_PIECEWISE"}  # vllm/config/compilation.py CUDAGraphMode values
-_DTYPES: Final = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "half": "float16",
-                  "fp16": "float16", "float32": "float32", "float": "float32", "fp32": "float32"}
+_CUDAGRAPH_MODES: Final = {
+    0: "NONE",
+    1: "PIECEWISE",
+    2: "FULL",
+    (2, 0): "FULL_DECODE_ONLY",
+    (2, 1): "FULL_AND_PIECEWISE",
+}  # vllm/config/compilation.py CUDAGraphMode values
+_DTYPES: Final = {
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "half": "float16",
+    "fp16": "float16",
+    "float32": "float32",
+    "float": "float32",
+    "fp32": "float32",
+}
 _SIM_DTYPES: Final = {"bfloat16": "bf16"}  # model dtypes the pricer knows (fp8 comes from quantization)
 #: vLLM's all2all_backend values that run as the simulator's backends: "naive" and "pplx" fall back to
 #: allgather_reducescatter in vLLM (agentreplay.perf.parallel); the rest are modelled by name
-_ALL2ALL: Final = {"naive": "allgather_reducescatter", "pplx": "allgather_reducescatter",
-                   **{b: b for b in get_args(All2AllName)}}
+_ALL2ALL: Final = {
+    "naive": "allgather_reducescatter",
+    "pplx": "allgather_reducescatter",
+    **{b: b for b in get_args(All2AllName)},
+}
 
 
 class NotSimulated(ValueError):
@@ -229,8 +266,10 @@ def from_config(cfg: Mapping[str, Any], source: str, vllm_version: str | None = 
         "block_size": (16, "CacheConfig.DEFAULT_BLOCK_SIZE 16 (vllm/config/cache.py)"),
         "enable_prefix_caching": (True, "CacheConfig.enable_prefix_caching default True"),
         "max_num_seqs": (128, "SchedulerConfig.DEFAULT_MAX_NUM_SEQS 128 (AsyncLLM engine context)"),
-        "max_num_batched_tokens": (2048, "SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS 2048 (AsyncLLM engine "
-                                         "context)"),
+        "max_num_batched_tokens": (
+            2048,
+            "SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS 2048 (AsyncLLM engine context)",
+        ),
         "enable_chunked_prefill": (True, "SchedulerConfig.enable_chunked_prefill default True"),
         "reserve_full_isl": (True, "SchedulerConfig.scheduler_reserve_full_isl default True (vLLM 0.32)"),
         "enforce_eager": (False, "ModelConfig.enforce_eager default False"),
@@ -241,8 +280,16 @@ def from_config(cfg: Mapping[str, Any], source: str, vllm_version: str | None = 
             vals[name], derived[name] = default, f"not recorded: vLLM {how}"
         else:
             vals[name], paths[name] = value, path
-    for name in ("quantization", "speculative", "lora", "kv_transfer", "kv_offloading_size", "kv_cache_memory_bytes",
-                 "max_model_len", "num_gpu_blocks"):
+    for name in (
+        "quantization",
+        "speculative",
+        "lora",
+        "kv_transfer",
+        "kv_offloading_size",
+        "kv_cache_memory_bytes",
+        "max_model_len",
+        "num_gpu_blocks",
+    ):
         path, value = _lookup(cfg, name, allow_null=name in ("quantization", "speculative", "lora", "kv_transfer"))
         vals[name] = value
         if path is not None:
@@ -261,8 +308,10 @@ def from_config(cfg: Mapping[str, Any], source: str, vllm_version: str | None = 
     else:
         a2a = "allgather_reducescatter"
         if int(vals["dp"]) > 1:  # only a DP deployment's MoE layers use it: listed only where it matters
-            derived["all2all_backend"] = ("not recorded: vLLM ParallelConfig.all2all_backend default "
-                                          "'allgather_reducescatter' (vllm/config/parallel.py)")
+            derived["all2all_backend"] = (
+                "not recorded: vLLM ParallelConfig.all2all_backend default "
+                "'allgather_reducescatter' (vllm/config/parallel.py)"
+            )
     path, util = _lookup(cfg, "gpu_memory_utilization")
     if path is None:
         util, derived["gpu_memory_utilization"] = _default_utilization(vllm_version)
@@ -272,30 +321,59 @@ def from_config(cfg: Mapping[str, Any], source: str, vllm_version: str | None = 
     eager = _as_bool(vals["enforce_eager"])
     if path is None:
         mode = "NONE" if eager else "FULL_AND_PIECEWISE"
-        derived["cudagraph_mode"] = ("not recorded: NONE under enforce_eager (vllm/config/vllm.py)" if eager else
-                                     "not recorded: vLLM optimisation level O2 default FULL_AND_PIECEWISE "
-                                     "(vllm/config/vllm.py OPTIMIZATION_LEVEL_02)")
+        derived["cudagraph_mode"] = (
+            "not recorded: NONE under enforce_eager (vllm/config/vllm.py)"
+            if eager
+            else "not recorded: vLLM optimisation level O2 default FULL_AND_PIECEWISE "
+            "(vllm/config/vllm.py OPTIMIZATION_LEVEL_02)"
+        )
     else:
         paths["cudagraph_mode"] = path
         mode = _cudagraph(mode)
     if vals["num_gpu_blocks"] is None:
         derived["num_gpu_blocks"] = "not recorded: from the simulator's memory model"
     dtype_raw = str(vals["dtype"]).lower().removeprefix("torch.")
-    extra = {k: vals[k] for k in ("dcp", "pcp", "dbo", "long_prefill_token_threshold", "policy", "speculative", "lora",
-                                  "kv_transfer", "kv_offloading_size", "kv_cache_memory_bytes")}
+    extra = {
+        k: vals[k]
+        for k in (
+            "dcp",
+            "pcp",
+            "dbo",
+            "long_prefill_token_threshold",
+            "policy",
+            "speculative",
+            "lora",
+            "kv_transfer",
+            "kv_offloading_size",
+            "kv_cache_memory_bytes",
+        )
+    }
     return Deployment(
-        source=source, vllm_version=vllm_version, tp=int(vals["tp"]), pp=int(vals["pp"]), dp=int(vals["dp"]),
-        ep=_as_bool(vals["ep"]), dtype=_DTYPES.get(dtype_raw, dtype_raw),
+        source=source,
+        vllm_version=vllm_version,
+        tp=int(vals["tp"]),
+        pp=int(vals["pp"]),
+        dp=int(vals["dp"]),
+        ep=_as_bool(vals["ep"]),
+        dtype=_DTYPES.get(dtype_raw, dtype_raw),
         quantization=None if vals["quantization"] is None else str(vals["quantization"]),
-        kv_cache_dtype=str(vals["kv_cache_dtype"]), block_size=int(vals["block_size"]),
+        kv_cache_dtype=str(vals["kv_cache_dtype"]),
+        block_size=int(vals["block_size"]),
         num_gpu_blocks=None if vals["num_gpu_blocks"] is None else int(vals["num_gpu_blocks"]),
         gpu_memory_utilization=float(util),
         max_model_len=None if vals["max_model_len"] is None else int(vals["max_model_len"]),
-        max_num_seqs=int(vals["max_num_seqs"]), max_num_batched_tokens=int(vals["max_num_batched_tokens"]),
+        max_num_seqs=int(vals["max_num_seqs"]),
+        max_num_batched_tokens=int(vals["max_num_batched_tokens"]),
         enable_chunked_prefill=_as_bool(vals["enable_chunked_prefill"]),
-        enable_prefix_caching=_as_bool(vals["enable_prefix_caching"]), cudagraph_mode=str(mode),
-        enforce_eager=eager, reserve_full_isl=_as_bool(vals["reserve_full_isl"]), all2all_backend=str(a2a),
-        extra=extra, paths=paths, derived=derived)
+        enable_prefix_caching=_as_bool(vals["enable_prefix_caching"]),
+        cudagraph_mode=str(mode),
+        enforce_eager=eager,
+        reserve_full_isl=_as_bool(vals["reserve_full_isl"]),
+        all2all_backend=str(a2a),
+        extra=extra,
+        paths=paths,
+        derived=derived,
+    )
 
 
 def unmodelled(dep: Deployment) -> list[tuple[str, Any, str]]:
@@ -306,11 +384,14 @@ def unmodelled(dep: Deployment) -> list[tuple[str, Any, str]]:
         out.append((dep.where(name), value, why))
 
     if dep.ep and dep.dp == 1:
-        refuse("ep", True, "expert parallelism over the TP group alone (data_parallel_size 1) is not modelled; "
-                           "with dp >= 2 it is ([hardware] dp / ep)")
+        refuse(
+            "ep",
+            True,
+            "expert parallelism over the TP group alone (data_parallel_size 1) is not modelled; "
+            "with dp >= 2 it is ([hardware] dp / ep)",
+        )
     if dep.dp > 1 and dep.all2all_backend not in _ALL2ALL:
-        refuse("all2all_backend", dep.all2all_backend, f"MoE dispatch / combine are modelled for "
-                                                       f"{sorted(_ALL2ALL)}")
+        refuse("all2all_backend", dep.all2all_backend, f"MoE dispatch / combine are modelled for {sorted(_ALL2ALL)}")
     if dep.pp > 1:
         refuse("pp", dep.pp, "pipeline parallelism: the pricer splits layers by TP only")
     for name, what in (("dcp", "decode context parallelism"), ("pcp", "prefill context parallelism")):
@@ -321,12 +402,20 @@ def unmodelled(dep: Deployment) -> list[tuple[str, Any, str]]:
     if dep.quantization is not None and dep.quantization != "fp8":
         refuse("quantization", dep.quantization, "the pricer prices bf16 and fp8 weights only")
     if dep.dtype not in _SIM_DTYPES:
-        why = ("'auto' resolves to the checkpoint's dtype, which the run does not record and the model catalog "
-               "does not hold" if dep.dtype == "auto" else "the simulator's model dtype is bf16 (fp8 by quantization)")
+        why = (
+            "'auto' resolves to the checkpoint's dtype, which the run does not record and the model catalog "
+            "does not hold"
+            if dep.dtype == "auto"
+            else "the simulator's model dtype is bf16 (fp8 by quantization)"
+        )
         refuse("dtype", dep.dtype, why)
     if _kv_cache_dtype(dep) is None:
-        refuse("kv_cache_dtype", dep.kv_cache_dtype, f"the simulated KV cache holds the model dtype or one of "
-                                                     f"{[d for d in get_args(KvCacheDtype) if d.startswith('fp8')]}")
+        refuse(
+            "kv_cache_dtype",
+            dep.kv_cache_dtype,
+            f"the simulated KV cache holds the model dtype or one of "
+            f"{[d for d in get_args(KvCacheDtype) if d.startswith('fp8')]}",
+        )
     if not dep.enable_chunked_prefill:
         refuse("enable_chunked_prefill", False, "the simulator's scheduler always chunks prefills (vLLM v1)")
     lpt = dep.extra.get("long_prefill_token_threshold")
@@ -337,16 +426,24 @@ def unmodelled(dep: Deployment) -> list[tuple[str, Any, str]]:
     if dep.enforce_eager:
         refuse("enforce_eager", True, "eager execution: the pricer's per-kernel overhead stands for CUDA-graph replay")
     elif dep.cudagraph_mode == "NONE":
-        refuse("cudagraph_mode", "NONE", "no CUDA graphs: the pricer's per-kernel overhead stands for CUDA-graph "
-                                         "replay")
-    for name, what in (("speculative", "speculative decoding"), ("lora", "LoRA adapters"),
-                       ("kv_transfer", "KV transfer (disaggregated serving)"), ("kv_offloading_size", "KV offloading")):
+        refuse(
+            "cudagraph_mode", "NONE", "no CUDA graphs: the pricer's per-kernel overhead stands for CUDA-graph replay"
+        )
+    for name, what in (
+        ("speculative", "speculative decoding"),
+        ("lora", "LoRA adapters"),
+        ("kv_transfer", "KV transfer (disaggregated serving)"),
+        ("kv_offloading_size", "KV offloading"),
+    ):
         v = dep.extra.get(name)
         if v not in (None, False, {}, "", 0):
             refuse(name, v, f"{what} is not modelled")
     if dep.num_gpu_blocks is None and dep.extra.get("kv_cache_memory_bytes") is not None:
-        refuse("kv_cache_memory_bytes", dep.extra["kv_cache_memory_bytes"],
-               "an explicit KV budget without a recorded block count: the memory model sizes by utilisation only")
+        refuse(
+            "kv_cache_memory_bytes",
+            dep.extra["kv_cache_memory_bytes"],
+            "an explicit KV budget without a recorded block count: the memory model sizes by utilisation only",
+        )
     return out
 
 
@@ -373,14 +470,27 @@ def sim_config(dep: Deployment, gpu: str, model: str, base: SimConfig | None = N
     count the memory model cannot give."""
     check(dep)
     sections: dict[str, dict[str, Any]] = {
-        "hardware": {"gpu": gpu, "model": model, "dtype": "fp8" if dep.quantization == "fp8" else
-                     _SIM_DTYPES[dep.dtype], "tp": dep.tp, "kv_cache_dtype": _kv_cache_dtype(dep), "dp": dep.dp,
-                     "ep": dep.ep, "all2all_backend": _ALL2ALL.get(dep.all2all_backend, "allgather_reducescatter")},
-        "cache": {"num_gpu_blocks": dep.num_gpu_blocks, "block_size": dep.block_size,
-                  "enable_prefix_caching": dep.enable_prefix_caching,
-                  "gpu_memory_utilization": dep.gpu_memory_utilization},
-        "scheduler": {"max_num_seqs": dep.max_num_seqs, "max_num_batched_tokens": dep.max_num_batched_tokens,
-                      "reserve_full_isl": dep.reserve_full_isl},
+        "hardware": {
+            "gpu": gpu,
+            "model": model,
+            "dtype": "fp8" if dep.quantization == "fp8" else _SIM_DTYPES[dep.dtype],
+            "tp": dep.tp,
+            "kv_cache_dtype": _kv_cache_dtype(dep),
+            "dp": dep.dp,
+            "ep": dep.ep,
+            "all2all_backend": _ALL2ALL.get(dep.all2all_backend, "allgather_reducescatter"),
+        },
+        "cache": {
+            "num_gpu_blocks": dep.num_gpu_blocks,
+            "block_size": dep.block_size,
+            "enable_prefix_caching": dep.enable_prefix_caching,
+            "gpu_memory_utilization": dep.gpu_memory_utilization,
+        },
+        "scheduler": {
+            "max_num_seqs": dep.max_num_seqs,
+            "max_num_batched_tokens": dep.max_num_batched_tokens,
+            "reserve_full_isl": dep.reserve_full_isl,
+        },
     }
     if dep.dp > 1:  # one API server in front of the DP ranks: vLLM's own balancer
         sections["router"] = {"policy": "vllm-dp"}
@@ -403,8 +513,9 @@ def sim_config(dep: Deployment, gpu: str, model: str, base: SimConfig | None = N
         try:
             blocks = plan_instance(cfg, hw.gpu, hw.tp, hw.dtype).num_gpu_blocks
         except ValueError as exc:
-            raise NotSimulated(f"{dep.source}: num_gpu_blocks not recorded and the memory model cannot size it "
-                               f"({exc})") from None
+            raise NotSimulated(
+                f"{dep.source}: num_gpu_blocks not recorded and the memory model cannot size it ({exc})"
+            ) from None
         cfg = cfg.replace(cache={"num_gpu_blocks": blocks})
         dep_note = f"KV blocks derived: {blocks} from the memory model (utilisation {dep.gpu_memory_utilization:g})"
         notes.append(dep_note)

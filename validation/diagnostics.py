@@ -56,8 +56,9 @@ def busbw_interp(nbytes: ArrayLike, t_a: ArrayLike, n_a: int, t_b: ArrayLike, n_
 RESIDUALS: Final = ("relative", "absolute", "log")
 
 
-def ring_solve(nbytes: ArrayLike, t_a: ArrayLike, n_a: int, t_b: ArrayLike, n_b: int, n: int,
-               residuals: str = "relative") -> np.ndarray:
+def ring_solve(
+    nbytes: ArrayLike, t_a: ArrayLike, n_a: int, t_b: ArrayLike, n_b: int, n: int, residuals: str = "relative"
+) -> np.ndarray:
     """Seconds of an ``n``-GPU all-reduce at each size from the ``n_a``- and ``n_b``-GPU times at that size, with
     ``t_m = (m - 1) * lat + ring_share(m) * S / busBW``: per size, ``(lat, 1 / busBW) >= 0`` solve the two
     measurements; where no non-negative pair fits both (:func:`ring_infeasible`), the least-squares pair under
@@ -70,8 +71,10 @@ def ring_solve(nbytes: ArrayLike, t_a: ArrayLike, n_a: int, t_b: ArrayLike, n_b:
         m = np.array([[n_a - 1.0, ring_share(n_a) * s[i]], [n_b - 1.0, ring_share(n_b) * s[i]]])
         t = np.array([ta[i], tb[i]])
         if residuals == "log":
+
             def resid(p: np.ndarray, m: np.ndarray = m, t: np.ndarray = t) -> np.ndarray:
                 return np.log(m @ np.exp(p)) - np.log(t)
+
             x = np.exp(least_squares(resid, np.log([t[0] / 2, t[0] / (2 * m[0, 1])])).x)
         else:
             scale = t if residuals == "relative" else np.ones(2)
@@ -97,8 +100,9 @@ def mape_best_constant(measured: ArrayLike) -> tuple[float, float]:
     return c, mape(c / m - 1)
 
 
-def allreduce_limits(allreduce: pd.DataFrame, priced: pd.DataFrame, n_val: int = 4,
-                     n_cal: tuple[int, int] = (2, 8)) -> tuple[pd.DataFrame, pd.DataFrame]:
+def allreduce_limits(
+    allreduce: pd.DataFrame, priced: pd.DataFrame, n_val: int = 4, n_cal: tuple[int, int] = (2, 8)
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(MAPE table, shape table) of the ``n_val``-GPU all-reduce per GPU. ``allreduce``: rows of
     :func:`validation.components.allreduce_points` (+ gpu); ``priced``: the refined roofline's ``all_reduce_s`` rows
     (``cell_id, bytes, measured, simulated``). MAPE per method for sizes below / from :data:`SMALL_BYTES`."""
@@ -115,30 +119,50 @@ def allreduce_limits(allreduce: pd.DataFrame, priced: pd.DataFrame, n_val: int =
         pr = priced[priced["cell_id"].isin(d.loc[d["tp"] == n_val, "cell_id"])].set_index("bytes")["simulated"]
         preds = {
             "rooflines' ring fit (one latency, one bus bandwidth per GPU)": pr.reindex(p.index).to_numpy(),
-            f"per size: bus bandwidth log-log in GPU count, from {n_cal[0]} and {n_cal[1]} GPUs":
-                busbw_interp(s, ta, n_cal[0], tb, n_cal[1], n_val),
-            **{f"per size: ring latency + bandwidth from {n_cal[0]} and {n_cal[1]} GPUs ({r} residuals)":
-               ring_solve(s, ta, n_cal[0], tb, n_cal[1], n_val, r) for r in RESIDUALS},
-            f"floor: best non-decreasing curve through the {n_val}-GPU points themselves":
-                np.exp(isotonic(np.log(t))),
-            f"floor: best constant below 1 MiB, fitted to the {n_val}-GPU points themselves":
-                np.where(small, mape_best_constant(t[small])[0] if small.any() else np.nan, np.nan),
+            f"per size: bus bandwidth log-log in GPU count, from {n_cal[0]} and {n_cal[1]} GPUs": busbw_interp(
+                s, ta, n_cal[0], tb, n_cal[1], n_val
+            ),
+            **{
+                f"per size: ring latency + bandwidth from {n_cal[0]} and {n_cal[1]} GPUs ({r} residuals)": ring_solve(
+                    s, ta, n_cal[0], tb, n_cal[1], n_val, r
+                )
+                for r in RESIDUALS
+            },
+            f"floor: best non-decreasing curve through the {n_val}-GPU points themselves": np.exp(isotonic(np.log(t))),
+            f"floor: best constant below 1 MiB, fitted to the {n_val}-GPU points themselves": np.where(
+                small, mape_best_constant(t[small])[0] if small.any() else np.nan, np.nan
+            ),
         }
         for name, v in preds.items():
-            rows.append({"gpu": g, "method": name, "< 1 MiB n": int(small.sum()),
-                         "< 1 MiB MAPE %": mape(v[small] / t[small] - 1), ">= 1 MiB n": int((~small).sum()),
-                         ">= 1 MiB MAPE %": mape(v[~small] / t[~small] - 1), "all MAPE %": mape(v / t - 1)})
+            rows.append(
+                {
+                    "gpu": g,
+                    "method": name,
+                    "< 1 MiB n": int(small.sum()),
+                    "< 1 MiB MAPE %": mape(v[small] / t[small] - 1),
+                    ">= 1 MiB n": int((~small).sum()),
+                    ">= 1 MiB MAPE %": mape(v[~small] / t[~small] - 1),
+                    "all MAPE %": mape(v / t - 1),
+                }
+            )
         drops = t[1:] / t[:-1] - 1
         bad = ring_infeasible(s, ta, n_cal[0], tb, n_cal[1])
-        shape.append({"gpu": g, f"{n_val}-GPU us below 1 MiB (min / median / max)":
-                      "{:.0f} / {:.0f} / {:.0f}".format(*(np.percentile(t[small], [0, 50, 100]) * 1e6)),
-                      f"{n_cal[0]}-GPU us below 1 MiB (min / median / max)":
-                      "{:.0f} / {:.0f} / {:.0f}".format(*(np.percentile(ta[small], [0, 50, 100]) * 1e6)),
-                      f"sizes below 1 MiB where {n_val} GPUs beat {n_cal[0]}":
-                      f"{int((t < ta)[small].sum())} of {int(small.sum())}",
-                      "sizes without a non-negative ring solution": f"{int(bad.sum())} of {len(s)}",
-                      "next-size drops > 30%": int((drops < -0.3).sum()),
-                      "largest next-size drop %": float(drops.min() * 100)})
+        shape.append(
+            {
+                "gpu": g,
+                f"{n_val}-GPU us below 1 MiB (min / median / max)": "{:.0f} / {:.0f} / {:.0f}".format(
+                    *(np.percentile(t[small], [0, 50, 100]) * 1e6)
+                ),
+                f"{n_cal[0]}-GPU us below 1 MiB (min / median / max)": "{:.0f} / {:.0f} / {:.0f}".format(
+                    *(np.percentile(ta[small], [0, 50, 100]) * 1e6)
+                ),
+                f"sizes below 1 MiB where {n_val} GPUs beat {n_cal[0]}": f"{int((t < ta)[small].sum())} "
+                f"of {int(small.sum())}",
+                "sizes without a non-negative ring solution": f"{int(bad.sum())} of {len(s)}",
+                "next-size drops > 30%": int((drops < -0.3).sum()),
+                "largest next-size drop %": float(drops.min() * 100),
+            }
+        )
     out = pd.DataFrame(rows)
     return out, pd.DataFrame(shape)
 
@@ -163,14 +187,18 @@ def decode_linear_floor(full: pd.DataFrame, table_ops: pd.DataFrame) -> pd.DataF
             c = np.array([coef[b][1] for b in vc["batch_size"]])
             pred = a + c * vc["batch_size"].to_numpy() * vc["context_tokens"].to_numpy()
             floor.append(np.abs(pred / vc["measured_s"].to_numpy() - 1))
-        rows.append({"gpu": g, "held-out points": len(v),
-                     "table pricer MAPE %": mape(v["predicted_s"] / v["measured_s"] - 1),
-                     "linear form fitted to every point of each batch size, MAPE %": mape(np.concatenate(floor))})
+        rows.append(
+            {
+                "gpu": g,
+                "held-out points": len(v),
+                "table pricer MAPE %": mape(v["predicted_s"] / v["measured_s"] - 1),
+                "linear form fitted to every point of each batch size, MAPE %": mape(np.concatenate(floor)),
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def decode_beyond_dram(full: pd.DataFrame, dram_s: dict[str, float], peak_bps: dict[str, float]
-                       ) -> pd.DataFrame:
+def decode_beyond_dram(full: pd.DataFrame, dram_s: dict[str, float], peak_bps: dict[str, float]) -> pd.DataFrame:
     """Decode-attention rows of ``full`` (op_points without subsampling, with ``gpu``) whose growth with the
     context beats the datasheet memory bandwidth ``peak_bps[gpu]``: per (cell, batch size ``b``), the least-squares
     slope ``s`` of time against context over the contexts of at least 1/8 of the longest (where the KV read
@@ -192,10 +220,17 @@ def decode_beyond_dram(full: pd.DataFrame, dram_s: dict[str, float], peak_bps: d
             continue
         rate = peak_bps[gpu] * b * dram_s[cid] / slope
         if rate > peak_bps[gpu]:
-            rows.append({"gpu": gpu, "cell_id": cid, "batch size": int(b),
-                         "contexts": f"{d['context_tokens'].min():,} - {d['context_tokens'].max():,}",
-                         "implied GB/s": rate / 1e9, "datasheet GB/s": peak_bps[gpu] / 1e9,
-                         "ratio": rate / peak_bps[gpu]})
+            rows.append(
+                {
+                    "gpu": gpu,
+                    "cell_id": cid,
+                    "batch size": int(b),
+                    "contexts": f"{d['context_tokens'].min():,} - {d['context_tokens'].max():,}",
+                    "implied GB/s": rate / 1e9,
+                    "datasheet GB/s": peak_bps[gpu] / 1e9,
+                    "ratio": rate / peak_bps[gpu],
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -224,8 +259,10 @@ def grid_rule_cv(full: pd.DataFrame, references: dict[str, Callable[[float, floa
             if k < len(rows) - 1:
                 kind = "interpolate an inner token row"
                 use = " (in use)" if ATTENTION_ROWS_IN_REFERENCE else ""
-                rules = {"log tokens" + ("" if use else " (in use)"): Grid(*args),
-                         "log reference" + use: Grid(*args, reference_between_rows=True)}
+                rules = {
+                    "log tokens" + ("" if use else " (in use)"): Grid(*args),
+                    "log reference" + use: Grid(*args, reference_between_rows=True),
+                }
                 preds = {r: np.array([g.at(n, c, ref) for c in ctx]) for r, g in rules.items()}
             else:
                 kind = "extrapolate the largest token row"
@@ -238,8 +275,12 @@ def grid_rule_cv(full: pd.DataFrame, references: dict[str, Callable[[float, floa
                     preds["power law in tokens"] = t_hi * (n / hi) ** (np.log(t_hi / t_lo) / math.log(hi / lo))
             for r, pr in preds.items():
                 errs.setdefault((gpu, kind, r), []).extend(np.abs(pr / meas - 1).tolist())
-    return pd.DataFrame([{"gpu": g, "held out": kind, "rule": r, "points": len(v), "MAPE %": 100 * float(np.mean(v))}
-                         for (g, kind, r), v in sorted(errs.items())])
+    return pd.DataFrame(
+        [
+            {"gpu": g, "held out": kind, "rule": r, "points": len(v), "MAPE %": 100 * float(np.mean(v))}
+            for (g, kind, r), v in sorted(errs.items())
+        ]
+    )
 
 
 def _chosen_elsewhere(rows: list[dict[str, Any]], gpu: str) -> str:
@@ -247,18 +288,21 @@ def _chosen_elsewhere(rows: list[dict[str, Any]], gpu: str) -> str:
     the floors, fitted to the 4-GPU points, are not candidates), and what it gives on ``gpu``: a method choice
     that does not look at ``gpu``'s own validation points."""
     cands = [x for x in rows if not x["method"].startswith("floor") and np.isfinite(x["all MAPE %"])]
-    others = {x["method"]: [y["all MAPE %"] for y in cands if y["method"] == x["method"] and y["gpu"] != gpu]
-              for x in cands}
+    others = {
+        x["method"]: [y["all MAPE %"] for y in cands if y["method"] == x["method"] and y["gpu"] != gpu] for x in cands
+    }
     others = {m: v for m, v in others.items() if v}
     if not others:
         return "The rooflines keep the global ring fit (no other GPU's 4-GPU curve to choose a method on)."
     best = min(others, key=lambda m: float(np.mean(others[m])))
     here = next(x["all MAPE %"] for x in cands if x["method"] == best and x["gpu"] == gpu)
     kept = "the global ring fit the rooflines use" if best.startswith("rooflines'") else f"'{best}'"
-    return (f"Chosen on the other GPUs' 4-GPU curves instead of this one's (mean MAPE "
-            f"{np.mean(others[best]):.1f}% there), the method is {kept}, {here:.1f}% here. The rooflines keep the "
-            "global ring fit: the simulator's form (one latency and one bus bandwidth per GPU, defined at every TP "
-            "degree), where the per-size forms need measured 2- and 8-GPU times at each size.")
+    return (
+        f"Chosen on the other GPUs' 4-GPU curves instead of this one's (mean MAPE "
+        f"{np.mean(others[best]):.1f}% there), the method is {kept}, {here:.1f}% here. The rooflines keep the "
+        "global ring fit: the simulator's form (one latency and one bus bandwidth per GPU, defined at every TP "
+        "degree), where the per-size forms need measured 2- and 8-GPU times at each size."
+    )
 
 
 def _flat(t: pd.DataFrame) -> pd.DataFrame:
@@ -274,49 +318,69 @@ def limits_markdown(s: dict[str, Any], md: Callable[..., str]) -> str:
     lim = s.get("table_limits", {})
     out = []
     if s.get("protocol", {}).get("cv"):
-        out += ["The table's two interpolation choices (GEMM tile, prefill-attention row rule) are chosen by "
-                "cross-validation inside the calibration cells: section 'Constants and where they come from'.", ""]
+        out += [
+            "The table's two interpolation choices (GEMM tile, prefill-attention row rule) are chosen by "
+            "cross-validation inside the calibration cells: section 'Constants and where they come from'.",
+            "",
+        ]
     if lim.get("grid_rules"):
-        rules = pd.DataFrame(lim["grid_rules"]).pivot_table(index="gpu", columns=["held out", "rule"],
-                                                            values="MAPE %")
-        out += ["The prefill-attention rules judged on the tables' own points instead (each inner token row, and the "
-                "largest, held out of a table built from its other rows; no validation point is used). A held-out "
-                "row's neighbours here are 4 grid rows apart; a validation point's are 2 apart (every other grid "
-                "row is in the table), and a shipped table has every grid row. MAPE % per GPU:", "",
-                md(_flat(rules.round(2)).reset_index(), ".2f"), ""]
+        rules = pd.DataFrame(lim["grid_rules"]).pivot_table(index="gpu", columns=["held out", "rule"], values="MAPE %")
+        out += [
+            "The prefill-attention rules judged on the tables' own points instead (each inner token row, and the "
+            "largest, held out of a table built from its other rows; no validation point is used). A held-out "
+            "row's neighbours here are 4 grid rows apart; a validation point's are 2 apart (every other grid "
+            "row is in the table), and a shipped table has every grid row. MAPE % per GPU:",
+            "",
+            md(_flat(rules.round(2)).reset_index(), ".2f"),
+            "",
+        ]
     if lim.get("allreduce"):
-        out += ["4-GPU all-reduce (validation) from the 2- and 8-GPU curves (calibration), MAPE % by size band. The "
-                "plain and refined rooflines use the ring fit of the first row (the table pricer instead "
-                "interpolates the measured curve of the same GPU count, judged on its held-out sizes); the per-size "
-                "ring forms use the structure "
-                "t_n = (n - 1) lat + 2 (n - 1) / n * bytes / busBW (bus bandwidth as in nccl-tests "
-                "doc/PERFORMANCE.md); the floors are fitted to the 4-GPU points themselves, so no model of the "
-                "2- and 8-GPU curves can do better than them:", "", md(pd.DataFrame(lim["allreduce"]), ".1f"), "",
-                "Shape of the measured curves (medians per size):", "", md(pd.DataFrame(lim["allreduce_shape"]),
-                                                                            ".1f"), ""]
+        out += [
+            "4-GPU all-reduce (validation) from the 2- and 8-GPU curves (calibration), MAPE % by size band. The "
+            "plain and refined rooflines use the ring fit of the first row (the table pricer instead "
+            "interpolates the measured curve of the same GPU count, judged on its held-out sizes); the per-size "
+            "ring forms use the structure "
+            "t_n = (n - 1) lat + 2 (n - 1) / n * bytes / busBW (bus bandwidth as in nccl-tests "
+            "doc/PERFORMANCE.md); the floors are fitted to the 4-GPU points themselves, so no model of the "
+            "2- and 8-GPU curves can do better than them:",
+            "",
+            md(pd.DataFrame(lim["allreduce"]), ".1f"),
+            "",
+            "Shape of the measured curves (medians per size):",
+            "",
+            md(pd.DataFrame(lim["allreduce_shape"]), ".1f"),
+            "",
+        ]
         for r in lim["allreduce_shape"]:
             rows = [x for x in lim["allreduce"] if x["gpu"] == r["gpu"]]
             fit = next(x for x in rows if x["method"].startswith("rooflines'"))
             ring = [x["all MAPE %"] for x in rows if x["method"].startswith("per size: ring")]
-            out.append(f"- {r['gpu']}: the exact per-size ring solution has a negative latency or bandwidth at "
-                       f"{r['sizes without a non-negative ring solution']} sizes, so the per-size ring prediction "
-                       f"depends on how the 2- and 8-GPU times are weighed ({min(ring):.1f}-{max(ring):.1f}% over "
-                       f"the three residual choices) while the global ring fit gives {fit['all MAPE %']:.1f}%; below "
-                       f"1 MiB the 4-GPU medians span {r['4-GPU us below 1 MiB (min / median / max)']} us, faster "
-                       f"than 2 GPUs at {r['sizes below 1 MiB where 4 GPUs beat 2']} sizes, with "
-                       f"{r['next-size drops > 30%']} drops of more than 30% to the next size "
-                       f"(largest {r['largest next-size drop %']:.0f}%). "
-                       + _chosen_elsewhere(lim["allreduce"], r["gpu"]))
+            out.append(
+                f"- {r['gpu']}: the exact per-size ring solution has a negative latency or bandwidth at "
+                f"{r['sizes without a non-negative ring solution']} sizes, so the per-size ring prediction "
+                f"depends on how the 2- and 8-GPU times are weighed ({min(ring):.1f}-{max(ring):.1f}% over "
+                f"the three residual choices) while the global ring fit gives {fit['all MAPE %']:.1f}%; below "
+                f"1 MiB the 4-GPU medians span {r['4-GPU us below 1 MiB (min / median / max)']} us, faster "
+                f"than 2 GPUs at {r['sizes below 1 MiB where 4 GPUs beat 2']} sizes, with "
+                f"{r['next-size drops > 30%']} drops of more than 30% to the next size "
+                f"(largest {r['largest next-size drop %']:.0f}%). " + _chosen_elsewhere(lim["allreduce"], r["gpu"])
+            )
         out.append("")
     if lim.get("decode_linear"):
-        out += ["Decode attention: the simulator prices a decode-only iteration of n sequences as A(n) + c(n) * "
-                "sum_ctx. The same form fitted to every measured point of each batch size (in-sample, not a "
-                "prediction) is the best it can do on the held-out points:", "",
-                md(pd.DataFrame(lim["decode_linear"])), ""]
+        out += [
+            "Decode attention: the simulator prices a decode-only iteration of n sequences as A(n) + c(n) * "
+            "sum_ctx. The same form fitted to every measured point of each batch size (in-sample, not a "
+            "prediction) is the best it can do on the held-out points:",
+            "",
+            md(pd.DataFrame(lim["decode_linear"])),
+            "",
+        ]
     for r in lim.get("decode_beyond_dram", []):
-        out.append(f"- {r['gpu']}, batch {r['batch size']}: over contexts {r['contexts']} the measured time "
-                   f"grows as if the KV cache streamed at {r['implied GB/s']:,.0f} GB/s, {r['ratio']:.2f}x "
-                   f"the datasheet {r['datasheet GB/s']:,.0f} GB/s: the profile read it from L2, which a served "
-                   "model (every layer's weights stream between two reads of the same KV) does not; the table "
-                   "prices that slope at the DRAM stream instead.")
+        out.append(
+            f"- {r['gpu']}, batch {r['batch size']}: over contexts {r['contexts']} the measured time "
+            f"grows as if the KV cache streamed at {r['implied GB/s']:,.0f} GB/s, {r['ratio']:.2f}x "
+            f"the datasheet {r['datasheet GB/s']:,.0f} GB/s: the profile read it from L2, which a served "
+            "model (every layer's weights stream between two reads of the same KV) does not; the table "
+            "prices that slope at the DRAM stream instead."
+        )
     return "\n".join(out).rstrip()

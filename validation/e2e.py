@@ -46,46 +46,62 @@ from validation.e2e_vllm import vllm_run
 
 SKIPPED_SOURCES: Final = {
     "mlperf": "not simulated: the OpenOrca input-length distribution is not in the measured summaries (only "
-              "outputs per sample = tokens/s / samples/s), TP and batching of the TensorRT-LLM engine are not "
-              "recorded, and the simulator models vLLM scheduling; any replay would rest on typed-in assumptions",
+    "outputs per sample = tokens/s / samples/s), TP and batching of the TensorRT-LLM engine are not "
+    "recorded, and the simulator models vLLM scheduling; any replay would rest on typed-in assumptions",
 }
-AGENT_CAVEAT: Final = ("stand-in trajectories: mini-swe-agent + Gemini 3 Pro (datasets/swebench-verified), whose "
-                       "turns are far longer than the measured run's Llama-3.1-70B agent turns; the measured run's "
-                       "own trajectories are not public")
+AGENT_CAVEAT: Final = (
+    "stand-in trajectories: mini-swe-agent + Gemini 3 Pro (datasets/swebench-verified), whose "
+    "turns are far longer than the measured run's Llama-3.1-70B agent turns; the measured run's "
+    "own trajectories are not public"
+)
 DATASET: Final = Path(__file__).resolve().parents[1] / "datasets" / "swebench-verified"
 
 
 # ---------------------------------------------------------------------------------------------- agent JCT
-def agent_jct(cell: pd.Series, tables: dict[str, pd.DataFrame], catalog: str | Path | None,
-              dataset: Path = DATASET) -> tuple[list[dict], dict[str, Any]]:
+def agent_jct(
+    cell: pd.Series, tables: dict[str, pd.DataFrame], catalog: str | Path | None, dataset: Path = DATASET
+) -> tuple[list[dict], dict[str, Any]]:
     meas = _metrics(tables, cell["cell_id"])
     prog = tables["programs"]
     meas_jct = prog.loc[prog["cell_id"] == cell["cell_id"], "jct_s"].to_numpy(dtype=float)
     cfg = SimConfig().replace(
         hardware={"gpu": cell["gpu"], "model": cell["model"], "dtype": cell["dtype"], "tp": int(cell["tp"])},
-        workload={"arrival": "closed", "concurrency": 64})
+        workload={"arrival": "closed", "concurrency": 64},
+    )
     try:
         from agentreplay.policy.presets import apply_preset
+
         cfg = apply_preset(cfg, "vllm")
     except ImportError:  # presets not available: the defaults are vLLM's behaviour
         pass
-    res = simulate(read_trace(dataset), cfg,
-                   perf=_perf(cell["gpu"], cell["model"], cell["dtype"], int(cell["tp"]), catalog))
+    res = simulate(
+        read_trace(dataset), cfg, perf=_perf(cell["gpu"], cell["model"], cell["dtype"], int(cell["tp"]), catalog)
+    )
     jct = res.programs["jct_s"].to_numpy(dtype=float)
-    sim = {"jct_mean_s": float(jct.mean()), "jct_p50_s": float(np.median(jct)),
-           "jct_p95_s": float(np.percentile(jct, 95)), "makespan_s": float(res.summary["makespan_s"])}
+    sim = {
+        "jct_mean_s": float(jct.mean()),
+        "jct_p50_s": float(np.median(jct)),
+        "jct_p95_s": float(np.percentile(jct, 95)),
+        "makespan_s": float(res.summary["makespan_s"]),
+    }
     w = res.summary
-    note = (f"{AGENT_CAVEAT}. Stand-in: {w['turns'] / w['programs']:.1f} turns and "
-            f"{w['input_tokens'] / w['turns']:,.0f} input tokens per turn; simulated prefix hit rate "
-            f"{w['prefix_hit_rate']:.3f}, {w['preemptions']:,} preemptions, {w['recomputed_tokens']:,} recomputed "
-            "tokens")
-    return _rows(cell, meas, sim, note), {"measured": {"jct_s": meas_jct}, "simulated": {"jct_s": jct},
-                                          "summary": res.summary}
+    note = (
+        f"{AGENT_CAVEAT}. Stand-in: {w['turns'] / w['programs']:.1f} turns and "
+        f"{w['input_tokens'] / w['turns']:,.0f} input tokens per turn; simulated prefix hit rate "
+        f"{w['prefix_hit_rate']:.3f}, {w['preemptions']:,} preemptions, {w['recomputed_tokens']:,} recomputed "
+        "tokens"
+    )
+    return _rows(cell, meas, sim, note), {
+        "measured": {"jct_s": meas_jct},
+        "simulated": {"jct_s": jct},
+        "summary": res.summary,
+    }
 
 
 # ---------------------------------------------------------------------------------------------- all
-def run_all(tables: dict[str, pd.DataFrame], catalog: str | Path | None = None, *, agent: bool = True,
-            dataset: Path = DATASET) -> tuple[pd.DataFrame, dict[str, dict[str, Any]], list[tuple[str, str]]]:
+def run_all(
+    tables: dict[str, pd.DataFrame], catalog: str | Path | None = None, *, agent: bool = True, dataset: Path = DATASET
+) -> tuple[pd.DataFrame, dict[str, dict[str, Any]], list[tuple[str, str]]]:
     """Simulate every end-to-end cell; returns (error rows, per-cell distributions, skipped (cell, reason))."""
     cells = tables["cells"]
     cells = cells[cells["kind"] == "end-to-end"]
@@ -124,16 +140,19 @@ def alternatives(tables: dict[str, pd.DataFrame], catalog: str | Path | None = N
     pricer and, where mixed attention is one kernel, both rooflines with it apart (rows as :func:`run_all`'s plus
     ``pricer``); the default-roofline rows are in :func:`run_all`."""
     cells = tables["cells"]
-    sel = cells[(cells["source"] == "vllm-run") | ((cells["source"] == "llmperf") & (cells["gpu"] == "rtx3090")
-                                                   & (cells["dtype"] == "bf16"))]
+    sel = cells[
+        (cells["source"] == "vllm-run")
+        | ((cells["source"] == "llmperf") & (cells["gpu"] == "rtx3090") & (cells["dtype"] == "bf16"))
+    ]
     known = set(list_gpus(catalog))
     rows: list[dict] = []
     for _, cell in sel.iterrows():
         if cell["gpu"] not in known:
             continue
         try:
-            one_kernel = _perf(cell["gpu"], cell["model"], cell["dtype"], int(cell["tp"]),
-                               catalog).needs_decode_contexts
+            one_kernel = _perf(
+                cell["gpu"], cell["model"], cell["dtype"], int(cell["tp"]), catalog
+            ).needs_decode_contexts
         except ValueError as exc:  # a dtype or model the pricers cannot price: the cell is listed by run_all
             rows.append({"cell_id": cell["cell_id"], "pricer": "roofline", "note": str(exc)})
             continue

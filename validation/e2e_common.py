@@ -18,24 +18,45 @@ from agentreplay.trace.io import Trace
 QUANTILES: Final = (50, 90, 99)
 
 
-def single_turn_trace(ids: list[str], arrival_s: np.ndarray | None, input_tokens: np.ndarray,
-                      output_tokens: np.ndarray, model: str) -> Trace:
+def single_turn_trace(
+    ids: list[str], arrival_s: np.ndarray | None, input_tokens: np.ndarray, output_tokens: np.ndarray, model: str
+) -> Trace:
     """One program per request, one turn each (no tool call, no shared prefix)."""
     n = len(ids)
-    progs = pd.DataFrame({
-        "program_id": ids, "source": "validation", "task_id": ids, "agent": "none", "model": model,
-        "n_turns": np.ones(n, dtype=np.int32), "resolved": pd.array([None] * n, dtype="boolean"),
-        "arrival_s": np.full(n, np.nan) if arrival_s is None else np.asarray(arrival_s, dtype=float),
-        "shared_prefix_id": [None] * n, "shared_prefix_tokens": np.zeros(n, dtype=np.int64)})
+    progs = pd.DataFrame(
+        {
+            "program_id": ids,
+            "source": "validation",
+            "task_id": ids,
+            "agent": "none",
+            "model": model,
+            "n_turns": np.ones(n, dtype=np.int32),
+            "resolved": pd.array([None] * n, dtype="boolean"),
+            "arrival_s": np.full(n, np.nan) if arrival_s is None else np.asarray(arrival_s, dtype=float),
+            "shared_prefix_id": [None] * n,
+            "shared_prefix_tokens": np.zeros(n, dtype=np.int64),
+        }
+    )
     nan = np.full(n, np.nan)
-    turns = pd.DataFrame({
-        "program_id": ids, "turn_idx": np.zeros(n, dtype=np.int32),
-        "input_tokens": np.asarray(input_tokens, dtype=np.int64),
-        "output_tokens": np.asarray(output_tokens, dtype=np.int64), "reused_tokens": np.zeros(n, dtype=np.int64),
-        "provider_cached_tokens": pd.array([None] * n, dtype="Int64"),
-        "reasoning_tokens": pd.array([None] * n, dtype="Int64"), "tokens_kind": "exact", "tool_class": "other",
-        "tool_name": [None] * n, "tool_duration_s": nan, "tool_duration_kind": [None] * n, "llm_latency_s": nan,
-        "t_request_s": nan, "t_response_s": nan})
+    turns = pd.DataFrame(
+        {
+            "program_id": ids,
+            "turn_idx": np.zeros(n, dtype=np.int32),
+            "input_tokens": np.asarray(input_tokens, dtype=np.int64),
+            "output_tokens": np.asarray(output_tokens, dtype=np.int64),
+            "reused_tokens": np.zeros(n, dtype=np.int64),
+            "provider_cached_tokens": pd.array([None] * n, dtype="Int64"),
+            "reasoning_tokens": pd.array([None] * n, dtype="Int64"),
+            "tokens_kind": "exact",
+            "tool_class": "other",
+            "tool_name": [None] * n,
+            "tool_duration_s": nan,
+            "tool_duration_kind": [None] * n,
+            "llm_latency_s": nan,
+            "t_request_s": nan,
+            "t_response_s": nan,
+        }
+    )
     return Trace(progs, turns)
 
 
@@ -46,11 +67,26 @@ def single_turn_trace(ids: list[str], arrival_s: np.ndarray | None, input_tokens
 E2E_PRICERS: Final = ("roofline", "refined", "table", "roofline:apart", "refined:apart")
 
 
-def _perf(gpu: str, model: str, dtype: str, tp: int, catalog: str | Path | None,
-          pricer: str = "roofline", kv_dtype: str = "bf16") -> PerfModel | TablePerfModel:
+def _perf(
+    gpu: str,
+    model: str,
+    dtype: str,
+    tp: int,
+    catalog: str | Path | None,
+    pricer: str = "roofline",
+    kv_dtype: str = "bf16",
+) -> PerfModel | TablePerfModel:
     kind, _, mixed = pricer.partition(":")
-    return pricer_from_names(kind, gpu, model, dtype, tp, catalog,  # type: ignore[arg-type]
-                             mixed_attention=mixed or "one_kernel", kv_dtype=kv_dtype)  # type: ignore[arg-type]
+    return pricer_from_names(
+        kind,
+        gpu,
+        model,
+        dtype,
+        tp,
+        catalog,  # type: ignore[arg-type]
+        mixed_attention=mixed or "one_kernel",
+        kv_dtype=kv_dtype,
+    )  # type: ignore[arg-type]
 
 
 def dist(prefix: str, values: np.ndarray) -> dict[str, float]:
@@ -62,10 +98,23 @@ def dist(prefix: str, values: np.ndarray) -> dict[str, float]:
 
 
 def _rows(cell: pd.Series, measured: dict[str, float], simulated: dict[str, float], note: str = "") -> list[dict]:
-    return [{"source": cell["source"], "cell_id": cell["cell_id"], "gpu": cell["gpu"], "model": cell["model"],
-             "dtype": cell["dtype"], "tp": int(cell["tp"]), "metric": m, "measured": float(measured[m]),
-             "simulated": float(simulated[m]), "role": "validation", "note": note}
-            for m in simulated if m in measured and np.isfinite(measured[m]) and np.isfinite(simulated[m])]
+    return [
+        {
+            "source": cell["source"],
+            "cell_id": cell["cell_id"],
+            "gpu": cell["gpu"],
+            "model": cell["model"],
+            "dtype": cell["dtype"],
+            "tp": int(cell["tp"]),
+            "metric": m,
+            "measured": float(measured[m]),
+            "simulated": float(simulated[m]),
+            "role": "validation",
+            "note": note,
+        }
+        for m in simulated
+        if m in measured and np.isfinite(measured[m]) and np.isfinite(simulated[m])
+    ]
 
 
 def _metrics(measured_tables: dict[str, pd.DataFrame], cell_id: str) -> dict[str, float]:

@@ -112,30 +112,45 @@ def runs_from_tables(tables: dict[str, pd.DataFrame]) -> list[MeasuredRun]:
             dtype = "bf16"
         dp = int(ek.get("data_parallel_size") or 1)
         ep = bool(ek.get("enable_expert_parallel") or False)
-        hw: dict[str, Any] = {"gpu": c["gpu"], "model": c["model"], "dtype": dtype, "tp": int(c["tp"]), "dp": dp,
-                              "ep": ep}
+        hw: dict[str, Any] = {
+            "gpu": c["gpu"],
+            "model": c["model"],
+            "dtype": dtype,
+            "tp": int(c["tp"]),
+            "dp": dp,
+            "ep": ep,
+        }
         if ek.get("all2all_backend"):
             hw["all2all_backend"] = ek["all2all_backend"]
         cfg = SimConfig().replace(
             hardware=hw,
-            cache={"num_gpu_blocks": _int(cfg_json, "num_gpu_blocks", cid),
-                   "block_size": _int(cfg_json, "block_size", cid),
-                   "enable_prefix_caching": bool(cfg_json.get("enable_prefix_caching", True))},
-            scheduler={"max_num_seqs": _int(cfg_json, "max_num_seqs", cid),
-                       "max_num_batched_tokens": _int(cfg_json, "max_num_batched_tokens", cid)},
+            cache={
+                "num_gpu_blocks": _int(cfg_json, "num_gpu_blocks", cid),
+                "block_size": _int(cfg_json, "block_size", cid),
+                "enable_prefix_caching": bool(cfg_json.get("enable_prefix_caching", True)),
+            },
+            scheduler={
+                "max_num_seqs": _int(cfg_json, "max_num_seqs", cid),
+                "max_num_batched_tokens": _int(cfg_json, "max_num_batched_tokens", cid),
+            },
             router={"policy": "vllm-dp" if dp > 1 else "least-loaded"},
-            workload={"arrival": "trace"})
+            workload={"arrival": "trace"},
+        )
         req = req_all[req_all["cell_id"] == cid]
-        trace = single_turn_trace(req["request_id"].astype(str).tolist(), req["arrival_s"].to_numpy(),
-                                  req["input_tokens"].to_numpy(), req["output_tokens"].to_numpy(), str(c["model"]))
+        trace = single_turn_trace(
+            req["request_id"].astype(str).tolist(),
+            req["arrival_s"].to_numpy(),
+            req["input_tokens"].to_numpy(),
+            req["output_tokens"].to_numpy(),
+            str(c["model"]),
+        )
         met = met_all[met_all["cell_id"] == cid]
         measured = {str(k): float(v) for k, v in zip(met["metric"], met["value"], strict=True) if k in FIT_METRICS}
         out.append(MeasuredRun(cid, trace, cfg, measured))
     return out
 
 
-def split(runs: Sequence[Any], calibration_globs: Sequence[str], require: bool = True) -> tuple[list[Any],
-                                                                                              list[Any]]:
+def split(runs: Sequence[Any], calibration_globs: Sequence[str], require: bool = True) -> tuple[list[Any], list[Any]]:
     """(calibration, held-out) of cells (anything with a ``cell_id``): a cell is calibration when its id matches
     any glob, held out otherwise. ``require``: FitError when no cell matches."""
     if not calibration_globs:
@@ -177,15 +192,23 @@ def _loss(runs: Sequence[MeasuredRun], cost: StepCost) -> float:
     errs = []
     for run in runs:
         sim = metrics(replay(run, cost))
-        errs += [math.log(sim[m] / run.measured[m]) ** 2 for m in FIT_METRICS
-                 if m in run.measured and run.measured[m] > 0 and sim.get(m, 0) > 0]
+        errs += [
+            math.log(sim[m] / run.measured[m]) ** 2
+            for m in FIT_METRICS
+            if m in run.measured and run.measured[m] > 0 and sim.get(m, 0) > 0
+        ]
     if not errs:
         raise FitError("the calibration cells have none of the metrics " + ", ".join(FIT_METRICS))
     return float(np.mean(errs))
 
 
-def fit(calibration: Sequence[MeasuredRun], held_out: Sequence[MeasuredRun] = (), start: StepCost | None = None,
-        xatol: float = 1e-3, held_out_iterations: Sequence[IterationCell] = ()) -> FitResult:
+def fit(
+    calibration: Sequence[MeasuredRun],
+    held_out: Sequence[MeasuredRun] = (),
+    start: StepCost | None = None,
+    xatol: float = 1e-3,
+    held_out_iterations: Sequence[IterationCell] = (),
+) -> FitResult:
     """Fit the step cost on ``calibration`` (module docstring), then replay every cell with the start and the
     fitted values. ``start``: the catalogue value of the first calibration cell's GPU unless given."""
     from scipy.optimize import minimize
@@ -204,9 +227,13 @@ def fit(calibration: Sequence[MeasuredRun], held_out: Sequence[MeasuredRun] = ()
     # per_seq_us is searched in units of 100 us so that both coordinates move on the scale of a millisecond
     x0 = np.array([max(start.fixed_ms, 0.1), max(start.per_seq_us, 10.0) / 100.0])
     simplex = np.array([x0, x0 + np.array([2.0, 0.0]), x0 + np.array([0.0, 0.5])])
-    got = minimize(loss, x0, method="Nelder-Mead",
-                   bounds=[BOUNDS[0], (BOUNDS[1][0] / 100.0, BOUNDS[1][1] / 100.0)],
-                   options={"initial_simplex": simplex, "xatol": xatol, "fatol": 1e-12, "maxfev": 200})
+    got = minimize(
+        loss,
+        x0,
+        method="Nelder-Mead",
+        bounds=[BOUNDS[0], (BOUNDS[1][0] / 100.0, BOUNDS[1][1] / 100.0)],
+        options={"initial_simplex": simplex, "xatol": xatol, "fatol": 1e-12, "maxfev": 200},
+    )
     fitted = StepCost(max(0.0, float(got.x[0])), max(0.0, float(got.x[1]) * 100.0))
     result = FitResult([r.cell_id for r in calibration], [r.cell_id for r in held_out], start, fitted, evals)
     evaluate_runs(result, calibration, "calibration")
@@ -222,8 +249,16 @@ def evaluate_runs(result: FitResult, runs: Sequence[MeasuredRun], role: str) -> 
         before, after = metrics(replay(run)), metrics(replay(run, result.fitted))
         for m in FIT_METRICS:
             if m in run.measured and run.measured[m] > 0 and m in after:
-                result.rows.append({"cell_id": run.cell_id, "role": role, "metric": m,
-                                    "measured": run.measured[m], "start": before[m], "fitted": after[m]})
+                result.rows.append(
+                    {
+                        "cell_id": run.cell_id,
+                        "role": role,
+                        "metric": m,
+                        "measured": run.measured[m],
+                        "start": before[m],
+                        "fitted": after[m],
+                    }
+                )
 
 
 # ---- whole-model iteration cells (Splitwise format) ---------------------------------------------------------------
@@ -267,12 +302,17 @@ def _iteration_times(cell: IterationCell, cost: StepCost) -> np.ndarray:
     from validation.components import predict_iterations
 
     gpu = load_gpu(cell.gpu)
-    return predict_iterations(cell.points, gpu, {cell.cell_id: load_model(cell.model)}, {cell.cell_id: cell.tp},
-                              cost.apply(gpu.efficiency))
+    return predict_iterations(
+        cell.points, gpu, {cell.cell_id: load_model(cell.model)}, {cell.cell_id: cell.tp}, cost.apply(gpu.efficiency)
+    )
 
 
-def fit_iterations(calibration: Sequence[IterationCell], held_out: Sequence[IterationCell] = (),
-                   held_out_runs: Sequence[MeasuredRun] = (), start: StepCost | None = None) -> FitResult:
+def fit_iterations(
+    calibration: Sequence[IterationCell],
+    held_out: Sequence[IterationCell] = (),
+    held_out_runs: Sequence[MeasuredRun] = (),
+    start: StepCost | None = None,
+) -> FitResult:
     """Fit the step cost on whole-model iterations: an iteration of ``b`` sequences is the roofline without step
     cost plus ``fixed_ms * 1e-3 + per_seq_us * 1e-6 * b``, linear in the two parameters, so the fit is exact
     non-negative least squares on relative errors (``scipy.optimize.nnls``). Held-out iteration cells and serving
@@ -306,14 +346,27 @@ def evaluate_iterations(result: FitResult, cells: Sequence[IterationCell], role:
         before = _iteration_times(cell, StepCost.of(load_gpu(cell.gpu).efficiency))
         after = _iteration_times(cell, result.fitted)
         for r, b, a in zip(cell.points.itertuples(index=False), before, after, strict=True):
-            result.rows.append({"cell_id": cell.cell_id, "role": role,
-                                "metric": f"{r.group} b={r.batch_size} n={r.num_tokens} ctx={r.context_tokens}",
-                                "measured": float(r.measured_s), "start": float(b), "fitted": float(a)})
+            result.rows.append(
+                {
+                    "cell_id": cell.cell_id,
+                    "role": role,
+                    "metric": f"{r.group} b={r.batch_size} n={r.num_tokens} ctx={r.context_tokens}",
+                    "measured": float(r.measured_s),
+                    "start": float(b),
+                    "fitted": float(a),
+                }
+            )
 
 
 # ---- synthetic runs in the vllm-run format ----------------------------------------------------------------------
-def write_vllm_run(out_dir: str | Path, res: SimResult, device_name: str, hf_model: str,
-                   dataset_path: str | None = None, epoch_s: float = 1.7e9) -> Path:
+def write_vllm_run(
+    out_dir: str | Path,
+    res: SimResult,
+    device_name: str,
+    hf_model: str,
+    dataset_path: str | None = None,
+    epoch_s: float = 1.7e9,
+) -> Path:
     """Write a simulated single-turn run as a ``vllm-run`` folder (``requests.jsonl`` + ``meta.json``), with the
     deployment its config ran: what a real vLLM run measured with the same engine would record."""
     out = Path(out_dir)
@@ -322,21 +375,43 @@ def write_vllm_run(out_dir: str | Path, res: SimResult, device_name: str, hf_mod
     with open(out / "requests.jsonl", "w", encoding="utf-8") as f:
         for row in t.itertuples(index=False):
             a = epoch_s + float(row.release_s)
-            f.write(json.dumps({"request_id": str(row.program_id), "input_toks": int(row.input_tokens),
-                                "output_toks": int(row.output_tokens), "arrival_time": a, "queued_ts": a,
-                                "scheduled_ts": epoch_s + float(row.first_scheduled_s),
-                                "first_token_ts": epoch_s + float(row.first_token_s),
-                                "last_token_ts": epoch_s + float(row.finish_s)}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "request_id": str(row.program_id),
+                        "input_toks": int(row.input_tokens),
+                        "output_toks": int(row.output_tokens),
+                        "arrival_time": a,
+                        "queued_ts": a,
+                        "scheduled_ts": epoch_s + float(row.first_scheduled_s),
+                        "first_token_ts": epoch_s + float(row.first_token_s),
+                        "last_token_ts": epoch_s + float(row.finish_s),
+                    }
+                )
+                + "\n"
+            )
     c = res.summary["cluster"]
     hw = cfg.hardware
-    meta = {"model": hf_model, "vllm_version": "simulated",
-            "engine_kwargs": {"tensor_parallel_size": hw.tp, "data_parallel_size": hw.dp,
-                              "enable_expert_parallel": hw.ep, "all2all_backend": hw.all2all_backend,
-                              "dtype": {"bf16": "bfloat16"}.get(hw.dtype, hw.dtype),
-                              "max_num_seqs": c["max_num_seqs"], "max_num_batched_tokens": c["max_num_batched_tokens"]},
-            "kv_cache": {"num_gpu_blocks": c["num_gpu_blocks"], "block_size": cfg.cache.block_size,
-                         "gpu_memory_utilization": cfg.cache.gpu_memory_utilization,
-                         "enable_prefix_caching": cfg.cache.enable_prefix_caching},
-            "hardware": {"device_name": device_name}, "dataset_path": dataset_path}
+    meta = {
+        "model": hf_model,
+        "vllm_version": "simulated",
+        "engine_kwargs": {
+            "tensor_parallel_size": hw.tp,
+            "data_parallel_size": hw.dp,
+            "enable_expert_parallel": hw.ep,
+            "all2all_backend": hw.all2all_backend,
+            "dtype": {"bf16": "bfloat16"}.get(hw.dtype, hw.dtype),
+            "max_num_seqs": c["max_num_seqs"],
+            "max_num_batched_tokens": c["max_num_batched_tokens"],
+        },
+        "kv_cache": {
+            "num_gpu_blocks": c["num_gpu_blocks"],
+            "block_size": cfg.cache.block_size,
+            "gpu_memory_utilization": cfg.cache.gpu_memory_utilization,
+            "enable_prefix_caching": cfg.cache.enable_prefix_caching,
+        },
+        "hardware": {"device_name": device_name},
+        "dataset_path": dataset_path,
+    }
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     return out

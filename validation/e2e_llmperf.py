@@ -38,21 +38,21 @@ from validation.llmperf_client import Launch, kv_demand, quantile_points, recons
 
 FIXED_BY_CONSTRUCTION: Final = {
     "throughput_output_tok_s": "fixed by construction: the launch spread is solved so that the client loop on the "
-                               "measured E2E ends at the measured span, which this throughput divides by",
+    "measured E2E ends at the measured span, which this throughput divides by",
     "throughput_req_s": "fixed by construction: 64 requests over a span the launch spread was solved to reproduce",
 }
 #: Engine settings an LLMPerf run does not record, with what the replay assumes.
 UNRECORDED: Final = {
     "gpu_memory_utilization": "vLLM default 0.9",
     "max_model_len": "not modelled: vLLM's default for Llama-3.1 (131,072 tokens = 8,192 blocks) needs more KV than "
-                     "a 24 GB card holds, and vLLM refuses to start then (vllm/v1/core/kv_cache_utils.py "
-                     "_check_enough_kv_cache_memory), so the run set a smaller one; it changes nothing else here "
-                     "except, in vLLM V0 without chunked prefill, the batched-token budget "
-                     "(max(max_model_len, 2048)): see max_num_batched_tokens",
+    "a 24 GB card holds, and vLLM refuses to start then (vllm/v1/core/kv_cache_utils.py "
+    "_check_enough_kv_cache_memory), so the run set a smaller one; it changes nothing else here "
+    "except, in vLLM V0 without chunked prefill, the batched-token budget "
+    "(max(max_model_len, 2048)): see max_num_batched_tokens",
     "max_num_seqs": "vLLM default 256 (>= the 64 threads)",
     "max_num_batched_tokens": "vLLM default 2048 on GPUs under 70 GiB (EngineArgs.get_batch_defaults)",
     "prefix_cache": "off: no prompt cached (vLLM V0, current when the runs were made, left prefix caching off); "
-                    "see PREFIX_STATES",
+    "see PREFIX_STATES",
     "vllm_version": "the simulator's vLLM v1 scheduler (reserve_full_isl on, as current vLLM)",
     "gpu_count": "1 GPU, TP 1",
 }
@@ -104,8 +104,10 @@ def cell_launch(cell: pd.Series, meas: dict[str, float], *, spread_s: float | No
     if not isinstance(dists, dict):
         raise ValueError(f"{where} has no 'distributions' (collected by an older collector: collect again)")
     if cfg.get("number_errors"):
-        raise ValueError(f"{where}.number_errors = {cfg['number_errors']}: errored requests count towards the "
-                         "client's stop rule but their timing is not recorded; not reconstructed")
+        raise ValueError(
+            f"{where}.number_errors = {cfg['number_errors']}: errored requests count towards the "
+            "client's stop rule but their timing is not recorded; not reconstructed"
+        )
     n = int(meas["completed_requests"])
     threads = int(cfg.get("num_concurrent_requests") or 0)
     if threads < 1:
@@ -119,8 +121,16 @@ def cell_launch(cell: pd.Series, meas: dict[str, float], *, spread_s: float | No
     return reconstruct(e2e, ttft, threads, n, float(span), seed, spread_s=spread_s), n
 
 
-def client_trace(starts: np.ndarray, rounds: np.ndarray, threads: int, requests: int, inp: np.ndarray,
-                 out: np.ndarray, model: str, prefix: str = "off") -> Trace:
+def client_trace(
+    starts: np.ndarray,
+    rounds: np.ndarray,
+    threads: int,
+    requests: int,
+    inp: np.ndarray,
+    out: np.ndarray,
+    model: str,
+    prefix: str = "off",
+) -> Trace:
     """One program per client thread (arriving at its start), one turn per request it sends: round k of thread i
     sends prompt ``(i + k * threads) % requests``. ``prefix`` (:data:`PREFIX_STATES`): with ``resend`` and
     ``warm`` every prompt is a prefix shared by the requests that send it (all but its last token: vLLM
@@ -130,17 +140,28 @@ def client_trace(starts: np.ndarray, rounds: np.ndarray, threads: int, requests:
         raise ValueError(f"prefix = {prefix!r}: one of {list(PREFIX_STATES)}")
     rounds = np.asarray(rounds, dtype=np.int64)
     if np.any(rounds > 1) and threads % requests and prefix != "off":
-        raise ValueError(f"{threads} threads, {requests} requests: a thread's prompts differ, one prefix per "
-                         "thread cannot stand for them")
+        raise ValueError(
+            f"{threads} threads, {requests} requests: a thread's prompts differ, one prefix per "
+            "thread cannot stand for them"
+        )
     ids = [f"thread{i:03d}" for i in range(threads)]
     first = np.arange(threads) % requests
     offset = WARM_OFFSET_S if prefix == "warm" else 0.0
     shared = [f"prompt{p}" if prefix != "off" else None for p in first]
-    progs = pd.DataFrame({
-        "program_id": ids, "source": "validation", "task_id": ids, "agent": "llmperf-client", "model": model,
-        "n_turns": rounds.astype(np.int32), "resolved": pd.array([None] * threads, dtype="boolean"),
-        "arrival_s": offset + np.asarray(starts, dtype=float), "shared_prefix_id": shared,
-        "shared_prefix_tokens": (inp[first] - 1 if prefix != "off" else np.zeros(threads)).astype(np.int64)})
+    progs = pd.DataFrame(
+        {
+            "program_id": ids,
+            "source": "validation",
+            "task_id": ids,
+            "agent": "llmperf-client",
+            "model": model,
+            "n_turns": rounds.astype(np.int32),
+            "resolved": pd.array([None] * threads, dtype="boolean"),
+            "arrival_s": offset + np.asarray(starts, dtype=float),
+            "shared_prefix_id": shared,
+            "shared_prefix_tokens": (inp[first] - 1 if prefix != "off" else np.zeros(threads)).astype(np.int64),
+        }
+    )
     th = np.repeat(np.arange(threads), rounds)
     k = np.concatenate([np.arange(r) for r in rounds])
     prompt = (th + k * threads) % requests
@@ -148,23 +169,48 @@ def client_trace(starts: np.ndarray, rounds: np.ndarray, threads: int, requests:
     pid, tin, tout = [ids[i] for i in th], inp[prompt], out[prompt]
     if prefix == "warm":
         warm = [f"warmup{p:03d}" for p in range(requests)]
-        progs = pd.concat([progs, pd.DataFrame({
-            "program_id": warm, "source": "validation", "task_id": warm, "agent": "llmperf-warmup", "model": model,
-            "n_turns": np.ones(requests, dtype=np.int32), "resolved": pd.array([None] * requests, dtype="boolean"),
-            "arrival_s": np.zeros(requests), "shared_prefix_id": [f"prompt{p}" for p in range(requests)],
-            "shared_prefix_tokens": (inp - 1).astype(np.int64)})], ignore_index=True)
+        progs = pd.concat(
+            [
+                progs,
+                pd.DataFrame(
+                    {
+                        "program_id": warm,
+                        "source": "validation",
+                        "task_id": warm,
+                        "agent": "llmperf-warmup",
+                        "model": model,
+                        "n_turns": np.ones(requests, dtype=np.int32),
+                        "resolved": pd.array([None] * requests, dtype="boolean"),
+                        "arrival_s": np.zeros(requests),
+                        "shared_prefix_id": [f"prompt{p}" for p in range(requests)],
+                        "shared_prefix_tokens": (inp - 1).astype(np.int64),
+                    }
+                ),
+            ],
+            ignore_index=True,
+        )
         pid, tin, tout = pid + warm, np.r_[tin, inp], np.r_[tout, np.ones(requests, dtype=np.int64)]
         k, last = np.r_[k, np.zeros(requests, dtype=np.int64)], np.r_[last, np.ones(requests, dtype=bool)]
     m = len(pid)
-    turns = pd.DataFrame({
-        "program_id": pid, "turn_idx": k.astype(np.int32),
-        "input_tokens": tin.astype(np.int64), "output_tokens": tout.astype(np.int64),
-        "reused_tokens": np.zeros(m, dtype=np.int64),
-        "provider_cached_tokens": pd.array([None] * m, dtype="Int64"),
-        "reasoning_tokens": pd.array([None] * m, dtype="Int64"), "tokens_kind": "exact", "tool_class": "other",
-        "tool_name": [None] * m, "tool_duration_s": np.where(last, np.nan, 0.0),
-        "tool_duration_kind": [None if x else "measured" for x in last], "llm_latency_s": np.full(m, np.nan),
-        "t_request_s": np.full(m, np.nan), "t_response_s": np.full(m, np.nan)})
+    turns = pd.DataFrame(
+        {
+            "program_id": pid,
+            "turn_idx": k.astype(np.int32),
+            "input_tokens": tin.astype(np.int64),
+            "output_tokens": tout.astype(np.int64),
+            "reused_tokens": np.zeros(m, dtype=np.int64),
+            "provider_cached_tokens": pd.array([None] * m, dtype="Int64"),
+            "reasoning_tokens": pd.array([None] * m, dtype="Int64"),
+            "tokens_kind": "exact",
+            "tool_class": "other",
+            "tool_name": [None] * m,
+            "tool_duration_s": np.where(last, np.nan, 0.0),
+            "tool_duration_kind": [None if x else "measured" for x in last],
+            "llm_latency_s": np.full(m, np.nan),
+            "t_request_s": np.full(m, np.nan),
+            "t_response_s": np.full(m, np.nan),
+        }
+    )
     return Trace(progs, turns)
 
 
@@ -190,8 +236,16 @@ def client_cut(turns: pd.DataFrame, threads: int, requests: int) -> tuple[np.nda
     return sends, recorded
 
 
-def replay(cell: pd.Series, catalog: str | Path | None, launch: Launch, n: int, inp: np.ndarray, out: np.ndarray,
-           settings: dict[str, Any] | None = None, pricer: str = "roofline") -> tuple[pd.DataFrame, Any]:
+def replay(
+    cell: pd.Series,
+    catalog: str | Path | None,
+    launch: Launch,
+    n: int,
+    inp: np.ndarray,
+    out: np.ndarray,
+    settings: dict[str, Any] | None = None,
+    pricer: str = "roofline",
+) -> tuple[pd.DataFrame, Any]:
     """Simulate the reconstructed client: (turns of the requests sent, with a ``recorded`` column; SimResult)."""
     s = settings or {}
     threads = len(launch.starts_s)
@@ -200,18 +254,22 @@ def replay(cell: pd.Series, catalog: str | Path | None, launch: Launch, n: int, 
         hardware={"gpu": cell["gpu"], "model": cell["model"], "dtype": cell["dtype"], "tp": tp},
         workload={"arrival": "trace"},
         cache={"gpu_memory_utilization": float(s.get("gpu_memory_utilization", 0.9))},
-        scheduler={"max_num_seqs": s.get("max_num_seqs"), "max_num_batched_tokens": s.get("max_num_batched_tokens"),
-                   "reserve_full_isl": bool(s.get("reserve_full_isl", True))})
+        scheduler={
+            "max_num_seqs": s.get("max_num_seqs"),
+            "max_num_batched_tokens": s.get("max_num_batched_tokens"),
+            "reserve_full_isl": bool(s.get("reserve_full_isl", True)),
+        },
+    )
     perf = _perf(cell["gpu"], cell["model"], cell["dtype"], tp, catalog, pricer)
     prefix = str(s.get("prefix_cache", "off"))
     rounds = np.bincount(launch.client.thread, minlength=threads) + 2  # room for the simulated order to differ
     for _ in range(4):
-        res = simulate(client_trace(launch.starts_s, rounds, threads, n, inp, out, cell["model"], prefix), cfg,
-                       perf=perf)
+        res = simulate(
+            client_trace(launch.starts_s, rounds, threads, n, inp, out, cell["model"], prefix), cfg, perf=perf
+        )
         turns = res.turns[res.turns["program_id"].str.startswith("thread")].reset_index(drop=True)
         if prefix == "warm":
-            turns = turns.assign(**{c: turns[c] - WARM_OFFSET_S for c in ("release_s", "first_token_s",
-                                                                           "finish_s")})
+            turns = turns.assign(**{c: turns[c] - WARM_OFFSET_S for c in ("release_s", "first_token_s", "finish_s")})
         sends, recorded = client_cut(turns, threads, n)
         if np.any(sends > rounds):
             rounds = np.maximum(rounds, sends) + 2
@@ -228,8 +286,7 @@ def replay(cell: pd.Series, catalog: str | Path | None, launch: Launch, n: int, 
 def _sim_metrics(turns: pd.DataFrame, n: int, r: float) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     rec = turns[turns["recorded"]]
     e2e = (rec["finish_s"] - rec["release_s"]).to_numpy()
-    per = {"ttft_s": rec["ttft_s"].to_numpy(), "e2e_s": e2e,
-           "itl_s": llmperf_itl(e2e, rec["output_tokens"].to_numpy())}
+    per = {"ttft_s": rec["ttft_s"].to_numpy(), "e2e_s": e2e, "itl_s": llmperf_itl(e2e, rec["output_tokens"].to_numpy())}
     sim: dict[str, float] = {}
     for prefix in METRIC_ORDER:
         v = per[f"{prefix}_s"]
@@ -252,8 +309,15 @@ def _judge(rows: list[dict], spread_solved: bool = True) -> list[dict]:
     return rows
 
 
-def llmperf(cell: pd.Series, tables: dict[str, pd.DataFrame], catalog: str | Path | None, *, burst: bool = False,
-            pricer: str = "roofline", settings: dict[str, Any] | None = None) -> tuple[list[dict], dict[str, Any]]:
+def llmperf(
+    cell: pd.Series,
+    tables: dict[str, pd.DataFrame],
+    catalog: str | Path | None,
+    *,
+    burst: bool = False,
+    pricer: str = "roofline",
+    settings: dict[str, Any] | None = None,
+) -> tuple[list[dict], dict[str, Any]]:
     """Replay one LLMPerf run with the reconstructed client (``burst``: every thread starts at 0 instead)."""
     meas = _metrics(tables, cell["cell_id"])
     launch, n = cell_launch(cell, meas, spread_s=0.0 if burst else None)
@@ -268,31 +332,47 @@ def llmperf(cell: pd.Series, tables: dict[str, pd.DataFrame], catalog: str | Pat
     # every prompt and output token of the run once through the linear layers, at the datasheet peak
     run_floor = iteration_floor_s(spec, gpu, "prefill_iteration", float(inp.sum() + out.sum()), 1, cell["dtype"])
     c = launch.client
-    note = (f"reconstructed LLMPerf client: {len(launch.starts_s)} threads started over {launch.spread_s:.2f} s "
-            f"({launch.note}); {len(turns)} requests sent, the first {n} completions recorded; inputs "
-            f"{inp.mean():.0f} / outputs {out.mean():.0f} model tokens (r = {r:.3f} Llama-2 tokens per token); "
-            f"on the measured E2E the client keeps up to {demand.peak_in_flight} in flight holding "
-            f"{demand.peak_blocks:,} KV blocks at the peak, the simulator has {sim_blocks:,}; prefill of the mean "
-            f"prompt at the datasheet peak >= {floor:.3f} s, measured mean TTFT {meas['ttft_mean_s']:.3f} s")
+    note = (
+        f"reconstructed LLMPerf client: {len(launch.starts_s)} threads started over {launch.spread_s:.2f} s "
+        f"({launch.note}); {len(turns)} requests sent, the first {n} completions recorded; inputs "
+        f"{inp.mean():.0f} / outputs {out.mean():.0f} model tokens (r = {r:.3f} Llama-2 tokens per token); "
+        f"on the measured E2E the client keeps up to {demand.peak_in_flight} in flight holding "
+        f"{demand.peak_blocks:,} KV blocks at the peak, the simulator has {sim_blocks:,}; prefill of the mean "
+        f"prompt at the datasheet peak >= {floor:.3f} s, measured mean TTFT {meas['ttft_mean_s']:.3f} s"
+    )
     rows = _judge(_rows(cell, meas, sim, note), spread_solved=not burst)
-    extra = {"simulated": per, "summary": res.summary, "ttft_floor_s": floor,
-             "measured_ttft_mean_s": meas["ttft_mean_s"], "run_floor_s": run_floor,
-             "measured_span_s": float(json.loads(cell["config_json"])["test_span_s"]),
-             "gpu_dtype": f"{cell['gpu']} {cell['dtype']}",
-             "launch": {"spread_s": launch.spread_s, "threads": len(launch.starts_s), "requests": n,
-                        "client_model_sent": len(c.start_s), "client_model_recorded_resends":
-                        int((c.round[c.recorded] > 0).sum()), "nth_completion_s": c.nth_completion_s,
-                        "simulated_sent": len(turns)},
-             "kv": {"implied_peak_blocks": demand.peak_blocks, "implied_peak_in_flight": demand.peak_in_flight,
-                    "simulator_blocks": sim_blocks, "default_blocks": default_blocks,
-                    # vLLM refuses to start when one max_model_len sequence does not fit the KV cache
-                    # (kv_cache_utils._check_enough_kv_cache_memory): the default (the model's context) then
-                    # cannot have been the run's, which set max_model_len <= these tokens
-                    "default_max_model_len": spec.max_position_embeddings,
-                    "default_max_model_len_starts": spec.max_position_embeddings <= default_blocks * DEFAULT_BLOCK_SIZE,
-                    "max_model_len_at_most": default_blocks * DEFAULT_BLOCK_SIZE,
-                    "simulated_preemptions": int(turns["preemptions"].sum()),
-                    "simulated_peak_queued_s": float(turns["queued_s"].max())}}
+    extra = {
+        "simulated": per,
+        "summary": res.summary,
+        "ttft_floor_s": floor,
+        "measured_ttft_mean_s": meas["ttft_mean_s"],
+        "run_floor_s": run_floor,
+        "measured_span_s": float(json.loads(cell["config_json"])["test_span_s"]),
+        "gpu_dtype": f"{cell['gpu']} {cell['dtype']}",
+        "launch": {
+            "spread_s": launch.spread_s,
+            "threads": len(launch.starts_s),
+            "requests": n,
+            "client_model_sent": len(c.start_s),
+            "client_model_recorded_resends": int((c.round[c.recorded] > 0).sum()),
+            "nth_completion_s": c.nth_completion_s,
+            "simulated_sent": len(turns),
+        },
+        "kv": {
+            "implied_peak_blocks": demand.peak_blocks,
+            "implied_peak_in_flight": demand.peak_in_flight,
+            "simulator_blocks": sim_blocks,
+            "default_blocks": default_blocks,
+            # vLLM refuses to start when one max_model_len sequence does not fit the KV cache
+            # (kv_cache_utils._check_enough_kv_cache_memory): the default (the model's context) then
+            # cannot have been the run's, which set max_model_len <= these tokens
+            "default_max_model_len": spec.max_position_embeddings,
+            "default_max_model_len_starts": spec.max_position_embeddings <= default_blocks * DEFAULT_BLOCK_SIZE,
+            "max_model_len_at_most": default_blocks * DEFAULT_BLOCK_SIZE,
+            "simulated_preemptions": int(turns["preemptions"].sum()),
+            "simulated_peak_queued_s": float(turns["queued_s"].max()),
+        },
+    }
     return rows, extra
 
 
@@ -304,9 +384,12 @@ def _select(tables: dict[str, pd.DataFrame], gpu_dtypes: tuple[tuple[str, str], 
     return cells[keep]
 
 
-def llmperf_sensitivity(tables: dict[str, pd.DataFrame], catalog: str | Path | None,
-                        gpu_dtypes: tuple[tuple[str, str], ...] = (("rtx3090", "bf16"), ("rtx3090", "fp8")),
-                        sensitivity: tuple[tuple[str, tuple[Any, ...]], ...] = SENSITIVITY) -> pd.DataFrame:
+def llmperf_sensitivity(
+    tables: dict[str, pd.DataFrame],
+    catalog: str | Path | None,
+    gpu_dtypes: tuple[tuple[str, str], ...] = (("rtx3090", "bf16"), ("rtx3090", "fp8")),
+    sensitivity: tuple[tuple[str, tuple[Any, ...]], ...] = SENSITIVITY,
+) -> pd.DataFrame:
     """The replay's errors with each unrecorded engine setting (and the launch: reconstructed or one burst) at
     2-3 plausible values, the others at the replay's defaults (:data:`UNRECORDED`): rows as :func:`llmperf`'s
     plus ``setting``, ``value`` and ``rel_error``, for every run of the given GPU / dtype pairs. A setting the
@@ -327,8 +410,16 @@ def llmperf_sensitivity(tables: dict[str, pd.DataFrame], catalog: str | Path | N
                     else:
                         r, _ = llmperf(cell, tables, catalog, settings={setting: value})
                 except (CapacityError, ValueError) as exc:
-                    rows.append({"source": "llmperf", "cell_id": cell["cell_id"], "gpu": cell["gpu"],
-                                 "dtype": cell["dtype"], "note": f"not simulated: {exc}", **tag})
+                    rows.append(
+                        {
+                            "source": "llmperf",
+                            "cell_id": cell["cell_id"],
+                            "gpu": cell["gpu"],
+                            "dtype": cell["dtype"],
+                            "note": f"not simulated: {exc}",
+                            **tag,
+                        }
+                    )
                     continue
                 rows.extend({**x, **tag} for x in r)
     df = pd.DataFrame(rows)
@@ -357,8 +448,11 @@ def main(argv: list[str] | None = None) -> None:
     from validation.measured import collect_path
 
     ap = argparse.ArgumentParser(prog="python -m validation.e2e_llmperf")
-    ap.add_argument("measurements", nargs="?", default=str(Path(__file__).resolve().parents[2] / "shared" /
-                                                           "measurements" / "serving-llmperf"))
+    ap.add_argument(
+        "measurements",
+        nargs="?",
+        default=str(Path(__file__).resolve().parents[2] / "shared" / "measurements" / "serving-llmperf"),
+    )
     ap.add_argument("--sensitivity", action="store_true")
     a = ap.parse_args(argv)
     tables = collect_path(Path(a.measurements)).tables
@@ -368,10 +462,17 @@ def main(argv: list[str] | None = None) -> None:
     for _, cell in cells.iterrows():
         rows, extra = llmperf(cell, tables, None)
         err = {x["metric"]: 100 * (x["simulated"] / x["measured"] - 1) for x in rows}
-        out.append({"gpu": cell["gpu"], "dtype": cell["dtype"], "run": cell["cell_id"].split("/", 1)[1],
-                    **{k: err[k] for k in keys}, "spread_s": extra["launch"]["spread_s"],
-                    "implied_blocks": extra["kv"]["implied_peak_blocks"],
-                    "sim_blocks": extra["kv"]["simulator_blocks"]})
+        out.append(
+            {
+                "gpu": cell["gpu"],
+                "dtype": cell["dtype"],
+                "run": cell["cell_id"].split("/", 1)[1],
+                **{k: err[k] for k in keys},
+                "spread_s": extra["launch"]["spread_s"],
+                "implied_blocks": extra["kv"]["implied_peak_blocks"],
+                "sim_blocks": extra["kv"]["simulator_blocks"],
+            }
+        )
     df = pd.DataFrame(out)
     with pd.option_context("display.width", 250, "display.max_columns", 20):
         print(df.round(2).to_string(index=False))
@@ -380,8 +481,16 @@ def main(argv: list[str] | None = None) -> None:
             pairs = tuple(sorted(set(zip(df["gpu"], df["dtype"], strict=True))))
             s = llmperf_sensitivity(tables, None, pairs)
             s = s[s["metric"].isin(keys)]
-            print((100 * s.pivot_table(index=["gpu", "dtype", "setting", "value"], columns="metric",
-                                       values="rel_error", sort=False)[keys]).round(1).to_string())
+            print(
+                (
+                    100
+                    * s.pivot_table(
+                        index=["gpu", "dtype", "setting", "value"], columns="metric", values="rel_error", sort=False
+                    )[keys]
+                )
+                .round(1)
+                .to_string()
+            )
 
 
 if __name__ == "__main__":

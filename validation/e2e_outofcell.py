@@ -38,7 +38,9 @@ from validation.e2e_vllm import vllm_run
 
 #: Sources replayed out of cell, and their handler.
 HANDLERS: Final[dict[str, Callable[..., tuple[list[dict], dict[str, Any]]]]] = {
-    "vllm-run": vllm_run, "llmperf": llmperf}
+    "vllm-run": vllm_run,
+    "llmperf": llmperf,
+}
 MODES: Final = ("shipped", "logo", "lomo")
 
 
@@ -64,8 +66,12 @@ def cells_out_of_cell(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return sel[sel["gpu"].isin(known)].reset_index(drop=True)
 
 
-def out_of_cell_rows(tables: dict[str, pd.DataFrame], data: K.ComponentData, catalog: str | Path | None = None,
-                     shipped: pd.DataFrame | None = None) -> pd.DataFrame:
+def out_of_cell_rows(
+    tables: dict[str, pd.DataFrame],
+    data: K.ComponentData,
+    catalog: str | Path | None = None,
+    shipped: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """One row per (cell, metric, mode): ``mode, donor, cell_id, source, gpu, model, dtype, metric, measured,
     simulated, rel_error, judged``; a cell that cannot be replayed in a mode gets one row with ``note`` and no
     metric. ``shipped``: the end-to-end table's rows of these cells (replayed again when absent)."""
@@ -75,8 +81,7 @@ def out_of_cell_rows(tables: dict[str, pd.DataFrame], data: K.ComponentData, cat
     with tempfile.TemporaryDirectory(prefix="agentreplay-ooc-") as tmp:
         for _, cell in cells.iterrows():
             g, m = str(cell["gpu"]), str(cell["model"])
-            base = {"cell_id": cell["cell_id"], "source": cell["source"], "gpu": g, "model": m,
-                    "dtype": cell["dtype"]}
+            base = {"cell_id": cell["cell_id"], "source": cell["source"], "gpu": g, "model": m, "dtype": cell["dtype"]}
             if shipped is not None and len(shipped) and (shipped["cell_id"] == cell["cell_id"]).any():
                 own = shipped[shipped["cell_id"] == cell["cell_id"]].to_dict("records")
             else:
@@ -89,9 +94,17 @@ def out_of_cell_rows(tables: dict[str, pd.DataFrame], data: K.ComponentData, cat
                 effs["logo"] = (None, "", f"{g} has no own profile fit or no donor GPU")
             models = X.lomo_models(data, g)
             lomo = X.lomo_efficiency(data, g, m, catalog)
-            effs["lomo"] = (lomo, "", "" if lomo is not None else (
-                f"{g}'s calibration cells profile {', '.join(models) or 'no model'}: no other model to refit on"
-                if models == [m] else f"{g} has no calibration cell of {m}"))
+            effs["lomo"] = (
+                lomo,
+                "",
+                ""
+                if lomo is not None
+                else (
+                    f"{g}'s calibration cells profile {', '.join(models) or 'no model'}: no other model to refit on"
+                    if models == [m]
+                    else f"{g} has no calibration cell of {m}"
+                ),
+            )
             for mode, (eff, donor, why) in effs.items():
                 if eff is None:
                     out.append({**base, "mode": mode, "donor": donor, "note": why})
@@ -127,11 +140,16 @@ def as_summary(rows: pd.DataFrame) -> dict[str, Any]:
     donors: dict[str, str] = {}
     why: list[str] = []
     if len(rows) and "donor" in rows:
-        donors = {g: d for g, d in rows.loc[rows["mode"] == "logo", ["gpu", "donor"]].itertuples(index=False)
-                  if isinstance(d, str) and d}
+        donors = {
+            g: d
+            for g, d in rows.loc[rows["mode"] == "logo", ["gpu", "donor"]].itertuples(index=False)
+            if isinstance(d, str) and d
+        }
     if len(rows) and "note" in rows:
         r = rows[rows["metric"].isna()] if "metric" in rows else rows
         why = sorted({f"{x.gpu} {x.mode}: {x.note}" for x in r.itertuples() if isinstance(x.note, str) and x.note})
-    table = [{k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in r.items()}
-             for r in s.to_dict("records")]
+    table = [
+        {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in r.items()}
+        for r in s.to_dict("records")
+    ]
     return {"table": table, "donors": dict(sorted(donors.items())), "not_replayed": why}

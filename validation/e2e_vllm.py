@@ -18,32 +18,49 @@ from validation.deployment import from_config, sim_config
 from validation.e2e_common import _metrics, _perf, _rows, dist, single_turn_trace, turn_metrics
 
 
-def vllm_run(cell: pd.Series, tables: dict[str, pd.DataFrame], catalog: str | Path | None, pricer: str = "roofline"
-             ) -> tuple[list[dict], dict[str, Any]]:
+def vllm_run(
+    cell: pd.Series, tables: dict[str, pd.DataFrame], catalog: str | Path | None, pricer: str = "roofline"
+) -> tuple[list[dict], dict[str, Any]]:
     req = tables["requests"]
     req = req[req["cell_id"] == cell["cell_id"]].reset_index(drop=True)
     cfg_json = json.loads(cell["config_json"])
     version = cell.get("engine_version")
-    dep = from_config(cfg_json, str(cfg_json.get("meta_file") or cell["path"]), version if isinstance(version, str)
-                      else None)
+    dep = from_config(
+        cfg_json, str(cfg_json.get("meta_file") or cell["path"]), version if isinstance(version, str) else None
+    )
     cfg, derived = sim_config(dep, cell["gpu"], cell["model"])
     cfg = cfg.replace(workload={"arrival": "trace"})
-    trace = single_turn_trace(req["request_id"].astype(str).tolist(), req["arrival_s"].to_numpy(),
-                              req["input_tokens"].to_numpy(), req["output_tokens"].to_numpy(), cell["model"])
+    trace = single_turn_trace(
+        req["request_id"].astype(str).tolist(),
+        req["arrival_s"].to_numpy(),
+        req["input_tokens"].to_numpy(),
+        req["output_tokens"].to_numpy(),
+        cell["model"],
+    )
     hw = cfg.hardware
-    res = simulate(trace, cfg, perf=_perf(hw.gpu, hw.model, hw.dtype, hw.tp, catalog, pricer,
-                                          kv_cache_dtype(hw.kv_cache_dtype)))
+    res = simulate(
+        trace, cfg, perf=_perf(hw.gpu, hw.model, hw.dtype, hw.tp, catalog, pricer, kv_cache_dtype(hw.kv_cache_dtype))
+    )
     sim, per_sim = turn_metrics(res)
     multi = req["output_tokens"] > 1
-    per_meas = {"ttft_s": (req["first_token_s"] - req["arrival_s"]).to_numpy(),
-                "tpot_s": ((req["last_token_s"] - req["first_token_s"]) / (req["output_tokens"] - 1))[multi].to_numpy(),
-                "e2e_s": (req["last_token_s"] - req["arrival_s"]).to_numpy()}
+    per_meas = {
+        "ttft_s": (req["first_token_s"] - req["arrival_s"]).to_numpy(),
+        "tpot_s": ((req["last_token_s"] - req["first_token_s"]) / (req["output_tokens"] - 1))[multi].to_numpy(),
+        "e2e_s": (req["last_token_s"] - req["arrival_s"]).to_numpy(),
+    }
     meas = {**_metrics(tables, cell["cell_id"])}
     for k, v in per_meas.items():  # p99 etc. recomputed the same way as the simulated ones
         meas.update({m: x for m, x in dist(k[:-2], v).items() if m not in meas})
     blocks = f"KV blocks {dep.num_gpu_blocks} and " if dep.num_gpu_blocks is not None else ""
     limits_from = " from the run" if not {"max_num_seqs", "max_num_batched_tokens"} & set(dep.derived) else ""
-    note = (f"{len(req)} requests replayed at measured arrivals; {blocks}batching limits {dep.max_num_seqs} "
-            f"seqs / {dep.max_num_batched_tokens} tokens{limits_from}" + (f"; {derived}" if derived else ""))
-    return _rows(cell, meas, sim, note), {"measured": per_meas, "simulated": per_sim, "summary": res.summary,
-                                          "derived": dict(dep.derived), "kv_blocks": cfg.cache.num_gpu_blocks}
+    note = (
+        f"{len(req)} requests replayed at measured arrivals; {blocks}batching limits {dep.max_num_seqs} "
+        f"seqs / {dep.max_num_batched_tokens} tokens{limits_from}" + (f"; {derived}" if derived else "")
+    )
+    return _rows(cell, meas, sim, note), {
+        "measured": per_meas,
+        "simulated": per_sim,
+        "summary": res.summary,
+        "derived": dict(dep.derived),
+        "kv_blocks": cfg.cache.num_gpu_blocks,
+    }

@@ -19,8 +19,15 @@ from validation import components as C
 
 COMPONENT_METRICS: Final = ("layer_time_s", "attention_prefill_s", "attention_decode_s", "lm_head_s", "all_reduce_s")
 ITERATION_METRICS: Final = ("prefill_iteration_s", "decode_iteration_s")
-_COLORS: Final = {"llmservingsim-v0": "tab:blue", "llmservingsim-perf": "tab:cyan", "vidur": "tab:green",
-                  "splitwise": "tab:olive", "vllm-run": "tab:red", "llmperf": "tab:purple", "agent-jct": "tab:orange"}
+_COLORS: Final = {
+    "llmservingsim-v0": "tab:blue",
+    "llmservingsim-perf": "tab:cyan",
+    "vidur": "tab:green",
+    "splitwise": "tab:olive",
+    "vllm-run": "tab:red",
+    "llmperf": "tab:purple",
+    "agent-jct": "tab:orange",
+}
 
 
 #: Parity panels: one per metric group, so each panel's +-10% band is visible at its own scale.
@@ -44,9 +51,19 @@ def parity(ax: Any, df: pd.DataFrame, title: str = "parity") -> list[Any]:
             s = g[g["role"] == role]
             if len(s):
                 face = "none" if role == "calibration" else _COLORS.get(src, "k")
-                arts.append(ax.scatter(s["measured"], s["simulated"], s=10, marker=marker, facecolors=face,
-                                       edgecolors=_COLORS.get(src, "k"), linewidths=0.6, alpha=0.6,
-                                       label=f"{src} ({role})"))
+                arts.append(
+                    ax.scatter(
+                        s["measured"],
+                        s["simulated"],
+                        s=10,
+                        marker=marker,
+                        facecolors=face,
+                        edgecolors=_COLORS.get(src, "k"),
+                        linewidths=0.6,
+                        alpha=0.6,
+                        label=f"{src} ({role})",
+                    )
+                )
     lo, hi = float(d[["measured", "simulated"]].min().min()), float(d[["measured", "simulated"]].max().max())
     xs = np.array([lo, hi])
     arts += ax.plot(xs, xs, "k-", lw=0.8) + ax.plot(xs, xs * 1.1, "k:", lw=0.6) + ax.plot(xs, xs / 1.1, "k:", lw=0.6)
@@ -72,8 +89,9 @@ def heatmap(ax: Any, table: pd.DataFrame, title: str, vmax: float = HEAT_VMAX) -
     ax.set_yticks(range(table.shape[0]), table.index, fontsize=5)
     for (i, j), v in np.ndenumerate(table.to_numpy(dtype=float)):
         if np.isfinite(v):
-            ax.text(j, i, f"{v:+.0f}", ha="center", va="center", fontsize=4.5,
-                    color="white" if abs(v) > 150 else "black")
+            ax.text(
+                j, i, f"{v:+.0f}", ha="center", va="center", fontsize=4.5, color="white" if abs(v) > 150 else "black"
+            )
     ax.set_title(title, fontsize=8)
     return im
 
@@ -91,8 +109,12 @@ def cdf(ax: Any, measured: np.ndarray | None, simulated: np.ndarray, label: str)
 
 
 def _short(cid: str) -> str:
-    return cid.replace("llmservingsim-", "lss-").replace("results_small_all_corrected", "small") \
-        .replace("results_homelab_single", "homelab").replace("/swebench_llama70B_vllm", "")
+    return (
+        cid.replace("llmservingsim-", "lss-")
+        .replace("results_small_all_corrected", "small")
+        .replace("results_homelab_single", "homelab")
+        .replace("/swebench_llama70B_vllm", "")
+    )
 
 
 def figures(out: Path, df: pd.DataFrame, dists: dict[str, dict[str, Any]]) -> dict[str, str]:
@@ -112,13 +134,17 @@ def figures(out: Path, df: pd.DataFrame, dists: dict[str, dict[str, Any]]) -> di
         fig, axes = plt.subplots(nrows, ncols, figsize=(4.4 * ncols, 4.2 * nrows), squeeze=False)
         for ax, (t, d) in zip(axes.flat, groups, strict=False):
             parity(ax, d, t)
-        for ax in list(axes.flat)[len(groups):]:
+        for ax in list(axes.flat)[len(groups) :]:
             ax.axis("off")
         save(fig, "parity.png")
     comp = df[df["metric"].isin(COMPONENT_METRICS + ITERATION_METRICS)]
     if len(comp):
-        t = comp.groupby([comp["cell_id"].map(_short) + " [" + comp["role"].str[:3] + "]", "metric"])[
-            "rel_error"].mean().unstack() * 100
+        t = (
+            comp.groupby([comp["cell_id"].map(_short) + " [" + comp["role"].str[:3] + "]", "metric"])["rel_error"]
+            .mean()
+            .unstack()
+            * 100
+        )
         fig, ax = plt.subplots(figsize=(6, max(3, 0.12 * len(t) + 1)))
         fig.colorbar(heatmap(ax, t, "component cells: signed mean error (%), symlog colour scale"), ax=ax, shrink=0.5)
         save(fig, "heatmap_components.png")

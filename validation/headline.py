@@ -38,8 +38,25 @@ STAND_IN_SOURCES: Final = ("agent-jct",)
 #: |signed error| (or a Splitwise cell's MAPE) within this many percent is "met", for every metric.
 TARGET_PCT: Final = 10.0
 
-COLUMNS: Final = ["workload", "source", "cell_id", "gpu", "model", "dtype", "tp", "metric", "statistic", "n",
-                  "measured", "simulated", "error_pct", "target_pct", "verdict", "judged", "note"]
+COLUMNS: Final = [
+    "workload",
+    "source",
+    "cell_id",
+    "gpu",
+    "model",
+    "dtype",
+    "tp",
+    "metric",
+    "statistic",
+    "n",
+    "measured",
+    "simulated",
+    "error_pct",
+    "target_pct",
+    "verdict",
+    "judged",
+    "note",
+]
 
 
 def is_e2e(source: pd.Series, metric: pd.Series) -> pd.Series:
@@ -63,29 +80,61 @@ def e2e_table(errors: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=COLUMNS)
     judged = e["judged"] if "judged" in e else pd.Series(True, index=e.index)
     point = e[~e["metric"].isin(ITERATION_METRICS)].assign(judged=judged)
-    rows = [{"source": r.source, "cell_id": r.cell_id, "gpu": r.gpu, "model": r.model, "dtype": r.dtype,
-             "tp": r.tp, "metric": r.metric, "statistic": "signed error", "n": 1, "measured": r.measured,
-             "simulated": r.simulated, "error_pct": 100.0 * r.rel_error, "judged": bool(r.judged), "note": r.note}
-            for r in point.itertuples(index=False)]
+    rows = [
+        {
+            "source": r.source,
+            "cell_id": r.cell_id,
+            "gpu": r.gpu,
+            "model": r.model,
+            "dtype": r.dtype,
+            "tp": r.tp,
+            "metric": r.metric,
+            "statistic": "signed error",
+            "n": 1,
+            "measured": r.measured,
+            "simulated": r.simulated,
+            "error_pct": 100.0 * r.rel_error,
+            "judged": bool(r.judged),
+            "note": r.note,
+        }
+        for r in point.itertuples(index=False)
+    ]
     it = e[e["metric"].isin(ITERATION_METRICS)]
     for (cid, metric), d in it.groupby(["cell_id", "metric"], sort=True):
         first = d.iloc[0]
-        rows.append({"source": first["source"], "cell_id": cid, "gpu": first["gpu"], "model": first["model"],
-                     "dtype": first["dtype"], "tp": first["tp"], "metric": metric,
-                     "statistic": f"MAPE over {len(d)} points", "n": len(d),
-                     "measured": float(d["measured"].median()), "simulated": float(d["simulated"].median()),
-                     "error_pct": float(np.mean(np.abs(d["rel_error"])) * 100), "judged": True,
-                     "note": "measured / simulated: medians over the points; signed mean error "
-                             f"{float(d['rel_error'].mean() * 100):+.1f}%"})
+        rows.append(
+            {
+                "source": first["source"],
+                "cell_id": cid,
+                "gpu": first["gpu"],
+                "model": first["model"],
+                "dtype": first["dtype"],
+                "tp": first["tp"],
+                "metric": metric,
+                "statistic": f"MAPE over {len(d)} points",
+                "n": len(d),
+                "measured": float(d["measured"].median()),
+                "simulated": float(d["simulated"].median()),
+                "error_pct": float(np.mean(np.abs(d["rel_error"])) * 100),
+                "judged": True,
+                "note": "measured / simulated: medians over the points; signed mean error "
+                f"{float(d['rel_error'].mean() * 100):+.1f}%",
+            }
+        )
     t = pd.DataFrame(rows)
     t["workload"] = np.where(t["source"].isin(STAND_IN_SOURCES), "stand-in", "measured")
     t["target_pct"] = TARGET_PCT
-    t["verdict"] = [verdict(v) if j else "not judged: fixed by construction"
-                    for v, j in zip(t["error_pct"], t["judged"], strict=True)]
+    t["verdict"] = [
+        verdict(v) if j else "not judged: fixed by construction"
+        for v, j in zip(t["error_pct"], t["judged"], strict=True)
+    ]
     miss = t["verdict"].str.startswith("missed")
     rank = np.select([miss, t["verdict"].eq("met")], [0, 1], 2)
-    t = t.assign(_rank=rank, _abs=-t["error_pct"].abs()).sort_values(
-        ["_rank", "_abs", "cell_id", "metric"], kind="stable").drop(columns=["_rank", "_abs"])
+    t = (
+        t.assign(_rank=rank, _abs=-t["error_pct"].abs())
+        .sort_values(["_rank", "_abs", "cell_id", "metric"], kind="stable")
+        .drop(columns=["_rank", "_abs"])
+    )
     return t[COLUMNS].reset_index(drop=True)
 
 
@@ -93,20 +142,45 @@ def cell_verdicts(table: pd.DataFrame) -> pd.DataFrame:
     """Per end-to-end cell: judged metrics, metrics met, worst judged |error|, within target (every judged
     metric met); misses first."""
     if not len(table):
-        return pd.DataFrame(columns=["workload", "source", "cell_id", "gpu", "dtype", "metrics", "met",
-                                     "worst_metric", "worst_error_pct", "within_target"])
+        return pd.DataFrame(
+            columns=[
+                "workload",
+                "source",
+                "cell_id",
+                "gpu",
+                "dtype",
+                "metrics",
+                "met",
+                "worst_metric",
+                "worst_error_pct",
+                "within_target",
+            ]
+        )
     rows = []
     for (wl, src, cid), d in table.groupby(["workload", "source", "cell_id"], sort=True):
         j = d[d["judged"]]
         worst = j.loc[j["error_pct"].abs().idxmax()] if len(j) else None
-        rows.append({"workload": wl, "source": src, "cell_id": cid, "gpu": d["gpu"].iloc[0],
-                     "dtype": d["dtype"].iloc[0], "metrics": len(j), "met": int(j["verdict"].eq("met").sum()),
-                     "worst_metric": None if worst is None else worst["metric"],
-                     "worst_error_pct": np.nan if worst is None else float(worst["error_pct"]),
-                     "within_target": bool(len(j)) and bool(j["verdict"].eq("met").all())})
+        rows.append(
+            {
+                "workload": wl,
+                "source": src,
+                "cell_id": cid,
+                "gpu": d["gpu"].iloc[0],
+                "dtype": d["dtype"].iloc[0],
+                "metrics": len(j),
+                "met": int(j["verdict"].eq("met").sum()),
+                "worst_metric": None if worst is None else worst["metric"],
+                "worst_error_pct": np.nan if worst is None else float(worst["error_pct"]),
+                "within_target": bool(len(j)) and bool(j["verdict"].eq("met").all()),
+            }
+        )
     c = pd.DataFrame(rows)
-    return c.assign(_a=-c["worst_error_pct"].abs()).sort_values(["within_target", "_a", "cell_id"]).drop(
-        columns="_a").reset_index(drop=True)
+    return (
+        c.assign(_a=-c["worst_error_pct"].abs())
+        .sort_values(["within_target", "_a", "cell_id"])
+        .drop(columns="_a")
+        .reset_index(drop=True)
+    )
 
 
 def not_simulated(skipped: list[dict[str, str]] | list[tuple[str, str]]) -> pd.DataFrame:
@@ -130,8 +204,9 @@ def group_mape(table: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["workload", "source", "family", "n", "mape_pct", "mean_signed_pct"])
     fam = family(j["metric"])
     g = j.assign(family=fam).groupby(["workload", "source", "family"])["error_pct"]
-    return pd.DataFrame({"n": g.size(), "mape_pct": g.apply(lambda v: float(np.mean(np.abs(v)))),
-                         "mean_signed_pct": g.mean()}).reset_index()
+    return pd.DataFrame(
+        {"n": g.size(), "mape_pct": g.apply(lambda v: float(np.mean(np.abs(v)))), "mean_signed_pct": g.mean()}
+    ).reset_index()
 
 
 def summarise(errors: pd.DataFrame, skipped: list[Any]) -> dict[str, Any]:
@@ -141,17 +216,26 @@ def summarise(errors: pd.DataFrame, skipped: list[Any]) -> dict[str, Any]:
     meas = cells[cells["workload"] == "measured"]
     stand = cells[cells["workload"] == "stand-in"]
     ns = not_simulated(skipped)
-    line = (f"{int(meas['within_target'].sum())} of {len(meas)} end-to-end cells within target "
-            f"(every judged metric within +-{TARGET_PCT:.0f}%)")
+    line = (
+        f"{int(meas['within_target'].sum())} of {len(meas)} end-to-end cells within target "
+        f"(every judged metric within +-{TARGET_PCT:.0f}%)"
+    )
     if len(stand):
-        line += (f"; stand-in workload, reported apart: {int(stand['within_target'].sum())} of {len(stand)}")
+        line += f"; stand-in workload, reported apart: {int(stand['within_target'].sum())} of {len(stand)}"
     if len(ns):
         line += f"; {len(ns)} not simulated"
     rows = table[table["judged"] & table["workload"].eq("measured")] if len(table) else table
-    return {"line": line, "target_pct": TARGET_PCT,
-            "cells_within_target": int(meas["within_target"].sum()), "cells": len(meas),
-            "stand_in_cells_within_target": int(stand["within_target"].sum()), "stand_in_cells": len(stand),
-            "not_simulated": len(ns),
-            "metrics_met": int(rows["verdict"].eq("met").sum()), "metrics_judged": len(rows),
-            "metrics_not_judged": int((~table["judged"]).sum()) if len(table) else 0,
-            "cells_table": cells.to_dict("records"), "groups": group_mape(table).to_dict("records")}
+    return {
+        "line": line,
+        "target_pct": TARGET_PCT,
+        "cells_within_target": int(meas["within_target"].sum()),
+        "cells": len(meas),
+        "stand_in_cells_within_target": int(stand["within_target"].sum()),
+        "stand_in_cells": len(stand),
+        "not_simulated": len(ns),
+        "metrics_met": int(rows["verdict"].eq("met").sum()),
+        "metrics_judged": len(rows),
+        "metrics_not_judged": int((~table["judged"]).sum()) if len(table) else 0,
+        "cells_table": cells.to_dict("records"),
+        "groups": group_mape(table).to_dict("records"),
+    }

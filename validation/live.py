@@ -38,8 +38,16 @@ import numpy as np
 import pandas as pd
 
 #: metrics of the comparison JSON that are rows of the report (``turns`` is a consistency check, not a metric)
-METRICS = ("jct_mean_s", "jct_p50_s", "jct_p90_s", "ttft_mean_s", "tpot_mean_s", "makespan_s", "cached_tokens",
-           "preemptions")
+METRICS = (
+    "jct_mean_s",
+    "jct_p50_s",
+    "jct_p90_s",
+    "ttft_mean_s",
+    "tpot_mean_s",
+    "makespan_s",
+    "cached_tokens",
+    "preemptions",
+)
 TIMING = ("jct_mean_s", "jct_p50_s", "jct_p90_s", "ttft_mean_s", "tpot_mean_s", "makespan_s")
 
 # ---- the protocol's constants (measured numbers: benchmarks/vllm_cpu/README.md §5) -----------------------------
@@ -49,8 +57,14 @@ MIN_REPEATS = 3
 #: The floors are hand-set (whole-run times 15%, per-token 35%); neither bound in the two recorded sessions, whose
 #: measured terms gave 28-50% (steady load) and 85-141% (load rising 80% during the session).
 TIMING_K = 2.0
-TIMING_FLOOR = {"jct_mean_s": 0.15, "jct_p50_s": 0.15, "jct_p90_s": 0.15, "makespan_s": 0.15,
-                "ttft_mean_s": 0.35, "tpot_mean_s": 0.35}
+TIMING_FLOOR = {
+    "jct_mean_s": 0.15,
+    "jct_p50_s": 0.15,
+    "jct_p90_s": 0.15,
+    "makespan_s": 0.15,
+    "ttft_mean_s": 0.35,
+    "tpot_mean_s": 0.35,
+}
 #: prefix-cache hit tokens: relative error of every repeat within max(HIT_FLOOR, 2 x the engine's spread, 2 x the
 #: leave-one-out range). Which blocks LRU evicts depends on the interleaving, so the simulator's count moves with the
 #: pricer: with the engine's rule its worst error per session was 4-30% over seven sessions (17.8% in G, where the
@@ -78,8 +92,9 @@ ORDER_MIN_PAIRS = 20
 
 
 # ---- admission order ---------------------------------------------------------------------------------------------
-def admission_order(arrive: np.ndarray, admit: np.ndarray, *, min_overlap_s: float = ORDER_MIN_OVERLAP_S,
-                    tie_s: float = ORDER_TIE_S) -> dict[str, float]:
+def admission_order(
+    arrive: np.ndarray, admit: np.ndarray, *, min_overlap_s: float = ORDER_MIN_OVERLAP_S, tie_s: float = ORDER_TIE_S
+) -> dict[str, float]:
     """How one run ordered its admissions: of the pairs of requests that waited in the scheduler's queue together
     for at least ``min_overlap_s`` and entered it and were admitted at least ``tie_s`` apart, the fraction
     admitted in the order they entered the queue (``fcfs``; NaN without pairs) and their number (``pairs``).
@@ -93,8 +108,10 @@ def admission_order(arrive: np.ndarray, admit: np.ndarray, *, min_overlap_s: flo
     """
     a, b = np.asarray(arrive, dtype=float), np.asarray(admit, dtype=float)
     if len(a) != len(b) or not (np.isfinite(a).all() and np.isfinite(b).all()):
-        raise ValueError("admission order: every turn needs an arrival and an admission time (engine without "
-                         "--enable-per-request-metrics?)")
+        raise ValueError(
+            "admission order: every turn needs an arrival and an admission time (engine without "
+            "--enable-per-request-metrics?)"
+        )
     i, j = np.triu_indices(len(a), k=1)
     overlap = np.minimum(b[i], b[j]) - np.maximum(a[i], a[j])
     d_admit = b[i] - b[j]
@@ -109,8 +126,12 @@ def spread(values: list[float]) -> dict[str, float]:
     """``min, max, median`` and ``rel_range = (max - min) / median`` of one figure over the repeats."""
     x = np.asarray(values, dtype=float)
     med = float(np.median(x))
-    return {"min": float(x.min()), "max": float(x.max()), "median": med,
-            "rel_range": float((x.max() - x.min()) / med) if med else 0.0}
+    return {
+        "min": float(x.min()),
+        "max": float(x.max()),
+        "median": med,
+        "rel_range": float((x.max() - x.min()) / med) if med else 0.0,
+    }
 
 
 def tolerances(repeats: list[dict[str, Any]], profile_sims: list[dict[str, float]] | None = None) -> dict[str, float]:
@@ -118,13 +139,19 @@ def tolerances(repeats: list[dict[str, Any]], profile_sims: list[dict[str, float
     simulator priced by leave-one-profile-out pricers (``profile_sims``: the pricer's noise, which moves the
     simulated interleaving, hence its hits and preemptions, as well as its times)."""
     real = {k: spread([r["real"][k] for r in repeats]) for k in (*TIMING, "cached_tokens", "preemptions")}
-    prof = {k: spread([f[k] for f in profile_sims]) if profile_sims else spread([0.0])
-            for k in (*TIMING, "cached_tokens", "preemptions")}
+    prof = {
+        k: spread([f[k] for f in profile_sims]) if profile_sims else spread([0.0])
+        for k in (*TIMING, "cached_tokens", "preemptions")
+    }
     tol = {k: max(TIMING_FLOOR[k], TIMING_K * real[k]["rel_range"], TIMING_K * prof[k]["rel_range"]) for k in TIMING}
-    tol["cached_tokens"] = max(HIT_FLOOR, 2.0 * real["cached_tokens"]["rel_range"],
-                               2.0 * prof["cached_tokens"]["rel_range"])
-    tol["preemptions"] = max(PREEMPT_FLOOR_ABS, real["preemptions"]["max"] - real["preemptions"]["min"],
-                             prof["preemptions"]["max"] - prof["preemptions"]["min"])
+    tol["cached_tokens"] = max(
+        HIT_FLOOR, 2.0 * real["cached_tokens"]["rel_range"], 2.0 * prof["cached_tokens"]["rel_range"]
+    )
+    tol["preemptions"] = max(
+        PREEMPT_FLOOR_ABS,
+        real["preemptions"]["max"] - real["preemptions"]["min"],
+        prof["preemptions"]["max"] - prof["preemptions"]["min"],
+    )
     tol["admission_fcfs"] = ORDER_TOL
     return tol
 
@@ -133,8 +160,12 @@ def _err(sim: float, real: float) -> float:
     return (sim - real) / real if real else (0.0 if sim == real else math.inf)
 
 
-def judge(repeats: list[dict[str, Any]], tol: dict[str, float] | None = None,
-          profile_sims: list[dict[str, float]] | None = None, fixed: tuple[str, ...] = ()) -> dict[str, Any]:
+def judge(
+    repeats: list[dict[str, Any]],
+    tol: dict[str, float] | None = None,
+    profile_sims: list[dict[str, float]] | None = None,
+    fixed: tuple[str, ...] = (),
+) -> dict[str, Any]:
     """Checks and verdict (``pass`` / ``fail``) for a session's repeats, each ``{"real": figures, "sim": figures}``
     (figures include ``admission_fcfs`` / ``admission_pairs`` from :func:`admission_order`). ``tol`` defaults to
     :func:`tolerances` of the same repeats (and ``profile_sims``). ``fixed``: timing figures the simulation was
@@ -146,18 +177,43 @@ def judge(repeats: list[dict[str, Any]], tol: dict[str, float] | None = None,
     for k in (k for k in TIMING if k not in fixed):
         errs = [_err(r["sim"][k], r["real"][k]) for r in repeats]
         value = float(np.median(np.abs(errs)))
-        checks.append({"figure": k, "kind": "timing", "statistic": "median |err| over repeats", "value": value,
-                       "per_repeat": errs, "tolerance": tol[k], "ok": value <= tol[k]})
+        checks.append(
+            {
+                "figure": k,
+                "kind": "timing",
+                "statistic": "median |err| over repeats",
+                "value": value,
+                "per_repeat": errs,
+                "tolerance": tol[k],
+                "ok": value <= tol[k],
+            }
+        )
     errs = [_err(r["sim"]["cached_tokens"], r["real"]["cached_tokens"]) for r in repeats]
     value = float(np.max(np.abs(errs)))
-    checks.append({"figure": "cached_tokens", "kind": "logic", "statistic": "max |err| over repeats",
-                   "value": value, "per_repeat": errs, "tolerance": tol["cached_tokens"],
-                   "ok": value <= tol["cached_tokens"]})
+    checks.append(
+        {
+            "figure": "cached_tokens",
+            "kind": "logic",
+            "statistic": "max |err| over repeats",
+            "value": value,
+            "per_repeat": errs,
+            "tolerance": tol["cached_tokens"],
+            "ok": value <= tol["cached_tokens"],
+        }
+    )
     diffs = [r["sim"]["preemptions"] - r["real"]["preemptions"] for r in repeats]
     value = float(np.max(np.abs(diffs)))
-    checks.append({"figure": "preemptions", "kind": "logic", "statistic": "max |sim - real| over repeats",
-                   "value": value, "per_repeat": diffs, "tolerance": tol["preemptions"],
-                   "ok": value <= tol["preemptions"]})
+    checks.append(
+        {
+            "figure": "preemptions",
+            "kind": "logic",
+            "statistic": "max |sim - real| over repeats",
+            "value": value,
+            "per_repeat": diffs,
+            "tolerance": tol["preemptions"],
+            "ok": value <= tol["preemptions"],
+        }
+    )
     real_n, real_f = _pooled([r["real"] for r in repeats])
     sim_n, sim_f = _pooled([r["sim"] for r in repeats])
     # The engine's admission order is only observable when its requests queued together: on a fast, quiet
@@ -168,15 +224,26 @@ def judge(repeats: list[dict[str, Any]], tol: dict[str, float] | None = None,
     few = sim_n < ORDER_MIN_PAIRS
     value = math.inf if few or not math.isfinite(sim_f - real_f) else abs(sim_f - real_f)
     order_tol = tol["admission_fcfs"]
-    checks.append({"figure": "admission_fcfs", "kind": "logic",
-                   "statistic": f"|sim - real| over all repeats' pairs (>= {ORDER_MIN_PAIRS} pairs each side; "
-                                f"engine {real_f:.3f} of {real_n:.0f}, sim {sim_f:.3f} of {sim_n:.0f})"
-                                + ("" if measured else "; not measured: the engine queued too few pairs"),
-                   "value": value if measured else math.nan,
-                   "per_repeat": [r["sim"]["admission_fcfs"] - r["real"]["admission_fcfs"] for r in repeats],
-                   "tolerance": order_tol, "measured": measured, "ok": (value <= order_tol) if measured else True})
-    return {"tolerances": tol, "checks": checks, "fixed_by_construction": list(fixed),
-            "verdict": "pass" if all(c["ok"] for c in checks) else "fail"}
+    checks.append(
+        {
+            "figure": "admission_fcfs",
+            "kind": "logic",
+            "statistic": f"|sim - real| over all repeats' pairs (>= {ORDER_MIN_PAIRS} pairs each side; "
+            f"engine {real_f:.3f} of {real_n:.0f}, sim {sim_f:.3f} of {sim_n:.0f})"
+            + ("" if measured else "; not measured: the engine queued too few pairs"),
+            "value": value if measured else math.nan,
+            "per_repeat": [r["sim"]["admission_fcfs"] - r["real"]["admission_fcfs"] for r in repeats],
+            "tolerance": order_tol,
+            "measured": measured,
+            "ok": (value <= order_tol) if measured else True,
+        }
+    )
+    return {
+        "tolerances": tol,
+        "checks": checks,
+        "fixed_by_construction": list(fixed),
+        "verdict": "pass" if all(c["ok"] for c in checks) else "fail",
+    }
 
 
 def _pooled(figs: list[dict[str, float]]) -> tuple[float, float]:
@@ -199,52 +266,82 @@ def summary_rows(repeats: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 # ---- the session report as Markdown -----------------------------------------------------------------------
 ROWS: tuple[tuple[str, str], ...] = (
-    ("jct_mean_s", "JCT mean (s)"), ("jct_p50_s", "JCT p50 (s)"), ("jct_p90_s", "JCT p90 (s)"),
-    ("ttft_mean_s", "TTFT mean (s)"), ("tpot_mean_s", "TPOT mean (s)"), ("makespan_s", "makespan (s)"),
-    ("cached_tokens", "prefix-cache hit tokens (first admission)"), ("preemptions", "preemptions"),
-    ("turns", "turns"), ("queued_turns", "turns queued >= 50 ms"),
-    ("admission_pairs", "pairs queued together (>= 50 ms)"), ("admission_fcfs", "of those, admitted in queue order"),
+    ("jct_mean_s", "JCT mean (s)"),
+    ("jct_p50_s", "JCT p50 (s)"),
+    ("jct_p90_s", "JCT p90 (s)"),
+    ("ttft_mean_s", "TTFT mean (s)"),
+    ("tpot_mean_s", "TPOT mean (s)"),
+    ("makespan_s", "makespan (s)"),
+    ("cached_tokens", "prefix-cache hit tokens (first admission)"),
+    ("preemptions", "preemptions"),
+    ("turns", "turns"),
+    ("queued_turns", "turns queued >= 50 ms"),
+    ("admission_pairs", "pairs queued together (>= 50 ms)"),
+    ("admission_fcfs", "of those, admitted in queue order"),
 )
 
 
 def markdown(report: dict[str, Any]) -> str:
     c, e, reps = report["cell"], report["engine"], report["repeats"]
-    lines = [f"# vLLM CPU validation: preset {report['preset']}, {len(reps)} repeats in one engine session", "",
-             f"engine: vLLM {e['version']} CPU, {e['num_gpu_blocks']} blocks x {e['block_size']} tokens "
-             f"({e['num_gpu_blocks'] - 1} usable), max_num_seqs {e['max_num_seqs']}, max_num_batched_tokens "
-             f"{e['max_num_batched_tokens']}, max_model_len {e['max_model_len']}, reserve_full_isl "
-             f"{c['reserve_full_isl']}", "",
-             f"cell: first {c['programs']} programs of swebench-verified, closed loop x{c['concurrency']}, "
-             f"token scale {c['token_scale']}, tools scale {c['tool_scale']}", "",
-             f"session pricer (all profiles): {report['pricer_repr']}, x speed factor "
-             f"{report.get('speed_factor', 1.0):.3f} (engine TPOT / simulator TPOT at the profile's speed; TPOT is "
-             f"then fixed by construction and not judged); at speed 1 the check reads "
-             f"{report.get('check_unscaled', {}).get('verdict', '?')}", ""]
+    lines = [
+        f"# vLLM CPU validation: preset {report['preset']}, {len(reps)} repeats in one engine session",
+        "",
+        f"engine: vLLM {e['version']} CPU, {e['num_gpu_blocks']} blocks x {e['block_size']} tokens "
+        f"({e['num_gpu_blocks'] - 1} usable), max_num_seqs {e['max_num_seqs']}, max_num_batched_tokens "
+        f"{e['max_num_batched_tokens']}, max_model_len {e['max_model_len']}, reserve_full_isl "
+        f"{c['reserve_full_isl']}",
+        "",
+        f"cell: first {c['programs']} programs of swebench-verified, closed loop x{c['concurrency']}, "
+        f"token scale {c['token_scale']}, tools scale {c['tool_scale']}",
+        "",
+        f"session pricer (all profiles): {report['pricer_repr']}, x speed factor "
+        f"{report.get('speed_factor', 1.0):.3f} (engine TPOT / simulator TPOT at the profile's speed; TPOT is "
+        f"then fixed by construction and not judged); at speed 1 the check reads "
+        f"{report.get('check_unscaled', {}).get('verdict', '?')}",
+        "",
+    ]
     prof = report.get("profile_sims") or []
     head = " | ".join(f"engine {i}" for i in range(len(reps)))
     phead = " | ".join(f"sim, profiles but {i}" for i in range(len(prof)))
-    lines += [f"| figure | {head} | engine spread | sim | wrong rule | {phead} |",
-              "| --- |" + " ---: |" * (len(reps) + 3 + len(prof))]
+    lines += [
+        f"| figure | {head} | engine spread | sim | wrong rule | {phead} |",
+        "| --- |" + " ---: |" * (len(reps) + 3 + len(prof)),
+    ]
     for key, label in ROWS:
-        fmt = "{:.0f}" if key in ("cached_tokens", "preemptions", "turns", "admission_pairs", "queued_turns") \
+        fmt = (
+            "{:.0f}"
+            if key in ("cached_tokens", "preemptions", "turns", "admission_pairs", "queued_turns")
             else "{:.3f}"
+        )
         cells = " | ".join(fmt.format(r["real"][key]) for r in reps)
         sp = report["spread"].get(key)
         pc = " | ".join(fmt.format(f[key]) for f in prof)
-        lines.append(f"| {label} | {cells} | {sp['rel_range'] * 100:.1f}% | {fmt.format(report['sim'][key])} | "
-                     f"{fmt.format(report['broken_rule']['sim'][key])} | {pc} |")
+        lines.append(
+            f"| {label} | {cells} | {sp['rel_range'] * 100:.1f}% | {fmt.format(report['sim'][key])} | "
+            f"{fmt.format(report['broken_rule']['sim'][key])} | {pc} |"
+        )
     for name in ("check", "broken_rule", "broken_order"):
         chk = report[name]
-        lines += ["", f"**{name}** ({chk.get('label', '')}): **{chk['verdict']}**", "",
-                  "| figure | statistic | value | tolerance | ok | per repeat |",
-                  "| --- | --- | ---: | ---: | --- | --- |"]
+        lines += [
+            "",
+            f"**{name}** ({chk.get('label', '')}): **{chk['verdict']}**",
+            "",
+            "| figure | statistic | value | tolerance | ok | per repeat |",
+            "| --- | --- | ---: | ---: | --- | --- |",
+        ]
         for k in chk["checks"]:
             per = ", ".join(f"{v:+.3g}" for v in k["per_repeat"])
-            lines.append(f"| {k['figure']} | {k['statistic']} | {k['value']:.3g} | {k['tolerance']:.3g} | "
-                         f"{'yes' if k['ok'] else 'NO'} | {per} |")
-    lines += ["", "leave-one-out pricers: " + "; ".join(report["loo_pricers_repr"]), "",
-              "per-profile pricers: " + "; ".join(f"{i}: {r}" for i, r in enumerate(report["profile_pricers_repr"])),
-              f"wall time: {report['timings_s']}"]
+            lines.append(
+                f"| {k['figure']} | {k['statistic']} | {k['value']:.3g} | {k['tolerance']:.3g} | "
+                f"{'yes' if k['ok'] else 'NO'} | {per} |"
+            )
+    lines += [
+        "",
+        "leave-one-out pricers: " + "; ".join(report["loo_pricers_repr"]),
+        "",
+        "per-profile pricers: " + "; ".join(f"{i}: {r}" for i, r in enumerate(report["profile_pricers_repr"])),
+        f"wall time: {report['timings_s']}",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -258,25 +355,42 @@ def rows(paths: list[Path]) -> pd.DataFrame:
             cell, engine, comp = data["cell"], data["engine"], data["comparison"]["rows"]
         except (OSError, ValueError, KeyError) as exc:
             raise ValueError(f"{p}: not a live comparison file ({exc})") from exc
-        cell_id = (f"live-vllm-cpu/{data.get('preset', 'cell')}/{cell['programs']}prog-x{cell['concurrency']}"
-                   f"-tok{cell['token_scale']}-blocks{cell['num_gpu_blocks']}")
-        note = (f"vLLM {engine.get('version', '?')} CPU build, tiny dummy Llama; {cell['programs']} programs, tokens "
-                f"x{cell['token_scale']}, tool gaps x{cell['tool_scale']}, {cell['concurrency']} in flight, "
-                f"{cell['num_gpu_blocks']} blocks of {cell['block_size']}, reserve_full_isl="
-                f"{cell.get('reserve_full_isl', True)}")
+        cell_id = (
+            f"live-vllm-cpu/{data.get('preset', 'cell')}/{cell['programs']}prog-x{cell['concurrency']}"
+            f"-tok{cell['token_scale']}-blocks{cell['num_gpu_blocks']}"
+        )
+        note = (
+            f"vLLM {engine.get('version', '?')} CPU build, tiny dummy Llama; {cell['programs']} programs, tokens "
+            f"x{cell['token_scale']}, tool gaps x{cell['tool_scale']}, {cell['concurrency']} in flight, "
+            f"{cell['num_gpu_blocks']} blocks of {cell['block_size']}, reserve_full_isl="
+            f"{cell.get('reserve_full_isl', True)}"
+        )
         reps = data.get("repeats")
         if reps:
-            note += (f"; median of {len(reps)} repeats in one engine session (each priced by its own profile); "
-                     f"check {data.get('check', {}).get('verdict', '?')}")
+            note += (
+                f"; median of {len(reps)} repeats in one engine session (each priced by its own profile); "
+                f"check {data.get('check', {}).get('verdict', '?')}"
+            )
         for metric in METRICS:
             if metric in comp and comp[metric]["real"]:
-                row = {"source": "live-vllm-cpu", "cell_id": cell_id, "gpu": "cpu", "model": "tiny-llama",
-                       "dtype": "bf16", "tp": 1, "metric": metric, "measured": float(comp[metric]["real"]),
-                       "simulated": float(comp[metric]["sim"]), "role": "validation", "note": note}
+                row = {
+                    "source": "live-vllm-cpu",
+                    "cell_id": cell_id,
+                    "gpu": "cpu",
+                    "model": "tiny-llama",
+                    "dtype": "bf16",
+                    "tp": 1,
+                    "metric": metric,
+                    "measured": float(comp[metric]["real"]),
+                    "simulated": float(comp[metric]["sim"]),
+                    "role": "validation",
+                    "note": note,
+                }
                 if reps:
                     sp = spread([r["real"][metric] for r in reps])
-                    row["note"] = note + (f"; engine over repeats {sp['min']:.4g}-{sp['max']:.4g} "
-                                          f"(spread {sp['rel_range'] * 100:.1f}%)")
+                    row["note"] = note + (
+                        f"; engine over repeats {sp['min']:.4g}-{sp['max']:.4g} (spread {sp['rel_range'] * 100:.1f}%)"
+                    )
                 out.append(row)
     return pd.DataFrame(out)
 

@@ -113,8 +113,9 @@ def client_loop(starts: np.ndarray, durations: np.ndarray, requests: int) -> Cli
             heapq.heappush(heap, (fin + float(durations[i, k + 1]), i, k + 1, fin))
     a = np.asarray(sent)
     thread, rnd = a[:, 0].astype(int), a[:, 1].astype(int)
-    return ClientRun(thread, rnd, (thread + rnd * threads) % requests, a[:, 2], a[:, 3], np.asarray(recorded),
-                     float(a[:, 3].max()))
+    return ClientRun(
+        thread, rnd, (thread + rnd * threads) % requests, a[:, 2], a[:, 3], np.asarray(recorded), float(a[:, 3].max())
+    )
 
 
 def uniform_starts(threads: int, spread_s: float) -> np.ndarray:
@@ -157,9 +158,17 @@ class Launch:
     note: str
 
 
-def reconstruct(e2e: tuple[np.ndarray, np.ndarray], ttft: tuple[np.ndarray, np.ndarray], threads: int,
-                requests: int, span_s: float, seed: int, *, spread_s: float | None = None,
-                max_rounds: int = 8) -> Launch:
+def reconstruct(
+    e2e: tuple[np.ndarray, np.ndarray],
+    ttft: tuple[np.ndarray, np.ndarray],
+    threads: int,
+    requests: int,
+    span_s: float,
+    seed: int,
+    *,
+    spread_s: float | None = None,
+    max_rounds: int = 8,
+) -> Launch:
     """Launch spread and client loop from the measured E2E / TTFT quantiles, the thread and request counts and
     the span; ``spread_s`` given (e.g. 0 for a burst) skips the solve."""
     rng = np.random.default_rng(seed)
@@ -189,8 +198,9 @@ class KvDemand:
         return int(self.in_flight.max())
 
 
-def kv_demand(launch: Launch, input_tokens: np.ndarray, output_tokens: np.ndarray, block_size: int = 16,
-              points: int = 2000) -> KvDemand:
+def kv_demand(
+    launch: Launch, input_tokens: np.ndarray, output_tokens: np.ndarray, block_size: int = 16, points: int = 2000
+) -> KvDemand:
     """Requests in flight and KV blocks held over the client loop: a request holds ``ceil((prompt + generated)
     / block_size)`` blocks from its start (vLLM allocates the prompt's blocks when it schedules the prefill,
     ``KVCacheManager.allocate_slots``) to its finish, generating linearly between its first token and finish.

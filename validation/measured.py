@@ -21,9 +21,13 @@ from collectors.measured.schema import TABLES
 
 #: Folders of the shared measurements used by default, and the kind of data each holds.
 DEFAULT_SOURCES: Final = {
-    "profiles-llmservingsim": "component", "profiles-vidur": "component", "profiles-splitwise": "component",
-    "serving-vllm-llmservingsim": "end-to-end", "serving-llmperf": "end-to-end",
-    "agentic-jct-continuum-exp": "end-to-end", "mlperf-inference": "end-to-end",
+    "profiles-llmservingsim": "component",
+    "profiles-vidur": "component",
+    "profiles-splitwise": "component",
+    "serving-vllm-llmservingsim": "end-to-end",
+    "serving-llmperf": "end-to-end",
+    "agentic-jct-continuum-exp": "end-to-end",
+    "mlperf-inference": "end-to-end",
 }
 
 
@@ -58,8 +62,15 @@ class Measured:
             df = df.assign(cell_id=df["cell_id"].replace(rename)) if rename else df
             old = self.tables.get(name)
             self.tables[name] = df if old is None or old.empty else pd.concat([old, df], ignore_index=True)
-        self.origins.append({"path": _shown(Path(path)), "collector": collector, "cells": len(new),
-                             "skipped": [s.reason for s in result.skips][:5], "notes": list(result.notes)})
+        self.origins.append(
+            {
+                "path": _shown(Path(path)),
+                "collector": collector,
+                "cells": len(new),
+                "skipped": [s.reason for s in result.skips][:5],
+                "notes": list(result.notes),
+            }
+        )
 
 
 def _shown(path: Path) -> str:
@@ -88,8 +99,12 @@ def collect_path(path: str | os.PathLike[str], measured: Measured | None = None)
     return out
 
 
-def load(paths: list[str | os.PathLike[str]] | None = None, *, defaults: bool = True,
-         kinds: tuple[str, ...] = ("component", "end-to-end")) -> Measured:
+def load(
+    paths: list[str | os.PathLike[str]] | None = None,
+    *,
+    defaults: bool = True,
+    kinds: tuple[str, ...] = ("component", "end-to-end"),
+) -> Measured:
     """The default shared sources of the given kinds (those present) plus ``paths``."""
     out = Measured()
     if defaults:

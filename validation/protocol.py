@@ -51,30 +51,30 @@ ALLREDUCE_CALIBRATION_GPUS: Final = (2, 8)
 
 SPLIT: Final = {
     CALIBRATION: "whole cells: TP=1 operator-profile cells (LLMServingSim v0 / perf, Vidur; the RTX 4090's only "
-                 "cell included, whole), and the 2- and 8-GPU all-reduce curves of one DGX node. Every fitted "
-                 "parameter and every tunable chosen by cross-validation comes from these cells only.",
+    "cell included, whole), and the 2- and 8-GPU all-reduce curves of one DGX node. Every fitted "
+    "parameter and every tunable chosen by cross-validation comes from these cells only.",
     VALIDATION: "whole cells: TP>1 operator-profile cells, the 4-GPU all-reduce curves, every Splitwise "
-                "whole-model cell, every measured end-to-end run. They fitted and chose nothing.",
+    "whole-model cell, every measured end-to-end run. They fitted and chose nothing.",
     FIDELITY: "not a cell role: the table pricer rebuilt from every other point of a cell and judged on the points "
-              "in between (in-cell interpolation, 'table fidelity'); reported apart, never as validation.",
+    "in between (in-cell interpolation, 'table fidelity'); reported apart, never as validation.",
 }
 
 #: The pricers compared on the component cells and what judges each (report section "Pricer comparison"); the
 #: roles are those of this module (whole cells; ``fidelity`` = in-cell interpolation, not validation).
 PRICERS: Final = {
     "roofline": "PerfModel with the gpus.toml efficiencies (what the simulator runs by default), fitted on the "
-                "calibration cells; judged on the validation cells (validation.protocol)",
+    "calibration cells; judged on the validation cells (validation.protocol)",
     "refined": "RefinedPerfModel with catalog/roofline.toml (GEMM saturation, per-class kernel costs, attention "
-               "fixed and per-sequence costs), fitted on the same calibration cells, judged on the same validation "
-               "cells",
+    "fixed and per-sequence costs), fitted on the same calibration cells, judged on the same validation "
+    "cells",
     "table": "TablePerfModel, refined roofline as the fallback. Validation (out of cell): the TP=1 table of each "
-             "cell (all its points) scaled to the TP>1 cells of the same source, GPU and model by the refined "
-             "roofline's TP ratio; Splitwise whole-model iterations from the Vidur TP=1 table of the same GPU and "
-             "model scaled the same way, with Vidur's all-reduce curve where its GPU count calibrates (2, 8; else "
-             "the fallback's all-reduce); the 4-GPU all-reduce by the fallback (no table of a validation curve). "
-             "Table fidelity (role 'fidelity', not validation): each cell's table rebuilt from every other point "
-             "(attention: every other row and column of the grid; all-reduce: every other size) and judged on "
-             "the points in between",
+    "cell (all its points) scaled to the TP>1 cells of the same source, GPU and model by the refined "
+    "roofline's TP ratio; Splitwise whole-model iterations from the Vidur TP=1 table of the same GPU and "
+    "model scaled the same way, with Vidur's all-reduce curve where its GPU count calibrates (2, 8; else "
+    "the fallback's all-reduce); the 4-GPU all-reduce by the fallback (no table of a validation curve). "
+    "Table fidelity (role 'fidelity', not validation): each cell's table rebuilt from every other point "
+    "(attention: every other row and column of the grid; all-reduce: every other size) and judged on "
+    "the points in between",
 }
 
 
@@ -98,18 +98,23 @@ def cell_role(cell_id: str, tp: int | None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- nearest GPU
-NEAREST_RULE: Final = ("the profiled GPU with the same interconnect class (NVLink / PCIe: datacenter or workstation "
-                       "part), then the same architecture, then the nearest (log bf16 peak, log memory bandwidth), "
-                       "in that order")
+NEAREST_RULE: Final = (
+    "the profiled GPU with the same interconnect class (NVLink / PCIe: datacenter or workstation "
+    "part), then the same architecture, then the nearest (log bf16 peak, log memory bandwidth), "
+    "in that order"
+)
 
 
 def nearest_gpu(target: GpuSpec, candidates: Iterable[GpuSpec]) -> str | None:
     """:data:`NEAREST_RULE`: the GPU whose fitted kernel-level parameters ``target`` borrows when it has no
     profile of its own (and, with ``target`` left out of ``candidates``, the leave-one-GPU-out donor)."""
+
     def key(c: GpuSpec) -> tuple[bool, bool, float]:
-        d = math.hypot(math.log(c.bf16_tflops / target.bf16_tflops),
-                       math.log(c.mem_bandwidth_gbps / target.mem_bandwidth_gbps))
+        d = math.hypot(
+            math.log(c.bf16_tflops / target.bf16_tflops), math.log(c.mem_bandwidth_gbps / target.mem_bandwidth_gbps)
+        )
         return (c.interconnect != target.interconnect, c.architecture != target.architecture, d)
+
     pool = [c for c in candidates if c.name != target.name]
     return min(pool, key=key).name if pool else None
 
@@ -138,8 +143,13 @@ def _efficiency_comments(path: str) -> dict[tuple[str, str], str]:
     return out
 
 
-def catalog_rows(gpus_toml: str, calibration: Mapping[str, Any], refined: Mapping[str, Any],
-                 cells: Mapping[str, list[str]], nearest: Mapping[str, str]) -> list[dict[str, Any]]:
+def catalog_rows(
+    gpus_toml: str,
+    calibration: Mapping[str, Any],
+    refined: Mapping[str, Any],
+    cells: Mapping[str, list[str]],
+    nearest: Mapping[str, str],
+) -> list[dict[str, Any]]:
     """Constant rows of the GPU catalog: per GPU, every efficiency of the plain roofline (``gpus.toml``) and
     every refined-roofline parameter (``roofline.toml``), with provenance: ``fitted`` (on which calibration
     cells), ``borrowed`` (from which GPU, by :data:`NEAREST_RULE`), ``hand-set`` (the catalog's comment as the
@@ -152,13 +162,28 @@ def catalog_rows(gpus_toml: str, calibration: Mapping[str, Any], refined: Mappin
     defaults = cat.get("defaults", {}).get("efficiency", {})
     rows: list[dict[str, Any]] = []
     for g, spec in sorted(cat["gpu"].items()):
-        for k in ("bf16_tflops", "fp8_tflops", "mem_bandwidth_gbps", "memory_gib", "interconnect_bw_gbps",
-                  "sm_count", "smem_per_sm_kib", "usable_memory_gib"):
+        for k in (
+            "bf16_tflops",
+            "fp8_tflops",
+            "mem_bandwidth_gbps",
+            "memory_gib",
+            "interconnect_bw_gbps",
+            "sm_count",
+            "smem_per_sm_kib",
+            "usable_memory_gib",
+        ):
             if k in spec:
-                rows.append({"constant": k, "scope": g, "value": spec[k], "provenance": "datasheet"
-                             if k != "usable_memory_gib" else "hand-set",
-                             "detail": "gpus.toml (source cited beside the value)" if k != "usable_memory_gib"
-                             else "measured total memory as CUDA reports it (gpus.toml comment)"})
+                rows.append(
+                    {
+                        "constant": k,
+                        "scope": g,
+                        "value": spec[k],
+                        "provenance": "datasheet" if k != "usable_memory_gib" else "hand-set",
+                        "detail": "gpus.toml (source cited beside the value)"
+                        if k != "usable_memory_gib"
+                        else "measured total memory as CUDA reports it (gpus.toml comment)",
+                    }
+                )
         own = spec.get("efficiency", {})
         fit = calibration.get(g, {})
         src = fit.get("calibrated_from")
@@ -173,20 +198,38 @@ def catalog_rows(gpus_toml: str, calibration: Mapping[str, Any], refined: Mappin
             elif k in own:
                 prov, det = "hand-set", notes.get((g, k)) or "no reason given in gpus.toml"
             else:
-                prov, det = "hand-set", "[defaults.efficiency] " + (notes.get(("defaults", k)) or
-                                                                   "(reason in the gpus.toml header)")
+                prov, det = (
+                    "hand-set",
+                    "[defaults.efficiency] " + (notes.get(("defaults", k)) or "(reason in the gpus.toml header)"),
+                )
             rows.append({"constant": k, "scope": g, "value": v, "provenance": prov, "detail": det})
         ref = refined.get(g, {})
         rsrc = ref.get("calibrated_from")
         for k, v in sorted(ref.get("fitted", {}).items()):
-            rows.append({"constant": f"refined.{k}", "scope": g, "value": float(f"{v:.4g}"),
-                         "provenance": "borrowed" if rsrc else "fitted",
-                         "detail": (f"fitted on {rsrc}'s calibration cells: {', '.join(cells.get(rsrc, []))}"
-                                    if rsrc else f"calibration cells: {where}")})
+            rows.append(
+                {
+                    "constant": f"refined.{k}",
+                    "scope": g,
+                    "value": float(f"{v:.4g}"),
+                    "provenance": "borrowed" if rsrc else "fitted",
+                    "detail": (
+                        f"fitted on {rsrc}'s calibration cells: {', '.join(cells.get(rsrc, []))}"
+                        if rsrc
+                        else f"calibration cells: {where}"
+                    ),
+                }
+            )
     for g, src in sorted(nearest.items()):
-        rows.append({"constant": "NEAREST", "scope": g, "value": src, "provenance": "hand-set",
-                     "detail": f"the GPU {g} (no profile) borrows from; the declared rule ({NEAREST_RULE}) picks "
-                               f"{src} too (tests/validation/test_protocol.py)"})
+        rows.append(
+            {
+                "constant": "NEAREST",
+                "scope": g,
+                "value": src,
+                "provenance": "hand-set",
+                "detail": f"the GPU {g} (no profile) borrows from; the declared rule ({NEAREST_RULE}) picks "
+                f"{src} too (tests/validation/test_protocol.py)",
+            }
+        )
     return rows
 
 
@@ -198,6 +241,7 @@ def render_table(rows: list[dict[str, Any]], columns: Iterable[str]) -> list[str
         if isinstance(v, float):
             return "" if math.isnan(v) else f"{v:.4g}"
         return str(v).replace("|", "/")
+
     out = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     out += ["| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
     return out
@@ -215,48 +259,112 @@ def global_rows(cv_scores: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not s:
             return "no calibration fold"
         scores = ", ".join(f"{r['candidate']}: {r['cv_score_pct']:.2f}%" for r in s)
-        return (f"candidates (CV score = mean over {s[0]['folds']} calibration cells of the held-out in-cell MAPE, "
-                f"{s[0]['points']} points): {scores}; lowest wins")
+        return (
+            f"candidates (CV score = mean over {s[0]['folds']} calibration cells of the held-out in-cell MAPE, "
+            f"{s[0]['points']} points): {scores}; lowest wins"
+        )
+
     rule = "log reference" if table.ATTENTION_ROWS_IN_REFERENCE else "log tokens"
     rows = [
-        {"constant": "GEMM_TILE_TOKENS", "scope": "table pricer", "value": table.GEMM_TILE_TOKENS,
-         "provenance": "chosen by CV", "detail": cv_detail("GEMM_TILE_TOKENS")},
-        {"constant": "ATTENTION_ROWS_IN_REFERENCE (prefill row rule)", "scope": "table pricer", "value": rule,
-         "provenance": "chosen by CV", "detail": cv_detail("prefill-attention row rule")},
-        {"constant": "DEFAULT_ACTIVATION_RESERVE_GIB", "scope": "memory model", "value":
-         memory.DEFAULT_ACTIVATION_RESERVE_GIB, "provenance": "hand-set",
-         "detail": "history: back-solved from the RTX 4090 vLLM 0.19 run (a validation run: 0.9 * 23.516 GiB - "
-                   "14.957 GiB weights - 2588 blocks * 2 MiB); that run is replayed with its recorded block count, "
-                   "so its figures do not depend on it; runs without a recorded block count (LLMPerf) do. Not yet "
-                   "derived from vLLM's profile run (vllm/v1/worker/gpu_worker.py determine_available_memory: "
-                   "peak of a dummy forward at max_num_batched_tokens + non-torch memory)"},
-        {"constant": "DEFAULT_GPU_MEMORY_UTILIZATION", "scope": "memory model",
-         "value": memory.DEFAULT_GPU_MEMORY_UTILIZATION, "provenance": "engine default",
-         "detail": "vLLM 0.19 CacheConfig.gpu_memory_utilization (the RTX 4090 run's engine); vLLM 0.32 "
-                   "vllm/config/cache.py CacheConfig defaults to 0.92"},
-        {"constant": "DEFAULT_BLOCK_SIZE", "scope": "memory model", "value": memory.DEFAULT_BLOCK_SIZE,
-         "provenance": "engine default", "detail": "vLLM's KV block size on CUDA (CacheConfig.block_size unset: "
-                                                   "16 tokens, vllm/platforms/cuda.py check_and_update_config)"},
-        {"constant": "DRIVER_RESERVE_GIB", "scope": "catalog", "value": cat.DRIVER_RESERVE_GIB,
-         "provenance": "hand-set", "detail": "memory CUDA does not report, where usable_memory_gib is not measured"},
-        {"constant": "tiles.BLOCK_M / tile_shape", "scope": "refined roofline", "value": tiles.BLOCK_M,
-         "provenance": "engine default", "detail": "FlashAttention-2 split-KV forward kernel tile (kBlockM)"},
-        {"constant": "TILE_ARCHITECTURES", "scope": "calibration", "value": ", ".join(sorted(TILE_ARCHITECTURES)),
-         "provenance": "engine default", "detail": "vLLM runs FA2 off Hopper (vllm/attention/utils/fa_utils.py "
-                                                   "get_flash_attn_version)"},
-        {"constant": "FIT_EXCLUDE", "scope": "calibration", "value": len(FIT_EXCLUDE), "provenance": "hand-set",
-         "detail": "HF-eager modules of LLMServingSim v0 (" + ", ".join(sorted(g for _, g in FIT_EXCLUDE))
-                   + "): not the fused serving kernels the model prices"},
-        {"constant": "ROBUST_SCALE / SHARE_FLOOR", "scope": "calibration",
-         "value": f"{ROBUST_SCALE} / {SHARE_FLOOR}", "provenance": "hand-set",
-         "detail": "fit settings: soft-L1 scale on log residuals; smallest operator weight share"},
-        {"constant": "MAX_POINTS / TABLE_POINTS", "scope": "calibration", "value": f"{C.MAX_POINTS} / "
-         f"{C.TABLE_POINTS}", "provenance": "hand-set", "detail": "points kept per curve (fit; shipped tables)"},
-        {"constant": "ALLREDUCE_CALIBRATION_GPUS", "scope": "protocol", "value": str(ALLREDUCE_CALIBRATION_GPUS),
-         "provenance": "hand-set", "detail": "the 2- and 8-GPU curves calibrate, the 4-GPU curve between them "
-                                             "validates"},
-        {"constant": "NEAREST_RULE", "scope": "protocol", "value": "rule", "provenance": "hand-set",
-         "detail": NEAREST_RULE},
+        {
+            "constant": "GEMM_TILE_TOKENS",
+            "scope": "table pricer",
+            "value": table.GEMM_TILE_TOKENS,
+            "provenance": "chosen by CV",
+            "detail": cv_detail("GEMM_TILE_TOKENS"),
+        },
+        {
+            "constant": "ATTENTION_ROWS_IN_REFERENCE (prefill row rule)",
+            "scope": "table pricer",
+            "value": rule,
+            "provenance": "chosen by CV",
+            "detail": cv_detail("prefill-attention row rule"),
+        },
+        {
+            "constant": "DEFAULT_ACTIVATION_RESERVE_GIB",
+            "scope": "memory model",
+            "value": memory.DEFAULT_ACTIVATION_RESERVE_GIB,
+            "provenance": "hand-set",
+            "detail": "history: back-solved from the RTX 4090 vLLM 0.19 run (a validation run: 0.9 * 23.516 GiB - "
+            "14.957 GiB weights - 2588 blocks * 2 MiB); that run is replayed with its recorded block count, "
+            "so its figures do not depend on it; runs without a recorded block count (LLMPerf) do. Not yet "
+            "derived from vLLM's profile run (vllm/v1/worker/gpu_worker.py determine_available_memory: "
+            "peak of a dummy forward at max_num_batched_tokens + non-torch memory)",
+        },
+        {
+            "constant": "DEFAULT_GPU_MEMORY_UTILIZATION",
+            "scope": "memory model",
+            "value": memory.DEFAULT_GPU_MEMORY_UTILIZATION,
+            "provenance": "engine default",
+            "detail": "vLLM 0.19 CacheConfig.gpu_memory_utilization (the RTX 4090 run's engine); vLLM 0.32 "
+            "vllm/config/cache.py CacheConfig defaults to 0.92",
+        },
+        {
+            "constant": "DEFAULT_BLOCK_SIZE",
+            "scope": "memory model",
+            "value": memory.DEFAULT_BLOCK_SIZE,
+            "provenance": "engine default",
+            "detail": "vLLM's KV block size on CUDA (CacheConfig.block_size unset: "
+            "16 tokens, vllm/platforms/cuda.py check_and_update_config)",
+        },
+        {
+            "constant": "DRIVER_RESERVE_GIB",
+            "scope": "catalog",
+            "value": cat.DRIVER_RESERVE_GIB,
+            "provenance": "hand-set",
+            "detail": "memory CUDA does not report, where usable_memory_gib is not measured",
+        },
+        {
+            "constant": "tiles.BLOCK_M / tile_shape",
+            "scope": "refined roofline",
+            "value": tiles.BLOCK_M,
+            "provenance": "engine default",
+            "detail": "FlashAttention-2 split-KV forward kernel tile (kBlockM)",
+        },
+        {
+            "constant": "TILE_ARCHITECTURES",
+            "scope": "calibration",
+            "value": ", ".join(sorted(TILE_ARCHITECTURES)),
+            "provenance": "engine default",
+            "detail": "vLLM runs FA2 off Hopper (vllm/attention/utils/fa_utils.py get_flash_attn_version)",
+        },
+        {
+            "constant": "FIT_EXCLUDE",
+            "scope": "calibration",
+            "value": len(FIT_EXCLUDE),
+            "provenance": "hand-set",
+            "detail": "HF-eager modules of LLMServingSim v0 ("
+            + ", ".join(sorted(g for _, g in FIT_EXCLUDE))
+            + "): not the fused serving kernels the model prices",
+        },
+        {
+            "constant": "ROBUST_SCALE / SHARE_FLOOR",
+            "scope": "calibration",
+            "value": f"{ROBUST_SCALE} / {SHARE_FLOOR}",
+            "provenance": "hand-set",
+            "detail": "fit settings: soft-L1 scale on log residuals; smallest operator weight share",
+        },
+        {
+            "constant": "MAX_POINTS / TABLE_POINTS",
+            "scope": "calibration",
+            "value": f"{C.MAX_POINTS} / {C.TABLE_POINTS}",
+            "provenance": "hand-set",
+            "detail": "points kept per curve (fit; shipped tables)",
+        },
+        {
+            "constant": "ALLREDUCE_CALIBRATION_GPUS",
+            "scope": "protocol",
+            "value": str(ALLREDUCE_CALIBRATION_GPUS),
+            "provenance": "hand-set",
+            "detail": "the 2- and 8-GPU curves calibrate, the 4-GPU curve between them validates",
+        },
+        {
+            "constant": "NEAREST_RULE",
+            "scope": "protocol",
+            "value": "rule",
+            "provenance": "hand-set",
+            "detail": NEAREST_RULE,
+        },
     ]
     return rows
 
@@ -270,13 +378,18 @@ def _render_e2e_out_of_cell(d: Mapping[str, Any] | None) -> list[str]:
     """The end-to-end leave-one-GPU-out / leave-one-model-out table (:mod:`validation.e2e_outofcell`)."""
     if not d:
         return ["End to end out of cell: not computed in this run (validate --quick skips it).", ""]
-    out = ["End to end out of cell (validation/e2e_outofcell.py): each simulated end-to-end run (vLLM run, "
-           "LLMPerf) replayed with its GPU priced as shipped, as if the GPU had no profile (LOGO: the donor's "
-           "kernel-level parameters, the rest at [defaults.efficiency]) and as if its model had no profile on that "
-           "GPU (LOMO: the GPU refitted on its other models). MAPE % of the judged metrics per metric family; "
-           "every cell is a validation cell, nothing is chosen from these rows.", ""]
-    rows = [{**r, "shipped": _pct(r.get("shipped")), "LOGO": _pct(r.get("logo")), "LOMO": _pct(r.get("lomo"))}
-            for r in d.get("table", [])]
+    out = [
+        "End to end out of cell (validation/e2e_outofcell.py): each simulated end-to-end run (vLLM run, "
+        "LLMPerf) replayed with its GPU priced as shipped, as if the GPU had no profile (LOGO: the donor's "
+        "kernel-level parameters, the rest at [defaults.efficiency]) and as if its model had no profile on that "
+        "GPU (LOMO: the GPU refitted on its other models). MAPE % of the judged metrics per metric family; "
+        "every cell is a validation cell, nothing is chosen from these rows.",
+        "",
+    ]
+    rows = [
+        {**r, "shipped": _pct(r.get("shipped")), "LOGO": _pct(r.get("logo")), "LOMO": _pct(r.get("lomo"))}
+        for r in d.get("table", [])
+    ]
     out += [*render_table(rows, ("gpu", "dtype", "family", "cells", "shipped", "LOGO", "LOMO")), ""]
     if d.get("donors"):
         out.append("LOGO donors: " + ", ".join(f"{g} <- {x}" for g, x in d["donors"].items()) + ".")
@@ -290,86 +403,200 @@ def render_protocol_markdown(summary: Mapping[str, Any]) -> list[str]:
     split, the constants with their provenance (and the CV scores), the leave-one-GPU-out / leave-one-model-out
     errors, and the table fidelity."""
     p = summary.get("protocol", summary)
-    out = ["## Validation protocol", "",
-           "Declared in validation/protocol.py. A cell (profile cell: source, GPU, model, dtype, TP; an all-reduce "
-           "curve; a Splitwise cell; a measured run) is calibration or validation as a whole, for every pricer.", ""]
+    out = [
+        "## Validation protocol",
+        "",
+        "Declared in validation/protocol.py. A cell (profile cell: source, GPU, model, dtype, TP; an all-reduce "
+        "curve; a Splitwise cell; a measured run) is calibration or validation as a whole, for every pricer.",
+        "",
+    ]
     out += [f"- **{k}**: {v}" for k, v in p.get("split", {}).items()]
     cells = p.get("cells", {})
     if cells:
-        out += [f"- Component cells: {len(cells.get(CALIBRATION, []))} calibration, "
-                f"{len(cells.get(VALIDATION, []))} validation. The RTX 4090's only profile cell calibrates whole: "
-                "its out-of-profile error is the leave-one-GPU-out row below, its validation the vLLM run."]
+        out += [
+            f"- Component cells: {len(cells.get(CALIBRATION, []))} calibration, "
+            f"{len(cells.get(VALIDATION, []))} validation. The RTX 4090's only profile cell calibrates whole: "
+            "its out-of-profile error is the leave-one-GPU-out row below, its validation the vLLM run."
+        ]
     out += ["", "## Constants and where they come from", ""]
     consts = p.get("constants", [])
     counts: dict[str, int] = {}
     for r in consts:
         counts[r["provenance"]] = counts.get(r["provenance"], 0) + 1
-    out.append("Every tunable of the pricers and the memory model: " + ", ".join(
-        f"{n} {k}" for k, n in sorted(counts.items())) + ". Datasheet peaks are cited beside each value in "
-        "gpus.toml. Global constants:")
-    out += ["", *render_table([r for r in consts if r["scope"] in (
-        "table pricer", "memory model", "catalog", "refined roofline", "calibration", "protocol")],
-        ("constant", "scope", "value", "provenance", "detail")), ""]
+    out.append(
+        "Every tunable of the pricers and the memory model: "
+        + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+        + ". Datasheet peaks are cited beside each value in "
+        "gpus.toml. Global constants:"
+    )
+    out += [
+        "",
+        *render_table(
+            [
+                r
+                for r in consts
+                if r["scope"]
+                in ("table pricer", "memory model", "catalog", "refined roofline", "calibration", "protocol")
+            ],
+            ("constant", "scope", "value", "provenance", "detail"),
+        ),
+        "",
+    ]
     cv = p.get("cv_scores", [])
     if cv:
-        out += ["Cross-validation inside the calibration cells (validation/crossval.py; no validation cell read):",
-                "", *render_table(cv, ("tunable", "candidate", "folds", "points", "cv_score_pct", "chosen")), ""]
+        out += [
+            "Cross-validation inside the calibration cells (validation/crossval.py; no validation cell read):",
+            "",
+            *render_table(cv, ("tunable", "candidate", "folds", "points", "cv_score_pct", "chosen")),
+            "",
+        ]
     per_gpu: dict[str, dict[str, list[str]]] = {}
     for r in consts:
-        if r["provenance"] == "datasheet" or r["scope"] in ("table pricer", "memory model", "catalog",
-                                                            "refined roofline", "calibration", "protocol"):
+        if r["provenance"] == "datasheet" or r["scope"] in (
+            "table pricer",
+            "memory model",
+            "catalog",
+            "refined roofline",
+            "calibration",
+            "protocol",
+        ):
             continue
         d = per_gpu.setdefault(r["scope"], {})
-        reason = "" if r["provenance"] in ("fitted", "borrowed") or r["detail"].startswith("[defaults") \
+        reason = (
+            ""
+            if r["provenance"] in ("fitted", "borrowed") or r["detail"].startswith("[defaults")
             else f" ({r['detail']})"
+        )
         key = "defaults" if r["detail"].startswith("[defaults") else r["provenance"]
         d.setdefault(key, []).append(f"{r['constant']} = {r['value']}{reason}")
-    rows = [{"gpu": g, "fitted (its calibration cells)": "; ".join(d.get("fitted", [])),
-             "borrowed (nearest profiled GPU)": "; ".join(d.get("borrowed", [])),
-             "hand-set (reason)": "; ".join(d.get("hand-set", [])),
-             "[defaults.efficiency]": "; ".join(d.get("defaults", []))} for g, d in sorted(per_gpu.items())]
-    out += ["Per GPU (plain roofline: gpus.toml; refined: roofline.toml, prefixed `refined.`; the cells each fit "
-            "used are listed in constants.parquet):", ""]
-    out += [*render_table(rows, ("gpu", "fitted (its calibration cells)", "borrowed (nearest profiled GPU)",
-                                 "hand-set (reason)", "[defaults.efficiency]")), ""]
-    out += ["## Out-of-cell errors: leave-one-GPU-out / leave-one-model-out", "",
-            f"Leave-one-GPU-out: each profiled GPU priced with the kernel-level parameters of the GPU the "
-            f"catalogue's rule picks among the other profiled GPUs ({p.get('nearest_rule', NEAREST_RULE)}), on "
-            "its own datasheet peaks, the rest at [defaults.efficiency]; judged on every cell of the GPU (all TP, "
-            "both roles). What to expect for a GPU without a profile. MAPE %:", ""]
-    logo = [{**r, "components LOGO": _pct(r.get("logo_components_mape_pct")),
-             "components own fit": _pct(r.get("own_components_mape_pct")),
-             "Splitwise LOGO / own": f"{_pct(r.get('logo_splitwise_mape_pct'))} / "
-                                     f"{_pct(r.get('own_splitwise_mape_pct'))}" if r.get("logo_splitwise_n") else "",
-             "all-reduce LOGO / own": f"{_pct(r.get('logo_all_reduce_mape_pct'))} / "
-                                      f"{_pct(r.get('own_all_reduce_mape_pct'))}" if r.get("logo_all_reduce_n")
-             else ""} for r in p.get("logo", [])]
-    out += [*render_table(logo, ("gpu", "pricer", "donor", "logo_components_n", "components LOGO",
-                                 "components own fit", "Splitwise LOGO / own", "all-reduce LOGO / own")), ""]
+    rows = [
+        {
+            "gpu": g,
+            "fitted (its calibration cells)": "; ".join(d.get("fitted", [])),
+            "borrowed (nearest profiled GPU)": "; ".join(d.get("borrowed", [])),
+            "hand-set (reason)": "; ".join(d.get("hand-set", [])),
+            "[defaults.efficiency]": "; ".join(d.get("defaults", [])),
+        }
+        for g, d in sorted(per_gpu.items())
+    ]
+    out += [
+        "Per GPU (plain roofline: gpus.toml; refined: roofline.toml, prefixed `refined.`; the cells each fit "
+        "used are listed in constants.parquet):",
+        "",
+    ]
+    out += [
+        *render_table(
+            rows,
+            (
+                "gpu",
+                "fitted (its calibration cells)",
+                "borrowed (nearest profiled GPU)",
+                "hand-set (reason)",
+                "[defaults.efficiency]",
+            ),
+        ),
+        "",
+    ]
+    out += [
+        "## Out-of-cell errors: leave-one-GPU-out / leave-one-model-out",
+        "",
+        f"Leave-one-GPU-out: each profiled GPU priced with the kernel-level parameters of the GPU the "
+        f"catalogue's rule picks among the other profiled GPUs ({p.get('nearest_rule', NEAREST_RULE)}), on "
+        "its own datasheet peaks, the rest at [defaults.efficiency]; judged on every cell of the GPU (all TP, "
+        "both roles). What to expect for a GPU without a profile. MAPE %:",
+        "",
+    ]
+    logo = [
+        {
+            **r,
+            "components LOGO": _pct(r.get("logo_components_mape_pct")),
+            "components own fit": _pct(r.get("own_components_mape_pct")),
+            "Splitwise LOGO / own": f"{_pct(r.get('logo_splitwise_mape_pct'))} / "
+            f"{_pct(r.get('own_splitwise_mape_pct'))}"
+            if r.get("logo_splitwise_n")
+            else "",
+            "all-reduce LOGO / own": f"{_pct(r.get('logo_all_reduce_mape_pct'))} / "
+            f"{_pct(r.get('own_all_reduce_mape_pct'))}"
+            if r.get("logo_all_reduce_n")
+            else "",
+        }
+        for r in p.get("logo", [])
+    ]
+    out += [
+        *render_table(
+            logo,
+            (
+                "gpu",
+                "pricer",
+                "donor",
+                "logo_components_n",
+                "components LOGO",
+                "components own fit",
+                "Splitwise LOGO / own",
+                "all-reduce LOGO / own",
+            ),
+        ),
+        "",
+    ]
     lomo = p.get("lomo", [])
     if lomo:
-        out += ["Leave-one-model-out: each GPU refitted on its calibration cells of the other models only, judged "
-                "on every cell of the held-out model (all TP; Splitwise where the model has it). What to expect "
-                "for a model without a profile on a profiled GPU. 'leaked': parameters the refit could not fit "
-                "(they keep the shipped value). MAPE %:", ""]
-        rows = [{**r, "components LOMO": _pct(r.get("lomo_components_mape_pct")),
-                 "components own fit": _pct(r.get("own_components_mape_pct")),
-                 "Splitwise LOMO / own": f"{_pct(r.get('lomo_splitwise_mape_pct'))} / "
-                                         f"{_pct(r.get('own_splitwise_mape_pct'))}" if r.get("lomo_splitwise_n")
-                 else ""} for r in lomo]
-        out += [*render_table(rows, ("gpu", "model", "pricer", "cells", "lomo_components_n", "components LOMO",
-                                     "components own fit", "Splitwise LOMO / own", "leaked")), ""]
-        out += ["Per GPU (mean over held-out models):", "", *render_table(
-            p.get("lomo_per_gpu", []), ("gpu", "pricer", "lomo_components_mape_pct", "own_components_mape_pct"))]
+        out += [
+            "Leave-one-model-out: each GPU refitted on its calibration cells of the other models only, judged "
+            "on every cell of the held-out model (all TP; Splitwise where the model has it). What to expect "
+            "for a model without a profile on a profiled GPU. 'leaked': parameters the refit could not fit "
+            "(they keep the shipped value). MAPE %:",
+            "",
+        ]
+        rows = [
+            {
+                **r,
+                "components LOMO": _pct(r.get("lomo_components_mape_pct")),
+                "components own fit": _pct(r.get("own_components_mape_pct")),
+                "Splitwise LOMO / own": f"{_pct(r.get('lomo_splitwise_mape_pct'))} / "
+                f"{_pct(r.get('own_splitwise_mape_pct'))}"
+                if r.get("lomo_splitwise_n")
+                else "",
+            }
+            for r in lomo
+        ]
+        out += [
+            *render_table(
+                rows,
+                (
+                    "gpu",
+                    "model",
+                    "pricer",
+                    "cells",
+                    "lomo_components_n",
+                    "components LOMO",
+                    "components own fit",
+                    "Splitwise LOMO / own",
+                    "leaked",
+                ),
+            ),
+            "",
+        ]
+        out += [
+            "Per GPU (mean over held-out models):",
+            "",
+            *render_table(
+                p.get("lomo_per_gpu", []), ("gpu", "pricer", "lomo_components_mape_pct", "own_components_mape_pct")
+            ),
+        ]
         out.append("")
     else:
         out += ["Leave-one-model-out: not computed in this run (validate --quick skips the refits).", ""]
     out += _render_e2e_out_of_cell(p.get("e2e_out_of_cell"))
-    out += ["## Table fidelity (in-cell interpolation; not validation)", "",
-            "The table pricer rebuilt from every other point of each cell (attention: every other row and column; "
-            "all-reduce: every other size) and judged on the points in between. This is how well the table "
-            "interpolates a cell it has measured, not a prediction; the table's validation is out of cell "
-            "(pricer 'table', role 'validation'). MAPE %:", ""]
-    out += render_table(p.get("table_fidelity", []), ("gpu", "points", "mape_pct", "all_reduce_points",
-                                                      "all_reduce_mape_pct"))
+    out += [
+        "## Table fidelity (in-cell interpolation; not validation)",
+        "",
+        "The table pricer rebuilt from every other point of each cell (attention: every other row and column; "
+        "all-reduce: every other size) and judged on the points in between. This is how well the table "
+        "interpolates a cell it has measured, not a prediction; the table's validation is out of cell "
+        "(pricer 'table', role 'validation'). MAPE %:",
+        "",
+    ]
+    out += render_table(
+        p.get("table_fidelity", []), ("gpu", "points", "mape_pct", "all_reduce_points", "all_reduce_mape_pct")
+    )
     return out

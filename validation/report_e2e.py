@@ -18,32 +18,42 @@ def llmperf_section(s: dict[str, Any], sensitivity: pd.DataFrame | None) -> list
     lines = []
     fl = s.get("llmperf_ttft_below_compute_floor")
     if fl:
-        lines.append(f"- TTFT check: in {fl['below']} of {fl['cells']} simulated LLMPerf cells the measured mean TTFT "
-                     "is below the time a prefill of the mean prompt takes at the GPU's datasheet peak, so the "
-                     "measured TTFT cannot include a full prefill of prompts that size (prefix-cache hits, e.g. a "
-                     "cache warm from the previous identical run, or a client-side TTFT definition).")
+        lines.append(
+            f"- TTFT check: in {fl['below']} of {fl['cells']} simulated LLMPerf cells the measured mean TTFT "
+            "is below the time a prefill of the mean prompt takes at the GPU's datasheet peak, so the "
+            "measured TTFT cannot include a full prefill of prompts that size (prefix-cache hits, e.g. a "
+            "cache warm from the previous identical run, or a client-side TTFT definition)."
+        )
     share = s.get("llmperf_run_floor_share_pct")
     if share:
-        lines.append("- Whole-run check: the linear-layer FLOPs of every prompt and output token of a run, at the "
-                     "GPU's datasheet peak (bf16 on Ampere, where fp8 weights compute in bf16), take this share of "
-                     "the measured span: " + "; ".join(
-                         f"{k}: {v['min']:.0f}-{v['max']:.0f}% ({v['cells']} runs)" for k, v in share.items())
-                     + ". Serving sustains well below the peak, so a share near 100% says the run had more compute "
-                     "or less work (cache hits) than the one GPU the cell records.")
+        lines.append(
+            "- Whole-run check: the linear-layer FLOPs of every prompt and output token of a run, at the "
+            "GPU's datasheet peak (bf16 on Ampere, where fp8 weights compute in bf16), take this share of "
+            "the measured span: "
+            + "; ".join(f"{k}: {v['min']:.0f}-{v['max']:.0f}% ({v['cells']} runs)" for k, v in share.items())
+            + ". Serving sustains well below the peak, so a share near 100% says the run had more compute "
+            "or less work (cache hits) than the one GPU the cell records."
+        )
     if sensitivity is not None and len(sensitivity) and "metric" in sensitivity:
-        d = sensitivity[sensitivity["metric"].isin(("ttft_mean_s", "itl_mean_s", "e2e_mean_s",
-                                                    "throughput_output_tok_s"))]
-        t = (d.assign(err=d["rel_error"] * 100, gd=d["gpu"] + " " + d["dtype"])
-             .pivot_table(index=["gd", "setting", "value"], columns="metric", values="err", aggfunc="mean", sort=False)
-             .reset_index().rename(columns={"gd": "GPU dtype"}))
+        d = sensitivity[
+            sensitivity["metric"].isin(("ttft_mean_s", "itl_mean_s", "e2e_mean_s", "throughput_output_tok_s"))
+        ]
+        t = (
+            d.assign(err=d["rel_error"] * 100, gd=d["gpu"] + " " + d["dtype"])
+            .pivot_table(index=["gd", "setting", "value"], columns="metric", values="err", aggfunc="mean", sort=False)
+            .reset_index()
+            .rename(columns={"gd": "GPU dtype"})
+        )
         runs = d.groupby(d["gpu"] + " " + d["dtype"])["cell_id"].nunique().to_dict()
-        lines.append("- Sensitivity to what the runs do not record: mean signed error (%) over the runs ("
-                     + ", ".join(f"{k}: {v} runs" for k, v in runs.items()) + ") with each setting at 2-3 plausible "
-                     "values, the others at the replay's defaults (first value of each setting). The spread says how "
-                     "much of each miss an unrecorded setting could explain; none of these values is chosen by "
-                     "the error (these are validation cells).\n\n" + _md(t, ".1f"))
-    return [("End to end: the LLMPerf runs, what they record and what they do not", "\n".join(lines))] if lines \
-        else []
+        lines.append(
+            "- Sensitivity to what the runs do not record: mean signed error (%) over the runs ("
+            + ", ".join(f"{k}: {v} runs" for k, v in runs.items())
+            + ") with each setting at 2-3 plausible "
+            "values, the others at the replay's defaults (first value of each setting). The spread says how "
+            "much of each miss an unrecorded setting could explain; none of these values is chosen by "
+            "the error (these are validation cells).\n\n" + _md(t, ".1f")
+        )
+    return [("End to end: the LLMPerf runs, what they record and what they do not", "\n".join(lines))] if lines else []
 
 
 def split_sections(lines: list[str]) -> list[tuple[str, str]]:
@@ -63,38 +73,76 @@ def e2e_sections(s: dict[str, Any], df: pd.DataFrame) -> list[tuple[str, str]]:
     h = s.get("end_to_end") or H.summarise(df, s.get("skipped", []))
     table = H.e2e_table(df)
     cells = pd.DataFrame(h["cells_table"])
-    body = [f"**{h['line']}.** {h['metrics_met']} of {h['metrics_judged']} judged metrics met; "
-            f"{h['metrics_not_judged']} not judged (fixed by construction, listed with their error). Target: "
-            f"|signed error| <= {h['target_pct']:.0f}% for every metric (a Splitwise cell: MAPE over its measured "
-            "iterations); a cell is within target when every judged metric is. Rules: validation/headline.py.", ""]
+    body = [
+        f"**{h['line']}.** {h['metrics_met']} of {h['metrics_judged']} judged metrics met; "
+        f"{h['metrics_not_judged']} not judged (fixed by construction, listed with their error). Target: "
+        f"|signed error| <= {h['target_pct']:.0f}% for every metric (a Splitwise cell: MAPE over its measured "
+        "iterations); a cell is within target when every judged metric is. Rules: validation/headline.py.",
+        "",
+    ]
     if len(cells):
         c = cells[cells["workload"] == "measured"].assign(
             verdict=lambda d: np.where(d["within_target"], "within target", "missed"),
-            **{"worst judged error %": lambda d: d["worst_error_pct"]})
-        body += ["Cells, misses first (measured workloads):", "",
-                 _md(c[["source", "cell_id", "gpu", "dtype", "metrics", "met", "worst_metric",
-                        "worst judged error %", "verdict"]].rename(columns={"metrics": "judged metrics"}), ".1f"), ""]
+            **{"worst judged error %": lambda d: d["worst_error_pct"]},
+        )
+        body += [
+            "Cells, misses first (measured workloads):",
+            "",
+            _md(
+                c[
+                    [
+                        "source",
+                        "cell_id",
+                        "gpu",
+                        "dtype",
+                        "metrics",
+                        "met",
+                        "worst_metric",
+                        "worst judged error %",
+                        "verdict",
+                    ]
+                ].rename(columns={"metrics": "judged metrics"}),
+                ".1f",
+            ),
+            "",
+        ]
     groups = pd.DataFrame(h["groups"])
     secs = [("End to end: the headline", "\n".join(body))]
     if len(groups):
-        secs.append(("End to end: MAPE per source and metric family (judged metrics)",
-                     _md(groups.rename(columns={"mape_pct": "MAPE %", "mean_signed_pct": "mean signed %"}), ".1f")))
+        secs.append(
+            (
+                "End to end: MAPE per source and metric family (judged metrics)",
+                _md(groups.rename(columns={"mape_pct": "MAPE %", "mean_signed_pct": "mean signed %"}), ".1f"),
+            )
+        )
     if len(table):
         m = table[table["workload"] == "measured"]
         cols = ["cell_id", "metric", "statistic", "measured", "simulated", "error_pct", "verdict"]
-        secs.append(("End to end: every cell and metric, misses first",
-                     _md(m[cols].rename(columns={"error_pct": "error %"}), ".4g")))
+        secs.append(
+            (
+                "End to end: every cell and metric, misses first",
+                _md(m[cols].rename(columns={"error_pct": "error %"}), ".4g"),
+            )
+        )
         st = table[table["workload"] == "stand-in"]
         if len(st):
-            secs.append(("End to end, reported apart: stand-in workloads (never averaged with the rest)",
-                         "These cells replay trajectories that are not the measured run's own; their errors say "
-                         "how different the workloads are as much as how good the simulator is.\n\n"
-                         + _md(st[cols].rename(columns={"error_pct": "error %"}), ".4g") + "\n\n"
-                         + "\n".join(f"- `{c}`: {n}" for c, n in st.drop_duplicates("cell_id")[["cell_id", "note"]]
-                                     .itertuples(index=False))))
+            secs.append(
+                (
+                    "End to end, reported apart: stand-in workloads (never averaged with the rest)",
+                    "These cells replay trajectories that are not the measured run's own; their errors say "
+                    "how different the workloads are as much as how good the simulator is.\n\n"
+                    + _md(st[cols].rename(columns={"error_pct": "error %"}), ".4g")
+                    + "\n\n"
+                    + "\n".join(
+                        f"- `{c}`: {n}"
+                        for c, n in st.drop_duplicates("cell_id")[["cell_id", "note"]].itertuples(index=False)
+                    ),
+                )
+            )
         notes = table.drop_duplicates("cell_id")[["cell_id", "note"]]
-        secs.append(("End-to-end replay notes", "\n".join(f"- `{c}`: {n}" for c, n in notes.itertuples(index=False)
-                                                          if n)))
+        secs.append(
+            ("End-to-end replay notes", "\n".join(f"- `{c}`: {n}" for c, n in notes.itertuples(index=False) if n))
+        )
     ns = H.not_simulated(s.get("skipped", []))
     secs.append(("End-to-end cells not simulated", _md(ns) if len(ns) else "(none)"))
     return secs

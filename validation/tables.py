@@ -20,6 +20,7 @@ def md(df: pd.DataFrame, floatfmt: str = ".2f") -> str:
         return "(none)"
     head = "| " + " | ".join(map(str, df.columns)) + " |"
     sep = "|" + "|".join("---" for _ in df.columns) + "|"
-    body = ["| " + " | ".join(_fmt(v, floatfmt).replace("|", "/") for v in row) + " |"
-            for row in df.itertuples(index=False)]
+    body = [
+        "| " + " | ".join(_fmt(v, floatfmt).replace("|", "/") for v in row) + " |" for row in df.itertuples(index=False)
+    ]
     return "\n".join([head, sep, *body])

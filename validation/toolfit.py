@@ -98,20 +98,34 @@ class ClassFit:
         """The class entry of the model file (see ``agentreplay.sim.tools_generative``)."""
         d, c = self.dist(), self.chosen
         mean = d.mean()
-        return {"family": c.family, "params": c.params, "p_zero": self.p_zero, "n": self.n,
-                "aic": c.aic, "bic": c.bic, "ks": c.ks, "ks_p": c.ks_p, "ad": self.ad,
-                "median_s": float(d.ppf(0.5)), "p90_s": float(d.ppf(0.9)),
-                "mean_s": mean if math.isfinite(mean) else None, "ad_p": self.ad_p, "ad_method": self.ad_method,
-                "n_zero": self.n_zero, "empirical": self.empirical,
-                "candidates": {f.family: {"aic": f.aic, "bic": f.bic, "ks": f.ks} for f in self.fits}}
+        return {
+            "family": c.family,
+            "params": c.params,
+            "p_zero": self.p_zero,
+            "n": self.n,
+            "aic": c.aic,
+            "bic": c.bic,
+            "ks": c.ks,
+            "ks_p": c.ks_p,
+            "ad": self.ad,
+            "median_s": float(d.ppf(0.5)),
+            "p90_s": float(d.ppf(0.9)),
+            "mean_s": mean if math.isfinite(mean) else None,
+            "ad_p": self.ad_p,
+            "ad_method": self.ad_method,
+            "n_zero": self.n_zero,
+            "empirical": self.empirical,
+            "candidates": {f.family: {"aic": f.aic, "bic": f.bic, "ks": f.ks} for f in self.fits},
+        }
 
 
 def _norm_logpdf(x: np.ndarray, mu: float, sigma: float) -> np.ndarray:
     return -0.5 * ((x - mu) / sigma) ** 2 - math.log(sigma) - 0.5 * math.log(2 * math.pi)
 
 
-def _em(lx: np.ndarray, state: tuple[float, np.ndarray, np.ndarray], iters: int,
-        tol: float) -> tuple[float, tuple[float, np.ndarray, np.ndarray]]:
+def _em(
+    lx: np.ndarray, state: tuple[float, np.ndarray, np.ndarray], iters: int, tol: float
+) -> tuple[float, tuple[float, np.ndarray, np.ndarray]]:
     """Up to ``iters`` EM steps from ``(w, mu[2], sigma[2])``; returns (log-likelihood, state), -inf if a
     weight degenerates."""
     w, mu, sig = state[0], state[1].copy(), state[2].copy()
@@ -157,8 +171,13 @@ def fit_lognormal_mix2(logx: np.ndarray, *, max_iter: int = 500, tol: float = 1e
         return None
     lo = 0 if mu[0] <= mu[1] else 1
     hi = 1 - lo
-    return {"w": w if lo == 0 else 1 - w, "mu1": float(mu[lo]), "sigma1": float(sig[lo]),
-            "mu2": float(mu[hi]), "sigma2": float(sig[hi])}
+    return {
+        "w": w if lo == 0 else 1 - w,
+        "mu1": float(mu[lo]),
+        "sigma1": float(sig[lo]),
+        "mu2": float(mu[hi]),
+        "sigma2": float(sig[hi]),
+    }
 
 
 def estimate(family: str, x: np.ndarray) -> dict[str, float] | None:
@@ -195,8 +214,10 @@ def anderson_darling(x: np.ndarray, fit: Fit) -> tuple[float, float | None, str]
             warnings.simplefilter("ignore")
             try:
                 res = stats.anderson(data, dist_name, method="interpolate")
-                how = f"scipy.stats.anderson({'ln x' if fit.family == 'lognormal' else 'x'}, {dist_name!r}), " \
-                      "parameters re-estimated by scipy, p interpolated (clipped to its table)"
+                how = (
+                    f"scipy.stats.anderson({'ln x' if fit.family == 'lognormal' else 'x'}, {dist_name!r}), "
+                    "parameters re-estimated by scipy, p interpolated (clipped to its table)"
+                )
                 return float(res.statistic), float(res.pvalue), how
             except (ValueError, RuntimeError, FloatingPointError):
                 pass  # e.g. scipy's Weibull table does not cover shape < 2: fall through to A^2 by hand
@@ -208,8 +229,9 @@ def anderson_darling(x: np.ndarray, fit: Fit) -> tuple[float, float | None, str]
     return a2, None, "A^2 from the fitted CDF; p-value not available for this family"
 
 
-def fit_class(durations: np.ndarray, tool_class: str = "all",
-              candidates: tuple[str, ...] = CANDIDATES) -> ClassFit | None:
+def fit_class(
+    durations: np.ndarray, tool_class: str = "all", candidates: tuple[str, ...] = CANDIDATES
+) -> ClassFit | None:
     """Fit every candidate to one class's durations (seconds, >= 0); None when none is positive."""
     d = np.asarray(durations, dtype=float)
     d = d[np.isfinite(d)]
@@ -232,8 +254,9 @@ def fit_class(durations: np.ndarray, tool_class: str = "all",
             continue
         k = len(FAMILIES[fam].params) + (1 if n0 else 0)
         ks = stats.kstest(x, lambda v, f=fam, p=params: FAMILIES[f].cdf(p, v))  # type: ignore[misc]
-        fits.append(Fit(fam, params, k, ll, 2 * k - 2 * ll, k * math.log(n) - 2 * ll, float(ks.statistic),
-                        float(ks.pvalue)))
+        fits.append(
+            Fit(fam, params, k, ll, 2 * k - 2 * ll, k * math.log(n) - 2 * ll, float(ks.statistic), float(ks.pvalue))
+        )
     fits.sort(key=lambda f: f.aic)
     ad, ad_p, how = anderson_darling(x, fits[0])
     emp = {"mean_s": float(d.mean()), "median_s": float(np.median(d)), "p90_s": float(np.quantile(d, 0.9))}

@@ -49,10 +49,18 @@ def load_durations(trace_dir: str | Path, *, unit: Unit = "turn", kind: str | No
     # Calls of tasks without a program row (no readable token trace) keep their id as the task.
     task = df["program_id"].map(progs["task_id"]).fillna(df["program_id"].str.rsplit("/", n=1).str[-1])
     source = df["program_id"].map(progs["source"]).fillna(df["program_id"].str.split("/", n=1).str[0])
-    out = pd.DataFrame({"trace": str(trace_dir), "source": source.astype(str), "program_id": df["program_id"],
-                        "task_id": task.astype(str), "repo": task.astype(str).str.split("__", n=1).str[0],
-                        "tool_class": df["tool_class"], "duration_s": df["duration_s"].astype(float),
-                        "kind": df["kind"].fillna("unknown")})
+    out = pd.DataFrame(
+        {
+            "trace": str(trace_dir),
+            "source": source.astype(str),
+            "program_id": df["program_id"],
+            "task_id": task.astype(str),
+            "repo": task.astype(str).str.split("__", n=1).str[0],
+            "tool_class": df["tool_class"],
+            "duration_s": df["duration_s"].astype(float),
+            "kind": df["kind"].fillna("unknown"),
+        }
+    )
     if kind is not None:
         out = out[out["kind"] == kind]
     return out.reset_index(drop=True)[COLUMNS]
@@ -69,8 +77,12 @@ def _git_commit(where: Path) -> str | None:
 
 
 def _input_provenance(trace_dir: Path, d: pd.DataFrame) -> dict[str, Any]:
-    info: dict[str, Any] = {"path": str(trace_dir), "n": len(d), "kinds": d["kind"].value_counts().to_dict(),
-                            "sources": sorted(d["source"].unique().tolist())}
+    info: dict[str, Any] = {
+        "path": str(trace_dir),
+        "n": len(d),
+        "kinds": d["kind"].value_counts().to_dict(),
+        "sources": sorted(d["source"].unique().tolist()),
+    }
     manifest = trace_dir / "MANIFEST.json"
     if manifest.exists():
         m = json.loads(manifest.read_text())
@@ -105,14 +117,28 @@ def fit_tools(trace_dirs: Sequence[str | Path], *, unit: Unit = "turn", kind: st
     label = ",".join(sorted(data["source"].unique())) + ":" + ",".join(sorted(data["kind"].unique()))
     provenance = {
         "inputs": [_input_provenance(Path(d), p) for d, p in zip(trace_dirs, parts, strict=True)],
-        "unit": unit, "kind_filter": kind, "code_commit": _git_commit(Path(__file__).parent),
-        "fitter": "validation.toolfit", "candidates": list(CANDIDATES), "selection": "lowest AIC",
+        "unit": unit,
+        "kind_filter": kind,
+        "code_commit": _git_commit(Path(__file__).parent),
+        "fitter": "validation.toolfit",
+        "candidates": list(CANDIDATES),
+        "selection": "lowest AIC",
         "zero_model": "point mass p_zero at 0 s plus the family on the positive part",
-        "min_n": MIN_N, "mix_min_n": MIX_MIN_N, "mix_sigma_floor": SIGMA_FLOOR, "unfitted_classes": skipped,
-        "min_class_n": MIN_CLASS_N, "pooled_classes": pooled,
+        "min_n": MIN_N,
+        "mix_min_n": MIX_MIN_N,
+        "mix_sigma_floor": SIGMA_FLOOR,
+        "unfitted_classes": skipped,
+        "min_class_n": MIN_CLASS_N,
+        "pooled_classes": pooled,
     }
-    model = {"format": FORMAT, "version": VERSION, "provenance": provenance, "default_source": label,
-             "classes": {c: f.entry() for c, f in fits.items()}, "overall": overall.entry()}
+    model = {
+        "format": FORMAT,
+        "version": VERSION,
+        "provenance": provenance,
+        "default_source": label,
+        "classes": {c: f.entry() for c, f in fits.items()},
+        "overall": overall.entry(),
+    }
     return ToolFitResult(model, fits, overall, skipped, data, pooled)
 
 
@@ -138,11 +164,25 @@ def fit_table(result: ToolFitResult) -> pd.DataFrame:
     rows = []
     for c, f in [*result.fits.items(), ("overall", result.overall)]:
         e = f.entry()
-        rows.append({"class": c, "n": f.n, "p_zero": f.p_zero, "family": e["family"],
-                     "params": " ".join(f"{k}={v:.3g}" for k, v in e["params"].items()),
-                     "aic": e["aic"], "bic": e["bic"], "ks": e["ks"], "ks_p": e["ks_p"], "ad": e["ad"],
-                     "ad_p": e["ad_p"], "median_s": e["median_s"], "p90_s": e["p90_s"],
-                     "emp_median_s": f.empirical["median_s"], "emp_p90_s": f.empirical["p90_s"]})
+        rows.append(
+            {
+                "class": c,
+                "n": f.n,
+                "p_zero": f.p_zero,
+                "family": e["family"],
+                "params": " ".join(f"{k}={v:.3g}" for k, v in e["params"].items()),
+                "aic": e["aic"],
+                "bic": e["bic"],
+                "ks": e["ks"],
+                "ks_p": e["ks_p"],
+                "ad": e["ad"],
+                "ad_p": e["ad_p"],
+                "median_s": e["median_s"],
+                "p90_s": e["p90_s"],
+                "emp_median_s": f.empirical["median_s"],
+                "emp_p90_s": f.empirical["p90_s"],
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -154,10 +194,19 @@ def compare_sources(a: pd.DataFrame, b: pd.DataFrame, label_a: str = "a", label_
         xa = a["duration_s"].to_numpy() if c == "all" else a.loc[a["tool_class"] == c, "duration_s"].to_numpy()
         xb = b["duration_s"].to_numpy() if c == "all" else b.loc[b["tool_class"] == c, "duration_s"].to_numpy()
         ks = stats.ks_2samp(xa, xb)
-        rows.append({"class": c, f"n_{label_a}": len(xa), f"n_{label_b}": len(xb),
-                     f"median_{label_a}_s": float(np.median(xa)), f"median_{label_b}_s": float(np.median(xb)),
-                     f"p90_{label_a}_s": float(np.quantile(xa, 0.9)), f"p90_{label_b}_s": float(np.quantile(xb, 0.9)),
-                     "ks2": float(ks.statistic), "ks2_p": float(ks.pvalue)})
+        rows.append(
+            {
+                "class": c,
+                f"n_{label_a}": len(xa),
+                f"n_{label_b}": len(xb),
+                f"median_{label_a}_s": float(np.median(xa)),
+                f"median_{label_b}_s": float(np.median(xb)),
+                f"p90_{label_a}_s": float(np.quantile(xa, 0.9)),
+                f"p90_{label_b}_s": float(np.quantile(xb, 0.9)),
+                "ks2": float(ks.statistic),
+                "ks2_p": float(ks.pvalue),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -248,8 +297,13 @@ def _md_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def write_report(result: ToolFitResult, out_dir: str | Path, *, comparison: pd.DataFrame | None = None,
-                 covariates: list[dict[str, Any]] | None = None) -> Path:
+def write_report(
+    result: ToolFitResult,
+    out_dir: str | Path,
+    *,
+    comparison: pd.DataFrame | None = None,
+    covariates: list[dict[str, Any]] | None = None,
+) -> Path:
     """``out_dir/tool_fit.md`` plus ``qq_<class>.png`` and ``cdf_<class>.png`` per fitted class."""
     import matplotlib
 
@@ -259,19 +313,30 @@ def write_report(result: ToolFitResult, out_dir: str | Path, *, comparison: pd.D
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     data = result.durations
-    md = [f"# Tool-gap fit: {result.model['default_source']}", "",
-          f"Unit: {result.model['provenance']['unit']}; inputs: "
-          + ", ".join(f"{i['path']} (n={i['n']})" for i in result.model["provenance"]["inputs"]), "",
-          "Model: point mass `p_zero` at 0 s plus a continuous family on the positive part, chosen by AIC. "
-          "KS/AD are computed on the positive part (KS p-values are optimistic: parameters were estimated "
-          "from the same data).", "", "## Chosen families", "", _md_table(fit_table(result)), ""]
+    md = [
+        f"# Tool-gap fit: {result.model['default_source']}",
+        "",
+        f"Unit: {result.model['provenance']['unit']}; inputs: "
+        + ", ".join(f"{i['path']} (n={i['n']})" for i in result.model["provenance"]["inputs"]),
+        "",
+        "Model: point mass `p_zero` at 0 s plus a continuous family on the positive part, chosen by AIC. "
+        "KS/AD are computed on the positive part (KS p-values are optimistic: parameters were estimated "
+        "from the same data).",
+        "",
+        "## Chosen families",
+        "",
+        _md_table(fit_table(result)),
+        "",
+    ]
     if result.skipped:
-        md += ["Not fitted (no positive duration; sampled from `overall`): "
-               + ", ".join(result.skipped), ""]
+        md += ["Not fitted (no positive duration; sampled from `overall`): " + ", ".join(result.skipped), ""]
     if result.pooled:
-        md += [f"Too few samples for a model of their own (fewer than {MIN_CLASS_N} durations; pooled with "
-               "`overall`, which the simulator draws them from): "
-               + ", ".join(f"{c} (n = {n})" for c, n in result.pooled.items()), ""]
+        md += [
+            f"Too few samples for a model of their own (fewer than {MIN_CLASS_N} durations; pooled with "
+            "`overall`, which the simulator draws them from): "
+            + ", ".join(f"{c} (n = {n})" for c, n in result.pooled.items()),
+            "",
+        ]
         for c, n in result.pooled.items():
             x = data.loc[data["tool_class"] == c, "duration_s"].to_numpy()
             fig, ax = plt.subplots(figsize=(4.5, 4))
@@ -279,17 +344,47 @@ def write_report(result: ToolFitResult, out_dir: str | Path, *, comparison: pd.D
             fig.tight_layout()
             fig.savefig(out / f"cdf_{c}.png", dpi=90)
             plt.close(fig)
-            md += [f"## {c}", "", f"n = {n}: too few samples (< {MIN_CLASS_N}), pooled with overall.", "",
-                   f"![CDF {c}](cdf_{c}.png)", ""]
+            md += [
+                f"## {c}",
+                "",
+                f"n = {n}: too few samples (< {MIN_CLASS_N}), pooled with overall.",
+                "",
+                f"![CDF {c}](cdf_{c}.png)",
+                "",
+            ]
     for c, f in [*result.fits.items(), ("overall", result.overall)]:
-        x = data["duration_s"].to_numpy() if c == "overall" else \
-            data.loc[data["tool_class"] == c, "duration_s"].to_numpy()
-        cand = pd.DataFrame([{"family": g.family, "k": g.k, "loglik": g.loglik, "aic": g.aic,
-                              "delta_aic": g.aic - f.chosen.aic, "bic": g.bic, "ks": g.ks, "ks_p": g.ks_p,
-                              "params": ", ".join(f"{k}={v:.4g}" for k, v in g.params.items())} for g in f.fits])
-        md += [f"## {c}", "", f"n = {f.n}, zeros = {f.n_zero}; AD = {f.ad:.4g} "
-               f"(p = {'n/a' if f.ad_p is None else f'{f.ad_p:.3g}'}; {f.ad_method})", "", _md_table(cand), "",
-               f"![QQ {c}](qq_{c}.png) ![CDF {c}](cdf_{c}.png)", ""]
+        x = (
+            data["duration_s"].to_numpy()
+            if c == "overall"
+            else data.loc[data["tool_class"] == c, "duration_s"].to_numpy()
+        )
+        cand = pd.DataFrame(
+            [
+                {
+                    "family": g.family,
+                    "k": g.k,
+                    "loglik": g.loglik,
+                    "aic": g.aic,
+                    "delta_aic": g.aic - f.chosen.aic,
+                    "bic": g.bic,
+                    "ks": g.ks,
+                    "ks_p": g.ks_p,
+                    "params": ", ".join(f"{k}={v:.4g}" for k, v in g.params.items()),
+                }
+                for g in f.fits
+            ]
+        )
+        md += [
+            f"## {c}",
+            "",
+            f"n = {f.n}, zeros = {f.n_zero}; AD = {f.ad:.4g} "
+            f"(p = {'n/a' if f.ad_p is None else f'{f.ad_p:.3g}'}; {f.ad_method})",
+            "",
+            _md_table(cand),
+            "",
+            f"![QQ {c}](qq_{c}.png) ![CDF {c}](cdf_{c}.png)",
+            "",
+        ]
         for name, helper in (("qq", plot_qq), ("cdf", plot_cdf)):
             fig, ax = plt.subplots(figsize=(4.5, 4))
             helper(ax, x, f.dist())

@@ -43,8 +43,25 @@ from validation import calibrate as K
 from validation import components as C
 from validation.measured import Measured, load
 
-COLUMNS: Final = ["source", "cell_id", "gpu", "model", "dtype", "tp", "metric", "measured", "simulated",
-                  "rel_error", "role", "num_tokens", "batch_size", "context_tokens", "bytes", "note", "judged"]
+COLUMNS: Final = [
+    "source",
+    "cell_id",
+    "gpu",
+    "model",
+    "dtype",
+    "tp",
+    "metric",
+    "measured",
+    "simulated",
+    "rel_error",
+    "role",
+    "num_tokens",
+    "batch_size",
+    "context_tokens",
+    "bytes",
+    "note",
+    "judged",
+]
 
 
 def _cell_cols(df: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
@@ -55,8 +72,9 @@ def _cell_cols(df: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def component_rows(measured: Measured, catalog: str | Path | None = None, data: K.ComponentData | None = None
-                   ) -> tuple[pd.DataFrame, pd.DataFrame, list[tuple[str, str]]]:
+def component_rows(
+    measured: Measured, catalog: str | Path | None = None, data: K.ComponentData | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame, list[tuple[str, str]]]:
     """(errors rows, operator-level rows, skipped cells) for every component cell on a catalog GPU."""
     data = data if data is not None else K.component_data(measured)
     known = set(list_gpus(catalog))
@@ -65,8 +83,9 @@ def component_rows(measured: Measured, catalog: str | Path | None = None, data: 
     src = {c: C.source_of(c) for c in ops["cell_id"].unique()}
     layer = C.layer_sums(ops, ops["predicted_s"].to_numpy(), src)
     roles = ops.drop_duplicates(["cell_id", "num_tokens"]).set_index(["cell_id", "num_tokens"])["role"]
-    layer["role"] = [roles.get((c, n), "validation") for c, n in zip(layer["cell_id"], layer["num_tokens"],
-                                                                     strict=True)]
+    layer["role"] = [
+        roles.get((c, n), "validation") for c, n in zip(layer["cell_id"], layer["num_tokens"], strict=True)
+    ]
     layer = layer.assign(metric="layer_time_s", note="ops: " + layer["ops"]).drop(columns="ops")
     att = ops[ops["group"].isin(["attention_prefill", "attention_decode", "lm_head"]) & (ops["probe"] != "tokens")]
     att = att.assign(metric=att["group"] + "_s", note="")
@@ -76,14 +95,28 @@ def component_rows(measured: Measured, catalog: str | Path | None = None, data: 
         it = data.iterations[data.iterations["gpu"] == g].reset_index(drop=True)
         if len(it):
             pred = C.predict_iterations(it, gpu, data.specs, data.tps, effs[g])  # type: ignore[arg-type]
-            parts.append(it.assign(predicted_s=pred, metric=it["group"] + "_s", note="whole model, Splitwise")[
-                ["cell_id", "num_tokens", "batch_size", "context_tokens", "measured_s", "predicted_s", "role",
-                 "metric", "note"]])
+            parts.append(
+                it.assign(predicted_s=pred, metric=it["group"] + "_s", note="whole model, Splitwise")[
+                    [
+                        "cell_id",
+                        "num_tokens",
+                        "batch_size",
+                        "context_tokens",
+                        "measured_s",
+                        "predicted_s",
+                        "role",
+                        "metric",
+                        "note",
+                    ]
+                ]
+            )
         ar = data.allreduce[data.allreduce["gpu"] == g].reset_index(drop=True)
         if len(ar):
-            parts.append(ar.assign(predicted_s=C.predict_allreduce(ar, gpu, effs[g]), metric="all_reduce_s",
-                                   note="")[["cell_id", "bytes", "measured_s", "predicted_s", "role", "metric",
-                                             "note"]])
+            parts.append(
+                ar.assign(predicted_s=C.predict_allreduce(ar, gpu, effs[g]), metric="all_reduce_s", note="")[
+                    ["cell_id", "bytes", "measured_s", "predicted_s", "role", "metric", "note"]
+                ]
+            )
     df = pd.concat([p for p in parts if len(p)], ignore_index=True)
     df = df.rename(columns={"measured_s": "measured", "predicted_s": "simulated"})
     df["gpu"] = df["cell_id"].map(data.cells.set_index("cell_id")["gpu"])
@@ -130,9 +163,12 @@ def pricer_rows(data: K.ComponentData, catalog: str | Path | None = None) -> tup
         other = out_of_cell_tables(data, g, refined)
         ar = data.allreduce[data.allreduce["gpu"] == g].reset_index(drop=True)
         it = data.iterations[data.iterations["gpu"] == g].reset_index(drop=True)
-        for name, pricers, sel in (("roofline", plain, ops), ("refined", refined, ops),
-                                   ("table", own, ops[~inside]),
-                                   ("table", other, ops[ops["cell_id"].isin(list(other))])):
+        for name, pricers, sel in (
+            ("roofline", plain, ops),
+            ("refined", refined, ops),
+            ("table", own, ops[~inside]),
+            ("table", other, ops[ops["cell_id"].isin(list(other))]),
+        ):
             if not len(sel):
                 continue
             o = sel.assign(pricer=name, predicted_s=C.predict_with(sel.reset_index(drop=True), pricers))
@@ -142,13 +178,25 @@ def pricer_rows(data: K.ComponentData, catalog: str | Path | None = None) -> tup
             op_parts.append(o)
             layer = C.layer_sums(o, o["predicted_s"].to_numpy(), src)
             lr = o.drop_duplicates(["cell_id", "num_tokens", "role"]).groupby(["cell_id", "num_tokens"])["role"].max()
-            layer["role"] = [lr.get((c, n), "validation") for c, n in zip(layer["cell_id"], layer["num_tokens"],
-                                                                           strict=True)]
+            layer["role"] = [
+                lr.get((c, n), "validation") for c, n in zip(layer["cell_id"], layer["num_tokens"], strict=True)
+            ]
             att = o[o["group"].isin(["attention_prefill", "attention_decode", "lm_head"]) & (o["probe"] != "tokens")]
-            metric_parts += [layer.assign(metric="layer_time_s").drop(columns="ops"),
-                             att.assign(metric=att["group"] + "_s")[
-                                 ["cell_id", "num_tokens", "batch_size", "context_tokens", "measured_s",
-                                  "predicted_s", "role", "metric"]]]
+            metric_parts += [
+                layer.assign(metric="layer_time_s").drop(columns="ops"),
+                att.assign(metric=att["group"] + "_s")[
+                    [
+                        "cell_id",
+                        "num_tokens",
+                        "batch_size",
+                        "context_tokens",
+                        "measured_s",
+                        "predicted_s",
+                        "role",
+                        "metric",
+                    ]
+                ],
+            ]
             metric_parts[-1]["pricer"] = metric_parts[-2]["pricer"] = name
             if pricers is other:
                 continue  # the all-reduce and Splitwise rows of the table come once, with its in-cell pricers
@@ -157,22 +205,51 @@ def pricer_rows(data: K.ComponentData, catalog: str | Path | None = None) -> tup
                 parts = [ar.assign(predicted_s=C.predict_allreduce(ar, gpu, e, r))]
                 if name == "table":  # fidelity on every curve; validation: the fallback on validation curves
                     pred, inside_ar = _allreduce_held_out(ar, gpu, e, r)
-                    parts = [ar.assign(predicted_s=pred, role="fidelity")[~inside_ar],
-                             parts[0][parts[0]["role"] == "validation"]]
+                    parts = [
+                        ar.assign(predicted_s=pred, role="fidelity")[~inside_ar],
+                        parts[0][parts[0]["role"] == "validation"],
+                    ]
                 for p in parts:
-                    metric_parts.append(p.assign(pricer=name, metric="all_reduce_s")[
-                        ["pricer", "cell_id", "bytes", "measured_s", "predicted_s", "role", "metric"]])
+                    metric_parts.append(
+                        p.assign(pricer=name, metric="all_reduce_s")[
+                            ["pricer", "cell_id", "bytes", "measured_s", "predicted_s", "role", "metric"]
+                        ]
+                    )
             if len(it):
                 e, r = (gpu.efficiency, None) if name == "roofline" else (eff_r, ref_r)
                 tables = _splitwise_tables(data, gpu, it, e, r) if name == "table" else None
                 sub = it if tables is None else it[it["cell_id"].isin(list(tables))].reset_index(drop=True)
                 if len(sub):
                     pred = C.predict_iterations(sub, gpu, data.specs, data.tps, e, r, pricers=tables)  # type: ignore
-                    metric_parts.append(sub.assign(pricer=name, predicted_s=pred, metric=sub["group"] + "_s")[
-                        ["pricer", "cell_id", "num_tokens", "batch_size", "context_tokens", "measured_s",
-                         "predicted_s", "role", "metric"]])
-    cols = ["pricer", "cell_id", "gpu", "group", "probe", "num_tokens", "batch_size", "context_tokens",
-            "measured_s", "predicted_s", "rel_error", "role"]
+                    metric_parts.append(
+                        sub.assign(pricer=name, predicted_s=pred, metric=sub["group"] + "_s")[
+                            [
+                                "pricer",
+                                "cell_id",
+                                "num_tokens",
+                                "batch_size",
+                                "context_tokens",
+                                "measured_s",
+                                "predicted_s",
+                                "role",
+                                "metric",
+                            ]
+                        ]
+                    )
+    cols = [
+        "pricer",
+        "cell_id",
+        "gpu",
+        "group",
+        "probe",
+        "num_tokens",
+        "batch_size",
+        "context_tokens",
+        "measured_s",
+        "predicted_s",
+        "rel_error",
+        "role",
+    ]
     opdf = pd.concat(op_parts, ignore_index=True)
     opdf["rel_error"] = opdf["predicted_s"] / opdf["measured_s"] - 1
     met = pd.concat([p for p in metric_parts if len(p)], ignore_index=True)
@@ -182,8 +259,23 @@ def pricer_rows(data: K.ComponentData, catalog: str | Path | None = None) -> tup
     met["rel_error"] = met["simulated"] / met["measured"] - 1
     for col in ("num_tokens", "batch_size", "context_tokens", "bytes"):
         met[col] = pd.array(met[col] if col in met else [None] * len(met), dtype="Int64")
-    met = met[["pricer", "source", "cell_id", "gpu", "metric", "measured", "simulated", "rel_error", "role",
-               "num_tokens", "batch_size", "context_tokens", "bytes"]]
+    met = met[
+        [
+            "pricer",
+            "source",
+            "cell_id",
+            "gpu",
+            "metric",
+            "measured",
+            "simulated",
+            "rel_error",
+            "role",
+            "num_tokens",
+            "batch_size",
+            "context_tokens",
+            "bytes",
+        ]
+    ]
     return met.reset_index(drop=True), opdf[cols]
 
 
@@ -217,10 +309,12 @@ def _splitwise_tables(data: K.ComponentData, gpu: Any, it: pd.DataFrame, eff: An
         else:
             a = ar
         if len(f):
-            out[cid] = TablePerfModel(C.table_from_points(f, vid, g, spec.name, 1),  # type: ignore[attr-defined]
-                                      C.roofline(gpu, spec, tp, eff, ref),  # type: ignore[arg-type]
-                                      C.roofline(gpu, spec, 1, eff, ref),  # type: ignore[arg-type]
-                                      all_reduce=C.allreduce_table(a) if tp > 1 and len(a) else None)
+            out[cid] = TablePerfModel(
+                C.table_from_points(f, vid, g, spec.name, 1),  # type: ignore[attr-defined]
+                C.roofline(gpu, spec, tp, eff, ref),  # type: ignore[arg-type]
+                C.roofline(gpu, spec, 1, eff, ref),  # type: ignore[arg-type]
+                all_reduce=C.allreduce_table(a) if tp > 1 and len(a) else None,
+            )
     return out
 
 
@@ -234,32 +328,55 @@ def finish(df: pd.DataFrame) -> pd.DataFrame:
     # measured span); reported beside the others, never given a verdict
     df["judged"] = df["judged"].fillna(True).astype(bool) if "judged" in df else True
     df["tp"] = pd.array(df["tp"], dtype="Int64")
-    return df[COLUMNS].sort_values(["role", "source", "cell_id", "metric", "num_tokens", "context_tokens",
-                                    "batch_size", "bytes"], kind="stable").reset_index(drop=True)
+    return (
+        df[COLUMNS]
+        .sort_values(
+            ["role", "source", "cell_id", "metric", "num_tokens", "context_tokens", "batch_size", "bytes"],
+            kind="stable",
+        )
+        .reset_index(drop=True)
+    )
 
 
 def aggregates(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """MAPE (%) and signed mean error (%) per source, per metric and per GPU, split by role."""
+
     def agg(keys: list[str]) -> pd.DataFrame:
         g = df.groupby([*keys, "role"])["rel_error"]
-        out = pd.DataFrame({"n": g.size(), "mape_pct": g.apply(lambda e: np.mean(np.abs(e)) * 100),
-                            "mean_signed_pct": g.mean() * 100})
+        out = pd.DataFrame(
+            {"n": g.size(), "mape_pct": g.apply(lambda e: np.mean(np.abs(e)) * 100), "mean_signed_pct": g.mean() * 100}
+        )
         return out.reset_index()
+
     return {"source": agg(["source"]), "metric": agg(["source", "metric"]), "gpu": agg(["gpu", "source"])}
 
 
 #: The steps of :func:`run`, with their wall time in seconds on the bundled data (2 loaded cores, 2026-12-01), so
 #: a progress display can give an ETA from the shares.
-STEPS: Final = (("read the measured sources", 22), ("component cells", 1), ("pricer comparison", 24),
-                ("end-to-end replays with every pricer", 2), ("end-to-end cells", 7), ("live-engine cells", 0.5),
-                ("LLMPerf sensitivity to unrecorded settings", 24), ("protocol: CV, leave-one-GPU/model-out", 186),
-                ("end to end out of cell", 4), ("report and figures", 9))
+STEPS: Final = (
+    ("read the measured sources", 22),
+    ("component cells", 1),
+    ("pricer comparison", 24),
+    ("end-to-end replays with every pricer", 2),
+    ("end-to-end cells", 7),
+    ("live-engine cells", 0.5),
+    ("LLMPerf sensitivity to unrecorded settings", 24),
+    ("protocol: CV, leave-one-GPU/model-out", 186),
+    ("end to end out of cell", 4),
+    ("report and figures", 9),
+)
 
 
-def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = None, *, defaults: bool = True,
-        quick: bool = False, catalog: str | Path | None = None,
-        live_paths: list[str | Path] | None = None,
-        progress: Callable[[str, float], None] | None = None) -> dict[str, Any]:
+def run(
+    out: str | Path = "reports/latest",
+    measured_paths: list[str] | None = None,
+    *,
+    defaults: bool = True,
+    quick: bool = False,
+    catalog: str | Path | None = None,
+    live_paths: list[str | Path] | None = None,
+    progress: Callable[[str, float], None] | None = None,
+) -> dict[str, Any]:
     """Validate and write ``errors.parquet``, ``component_ops.parquet``, ``report.md``, ``report.html``,
     ``error_bands.json`` and the figures into ``out``. Returns the headline summary (also written as
     ``summary.json``). ``progress(step, weight)`` is called as each step of :data:`STEPS` begins."""
@@ -295,8 +412,9 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
     alt = e2e.alternatives(tables, catalog)
     if len(alt) and "metric" in alt:
         alt = alt[alt["metric"].notna()]
-        pricer_parts.append(alt[["pricer", "source", "cell_id", "gpu", "metric", "measured", "simulated",
-                                 "rel_error", "role"]])
+        pricer_parts.append(
+            alt[["pricer", "source", "cell_id", "gpu", "metric", "measured", "simulated", "rel_error", "role"]]
+        )
     step("end-to-end cells")
     e2e_rows, dists, e2e_skipped = e2e.run_all(tables, catalog, agent=not quick)
     skipped += e2e_skipped
@@ -327,8 +445,15 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
     sensitivity = pd.DataFrame() if quick else e2e_llmperf.llmperf_sensitivity(tables, catalog)
     if len(sensitivity):
         sensitivity.to_parquet(out / "llmperf_sensitivity.parquet", index=False)
-    burst = sensitivity[(sensitivity["setting"] == "arrivals") & (sensitivity["value"] == "burst")
-                        & (sensitivity["dtype"] == "bf16")] if len(sensitivity) else sensitivity
+    burst = (
+        sensitivity[
+            (sensitivity["setting"] == "arrivals")
+            & (sensitivity["value"] == "burst")
+            & (sensitivity["dtype"] == "bf16")
+        ]
+        if len(sensitivity)
+        else sensitivity
+    )
     summary = report_data.headline(errors, burst)
     summary.update(report_data.pricer_headline(pricers))
     if has_components and len(pricer_ops):
@@ -337,12 +462,15 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
     floors = [d for cid, d in dists.items() if "ttft_floor_s" in d]
     if floors:
         summary["llmperf_ttft_below_compute_floor"] = {
-            "cells": len(floors), "below": sum(d["measured_ttft_mean_s"] < d["ttft_floor_s"] for d in floors)}
+            "cells": len(floors),
+            "below": sum(d["measured_ttft_mean_s"] < d["ttft_floor_s"] for d in floors),
+        }
         shares: dict[str, list[float]] = {}
         for d in floors:
             shares.setdefault(d["gpu_dtype"], []).append(100.0 * d["run_floor_s"] / d["measured_span_s"])
-        summary["llmperf_run_floor_share_pct"] = {k: {"cells": len(v), "min": min(v), "max": max(v)}
-                                                  for k, v in sorted(shares.items())}
+        summary["llmperf_run_floor_share_pct"] = {
+            k: {"cells": len(v), "min": min(v), "max": max(v)} for k, v in sorted(shares.items())
+        }
     summary["skipped"] = [{"cell_id": c, "reason": r} for c, r in skipped]
     summary["end_to_end"] = headline.summarise(errors, summary["skipped"])
     summary["sources"] = measured.origins
@@ -363,20 +491,37 @@ def run(out: str | Path = "reports/latest", measured_paths: list[str] | None = N
     # ---- end of the validation protocol outputs
     step("report and figures")
     bands.write(errors, out / "error_bands.json")
-    report.write(out, errors, ops, dists, aggregates(errors), summary, quick=quick, pricers=pricers,
-                 pricer_ops=pricer_ops, catalog=catalog, sensitivity=sensitivity)
+    report.write(
+        out,
+        errors,
+        ops,
+        dists,
+        aggregates(errors),
+        summary,
+        quick=quick,
+        pricers=pricers,
+        pricer_ops=pricer_ops,
+        catalog=catalog,
+        sensitivity=sensitivity,
+    )
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
     return summary
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
     """JSON-ready rows: floats rounded, NaN as None."""
-    return [{k: (None if isinstance(v, float) and not np.isfinite(v) else round(v, 3) if isinstance(v, float) else v)
-             for k, v in r.items()} for r in df.to_dict("records")]
+    return [
+        {
+            k: (None if isinstance(v, float) and not np.isfinite(v) else round(v, 3) if isinstance(v, float) else v)
+            for k, v in r.items()
+        }
+        for r in df.to_dict("records")
+    ]
 
 
-def table_limits(data: K.ComponentData, pricers: pd.DataFrame, pricer_ops: pd.DataFrame,
-                 catalog: str | Path | None = None) -> dict[str, Any]:
+def table_limits(
+    data: K.ComponentData, pricers: pd.DataFrame, pricer_ops: pd.DataFrame, catalog: str | Path | None = None
+) -> dict[str, Any]:
     """What limits the table pricer on held-out points (:mod:`validation.diagnostics`): the 4-GPU all-reduce
     against ring-structure predictions from the 2- and 8-GPU curves and floors fitted to the 4-GPU points
     themselves; the decode attention's linear-in-context form fitted to every point of each batch size; decode
@@ -393,8 +538,13 @@ def table_limits(data: K.ComponentData, pricers: pd.DataFrame, pricer_ops: pd.Da
         fallback.update({c: C.roofline(gpu, data.specs[c], data.tps[c], eff, ref) for c in cells})  # type: ignore
     beyond = diagnostics.decode_beyond_dram(data.full, {c: dram_key_s(fb) for c, fb in fallback.items()}, peak)
     rules = diagnostics.grid_rule_cv(data.full, {c: partial(TablePerfModel._pf_ref, fb) for c, fb in fallback.items()})
-    return {"allreduce": _records(ar), "allreduce_shape": _records(shape), "decode_linear": _records(dec),
-            "decode_beyond_dram": _records(beyond), "grid_rules": _records(rules)}
+    return {
+        "allreduce": _records(ar),
+        "allreduce_shape": _records(shape),
+        "decode_linear": _records(dec),
+        "decode_beyond_dram": _records(beyond),
+        "grid_rules": _records(rules),
+    }
 
 
 def prefill_forms(data: K.ComponentData, catalog: str | Path | None = None) -> pd.DataFrame:
@@ -406,8 +556,9 @@ def prefill_forms(data: K.ComponentData, catalog: str | Path | None = None) -> p
     rows = []
     for g in sorted(set(data.ops["gpu"]) & set(list_gpus(catalog))):
         gpu = load_gpu(g, catalog)
-        pf = data.ops[(data.ops["gpu"] == g) & (data.ops["group"] == "attention_prefill")
-                      & (data.ops["probe"] != "tokens")]
+        pf = data.ops[
+            (data.ops["gpu"] == g) & (data.ops["group"] == "attention_prefill") & (data.ops["probe"] != "tokens")
+        ]
         pf = pf[K.fittable(pf)]
         if not K.tile_form(gpu) or not (pf["role"] == "calibration").any():
             continue

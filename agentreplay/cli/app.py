@@ -110,12 +110,25 @@ def print_json(data: object) -> None:
 
 @app.command()
 def collect(
-    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help=f"Native format: {' | '.join(FORMATS)} (agent "
-                                       "trajectories, then request-level serving traces), or auto "
-                                       "(the one collector that recognises PATH).")],
+    fmt: Annotated[
+        str,
+        typer.Argument(
+            metavar="FORMAT",
+            help=f"Native format: {' | '.join(FORMATS)} (agent "
+            "trajectories, then request-level serving traces), or auto "
+            "(the one collector that recognises PATH).",
+        ),
+    ],
     path: Annotated[Path, typer.Argument(help="A native trace file or folder.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder, replaced as a whole: programs.parquet, "
-                                      "turns.parquet and, where the format times tool calls, tool_calls.parquet.")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Output folder, replaced as a whole: programs.parquet, "
+            "turns.parquet and, where the format times tool calls, tool_calls.parquet.",
+        ),
+    ],
     strict: Annotated[bool, typer.Option(help="Fail (exit 1, nothing written) if any file is skipped.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the ingest summary as JSON.")] = False,
 ) -> None:
@@ -148,9 +161,12 @@ def collect(
         console.print(f"[dim]note:[/] {escape(note)}")
     for skip in result.skips:
         err.print(f"[yellow]skipped[/] {escape(skip.path)}: {escape(skip.reason)}")
-    console.print(f"wrote {out}/programs.parquet, {out}/turns.parquet"
-                  + (f", {out}/tool_calls.parquet" if result.trace.tool_calls is not None else ""),
-                  markup=False, soft_wrap=True)
+    console.print(
+        f"wrote {out}/programs.parquet, {out}/turns.parquet"
+        + (f", {out}/tool_calls.parquet" if result.trace.tool_calls is not None else ""),
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 @app.command()
@@ -203,9 +219,16 @@ def describe(
 @app.command()
 def query(
     sql: Annotated[str, typer.Argument(help="SQL over the folder's tables (each NAME.parquet is a view NAME).")],
-    data: Annotated[Path, typer.Option("--data", "-d", help="Folder of Parquet files, e.g. a simulate, compare or "
-                                       "sweep output: a compare folder's per-preset tables are stacked with a "
-                                       "'preset' column.")] = Path("."),
+    data: Annotated[
+        Path,
+        typer.Option(
+            "--data",
+            "-d",
+            help="Folder of Parquet files, e.g. a simulate, compare or "
+            "sweep output: a compare folder's per-preset tables are stacked with a "
+            "'preset' column.",
+        ),
+    ] = Path("."),
     as_json: Annotated[bool, typer.Option("--json", help="Print rows as JSON records.")] = False,
 ) -> None:
     """Run DuckDB SQL over the Parquet files of a folder.
@@ -244,10 +267,25 @@ def _name(info: typer.models.CommandInfo) -> str:
 
 #: Command (or command group) -> the module of agentreplay.cli that defines it; ``tests/cli/test_startup.py``
 #: checks it against the registered commands. A command missing here still runs (all modules are imported).
-COMMANDS = {"collect": "app", "describe": "app", "query": "app", "simulate": "sim", "catalog": "sim",
-            "compare": "compare", "drive": "drive", "drive-profile": "drive", "study": "study", "sweep": "sweep",
-            "report": "sweep", "tasks": "tasks", "fit-tools": "tools", "synth": "tools", "calibrate": "validate",
-            "validate": "validate", "plan": "plan"}
+COMMANDS = {
+    "collect": "app",
+    "describe": "app",
+    "query": "app",
+    "simulate": "sim",
+    "catalog": "sim",
+    "compare": "compare",
+    "drive": "drive",
+    "drive-profile": "drive",
+    "study": "study",
+    "sweep": "sweep",
+    "report": "sweep",
+    "tasks": "tasks",
+    "fit-tools": "tools",
+    "synth": "tools",
+    "calibrate": "validate",
+    "validate": "validate",
+    "plan": "plan",
+}
 
 
 def main() -> None:

@@ -17,10 +17,17 @@ from agentreplay.policy.presets import PRESETS
 @app.command()
 def compare(
     trace: o.Trace,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder, replaced as a whole: compare.parquet, "
-                                      "jct_cdf.png and one simulate folder per preset.")],
-    presets: Annotated[str, typer.Option(help=f"Comma-separated preset names, from: {', '.join(PRESETS)}.")] =
-    ",".join(PRESETS),
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Output folder, replaced as a whole: compare.parquet, jct_cdf.png and one simulate folder per preset.",
+        ),
+    ],
+    presets: Annotated[str, typer.Option(help=f"Comma-separated preset names, from: {', '.join(PRESETS)}.")] = ",".join(
+        PRESETS
+    ),
     gpu: o.Gpu = None,
     model: o.Model = None,
     dtype: o.Dtype = None,
@@ -70,16 +77,45 @@ def compare(
     from agentreplay.trace.io import TraceError, read_trace, write_tables
 
     names = [p.strip() for p in presets.split(",") if p.strip()]
-    cfg = build_config(config, common_overrides(
-        gpu, model, dtype, tp, instances, None, arrival, concurrency, rate, max_programs, tools, tool_scale,
-        tool_fixed, tool_model, num_gpu_blocks, max_num_seqs, max_num_batched_tokens, None, None, None, None,
-        dram_gib, cxl_gib, inter_instance_gbps, None, seed, group, perf, mixed_attention,
-        max_model_len=max_model_len))
+    cfg = build_config(
+        config,
+        common_overrides(
+            gpu,
+            model,
+            dtype,
+            tp,
+            instances,
+            None,
+            arrival,
+            concurrency,
+            rate,
+            max_programs,
+            tools,
+            tool_scale,
+            tool_fixed,
+            tool_model,
+            num_gpu_blocks,
+            max_num_seqs,
+            max_num_batched_tokens,
+            None,
+            None,
+            None,
+            None,
+            dram_gib,
+            cxl_gib,
+            inter_instance_gbps,
+            None,
+            seed,
+            group,
+            perf,
+            mixed_attention,
+            max_model_len=max_model_len,
+        ),
+    )
     try:
         with staged(out, "compare") as tmp:
             workload = compile_trace(read_trace(trace))
-            table, results = run_compare(
-                workload, cfg, names, on_done=lambda n, r: err.print(f"[dim]{n}: done[/]"))
+            table, results = run_compare(workload, cfg, names, on_done=lambda n, r: err.print(f"[dim]{n}: done[/]"))
             for name, res in results.items():
                 res.write(tmp / name)
             write_tables(tmp, {"compare": pa.Table.from_pandas(table, preserve_index=False)})
@@ -94,13 +130,31 @@ def compare(
         print_json(table.to_dict(orient="records"))
         return
     t = Table(title="preset comparison")
-    for col in ("preset", "JCT mean (s)", "p50 (s)", "p99 (s)", "programs/s", "hit rate", "preempt",
-                "affinity breaks", "GB moved"):
+    for col in (
+        "preset",
+        "JCT mean (s)",
+        "p50 (s)",
+        "p99 (s)",
+        "programs/s",
+        "hit rate",
+        "preempt",
+        "affinity breaks",
+        "GB moved",
+    ):
         t.add_column(col, justify="left" if col == "preset" else "right")
     for r in table.itertuples(index=False):
-        t.add_row(r.preset, f"{r.jct_mean_s:,.1f}", f"{r.jct_p50_s:,.1f}", f"{r.jct_p99_s:,.1f}",
-                  f"{r.throughput_programs_per_s:.4f}", f"{r.prefix_hit_rate:.3f}", f"{r.preemptions:,}",
-                  f"{r.affinity_breaks:,}", f"{r.bytes_moved_total / 1e9:,.1f}")
+        t.add_row(
+            r.preset,
+            f"{r.jct_mean_s:,.1f}",
+            f"{r.jct_p50_s:,.1f}",
+            f"{r.jct_p99_s:,.1f}",
+            f"{r.throughput_programs_per_s:.4f}",
+            f"{r.prefix_hit_rate:.3f}",
+            f"{r.preemptions:,}",
+            f"{r.affinity_breaks:,}",
+            f"{r.bytes_moved_total / 1e9:,.1f}",
+        )
     show(t)
-    console.print(f"wrote {out}/compare.parquet, {out}/jct_cdf.png and one folder per preset", markup=False,
-                  soft_wrap=True)
+    console.print(
+        f"wrote {out}/compare.parquet, {out}/jct_cdf.png and one folder per preset", markup=False, soft_wrap=True
+    )

@@ -59,18 +59,19 @@ def drive(
     timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds, streaming included.")] = 600.0,
     max_retries: Annotated[int, typer.Option(help="Retries per request (connection errors, 5xx).")] = 3,
     seed: Annotated[int, typer.Option(help="Seed for arrivals, tool model and prompt ids.")] = 0,
-    gpu: Annotated[str | None, typer.Option(help="GPU name to record in the cell (e.g. 'H100 SXM'). Default: "
-                                                 "unrecorded.")] = None,
-    tp: Annotated[int | None, typer.Option(help="Tensor-parallel degree to record in the cell. Default: "
-                                                "unrecorded.")] = None,
+    gpu: Annotated[
+        str | None, typer.Option(help="GPU name to record in the cell (e.g. 'H100 SXM'). Default: unrecorded.")
+    ] = None,
+    tp: Annotated[
+        int | None, typer.Option(help="Tensor-parallel degree to record in the cell. Default: unrecorded.")
+    ] = None,
     vocab_size: Annotated[int, typer.Option(help="Model vocabulary size; ids come from [1000, V-1000).")] = 32000,
     ignore_eos: Annotated[bool, typer.Option(help="Send ignore_eos (vLLM) to force output length.")] = True,
     min_tokens: Annotated[bool, typer.Option(help="Send min_tokens = max_tokens (vLLM).")] = True,
     return_token_ids: Annotated[bool, typer.Option(help="Ask for generated ids (vLLM return_token_ids).")] = True,
     metrics_interval: Annotated[float, typer.Option(help="Poll /metrics every S seconds (0: before/after).")] = 1.0,
     quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the run's metrics as JSON (no progress bar).")]
-    = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run's metrics as JSON (no progress bar).")] = False,
 ) -> None:
     """Replay a trace's programs against a live completions endpoint; write the measured dataset.
 
@@ -83,23 +84,53 @@ def drive(
     from collectors.live.driver import drive as run_drive
 
     try:
-        cfg = WorkloadConfig(arrival=arrival, concurrency=concurrency, rate_per_s=rate,  # type: ignore[arg-type]
-                             max_programs=max_programs)
+        cfg = WorkloadConfig(
+            arrival=arrival,
+            concurrency=concurrency,
+            rate_per_s=rate,  # type: ignore[arg-type]
+            max_programs=max_programs,
+        )
         tool_cfg = ToolConfig(mode=tools, scale=tool_scale, fixed_s=tool_fixed)  # type: ignore[arg-type]
         tr = read_trace(trace)
     except (ConfigError, TraceError) as exc:
         raise fail(str(exc)) from None
-    opts = _options(model=model, prompt_format=prompt_format, token_scale=token_scale, timeout_s=timeout,
-                    max_retries=max_retries, seed=seed, gpu=gpu, tp=tp, vocab_size=vocab_size, ignore_eos=ignore_eos,
-                    min_tokens=min_tokens, return_token_ids=return_token_ids, metrics_interval_s=metrics_interval,
-                    workload_label=trace.resolve().name)
+    opts = _options(
+        model=model,
+        prompt_format=prompt_format,
+        token_scale=token_scale,
+        timeout_s=timeout,
+        max_retries=max_retries,
+        seed=seed,
+        gpu=gpu,
+        tp=tp,
+        vocab_size=vocab_size,
+        ignore_eos=ignore_eos,
+        min_tokens=min_tokens,
+        return_token_ids=return_token_ids,
+        metrics_interval_s=metrics_interval,
+        workload_label=trace.resolve().name,
+    )
     n = min(len(tr.programs), max_programs or len(tr.programs))
-    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, disable=quiet or as_json, transient=True) as bar:
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=quiet or as_json,
+        transient=True,
+    ) as bar:
         task = bar.add_task("programs", total=n)
         try:
-            res = run_drive(endpoint, tr, cfg, out, tools=tool_cfg, options=opts,
-                            progress=lambda done, total: bar.update(task, completed=done))
+            res = run_drive(
+                endpoint,
+                tr,
+                cfg,
+                out,
+                tools=tool_cfg,
+                options=opts,
+                progress=lambda done, total: bar.update(task, completed=done),
+            )
         except KeyboardInterrupt as exc:
             raise _interrupted(exc, out) from None
         except (DriveError, ValueError) as exc:
@@ -107,17 +138,28 @@ def drive(
             raise fail(f"{exc}" + (f"\n(finished turns written to {out}, partial: true)" if written else "")) from None
     m = dict(zip(res.tables["metrics"]["metric"], res.tables["metrics"]["value"], strict=True))
     if as_json:
-        print_json({"cell_id": res.tables["cells"]["cell_id"].iloc[0], "endpoint": res.info.endpoint,
-                    "model": res.info.model, "prompt_format": res.info.prompt_format, "turns": len(res.turns),
-                    "metrics": m, "notes": list(res.info.notes), "paths": {k: str(v) for k, v in res.paths.items()}})
+        print_json(
+            {
+                "cell_id": res.tables["cells"]["cell_id"].iloc[0],
+                "endpoint": res.info.endpoint,
+                "model": res.info.model,
+                "prompt_format": res.info.prompt_format,
+                "turns": len(res.turns),
+                "metrics": m,
+                "notes": list(res.info.notes),
+                "paths": {k: str(v) for k, v in res.paths.items()},
+            }
+        )
         return
     table = Table(title=f"live run: {res.tables['cells']['cell_id'].iloc[0]}", show_header=False)
     table.add_row("endpoint / model", f"{res.info.endpoint} / {res.info.model} ({res.info.prompt_format} prompts)")
     table.add_row("programs / turns", f"{int(m.get('completed_programs', 0)):,} / {len(res.turns):,}")
     for key, label in (("jct", "JCT"), ("ttft", "TTFT"), ("tpot", "TPOT")):
         if f"{key}_mean_s" in m:
-            table.add_row(f"{label} mean / p50 / p95 (s)", f"{m[f'{key}_mean_s']:.3f} / {m[f'{key}_p50_s']:.3f} / "
-                                                           f"{m[f'{key}_p95_s']:.3f}")
+            table.add_row(
+                f"{label} mean / p50 / p95 (s)",
+                f"{m[f'{key}_mean_s']:.3f} / {m[f'{key}_p50_s']:.3f} / {m[f'{key}_p95_s']:.3f}",
+            )
     if "prefix_hit_rate" in m:
         table.add_row("prefix hit rate (engine)", f"{m['prefix_hit_rate']:.3f}")
     if "preemptions" in m:
@@ -133,20 +175,25 @@ def drive(
 def drive_profile(
     endpoint: Annotated[str, typer.Option(help="Server base URL, e.g. http://localhost:8000 (no /v1).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder (measured cells + component).")],
-    prefill_sizes: Annotated[str | None, typer.Option(help="Prompt sizes in tokens, comma-separated. Default: "
-                                                           "16,128,512,1024,2048,4096,8192.")] = None,
-    batch_sizes: Annotated[str | None, typer.Option(help="Decode batch sizes, comma-separated. Default: "
-                                                         "1,2,4,8,16,32,64.")] = None,
-    contexts: Annotated[str | None, typer.Option(help="Decode contexts in tokens, comma-separated. Default: "
-                                                      "128,1024,4096.")] = None,
+    prefill_sizes: Annotated[
+        str | None,
+        typer.Option(help="Prompt sizes in tokens, comma-separated. Default: 16,128,512,1024,2048,4096,8192."),
+    ] = None,
+    batch_sizes: Annotated[
+        str | None, typer.Option(help="Decode batch sizes, comma-separated. Default: 1,2,4,8,16,32,64.")
+    ] = None,
+    contexts: Annotated[
+        str | None, typer.Option(help="Decode contexts in tokens, comma-separated. Default: 128,1024,4096.")
+    ] = None,
     decode_tokens: Annotated[int | None, typer.Option(help="Output tokens per decode stream. Default: 64.")] = None,
     repeats: Annotated[int | None, typer.Option(help="Requests per prefill size (median). Default: 3.")] = None,
     model: Annotated[str | None, typer.Option(help="Served model name (default: first of /v1/models).")] = None,
     prompt_format: Annotated[str, typer.Option(help="auto | ids | text")] = "auto",
     timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 600.0,
     gpu: Annotated[str | None, typer.Option(help="GPU name to record in the cell. Default: unrecorded.")] = None,
-    tp: Annotated[int | None, typer.Option(help="Tensor-parallel degree to record in the cell. Default: "
-                                                "unrecorded.")] = None,
+    tp: Annotated[
+        int | None, typer.Option(help="Tensor-parallel degree to record in the cell. Default: unrecorded.")
+    ] = None,
     vocab_size: Annotated[int, typer.Option(help="Model vocabulary size.")] = 32000,
     as_json: Annotated[bool, typer.Option("--json", help="Print the measured iterations as JSON.")] = False,
 ) -> None:
@@ -159,15 +206,25 @@ def drive_profile(
     from collectors.live.profile import profile as run_profile
 
     given: dict[str, Any] = {
-        "prefill_sizes": _ints(prefill_sizes, "prefill-sizes"), "batch_sizes": _ints(batch_sizes, "batch-sizes"),
-        "contexts": _ints(contexts, "contexts"), "decode_tokens": decode_tokens, "repeats": repeats,
+        "prefill_sizes": _ints(prefill_sizes, "prefill-sizes"),
+        "batch_sizes": _ints(batch_sizes, "batch-sizes"),
+        "contexts": _ints(contexts, "contexts"),
+        "decode_tokens": decode_tokens,
+        "repeats": repeats,
     }
     try:
         prof = ProfileOptions(**{k: v for k, v in given.items() if v is not None})
     except ValueError as exc:
         raise fail(str(exc)) from None
-    opts = _options(model=model, prompt_format=prompt_format, timeout_s=timeout, gpu=gpu, tp=tp,
-                    vocab_size=vocab_size, metrics_interval_s=0.0)
+    opts = _options(
+        model=model,
+        prompt_format=prompt_format,
+        timeout_s=timeout,
+        gpu=gpu,
+        tp=tp,
+        vocab_size=vocab_size,
+        metrics_interval_s=0.0,
+    )
     try:
         res = run_profile(endpoint, out, options=opts, profile=prof)
     except KeyboardInterrupt as exc:
@@ -176,8 +233,14 @@ def drive_profile(
         raise fail(str(exc)) from None
     comp = res.tables["component"]
     if as_json:
-        print_json({"cell_id": res.tables["cells"]["cell_id"].iloc[0], "component": comp.to_dict(orient="records"),
-                    "skipped": [str(x) for x in res.skipped], "paths": {k: str(v) for k, v in res.paths.items()}})
+        print_json(
+            {
+                "cell_id": res.tables["cells"]["cell_id"].iloc[0],
+                "component": comp.to_dict(orient="records"),
+                "skipped": [str(x) for x in res.skipped],
+                "paths": {k: str(v) for k, v in res.paths.items()},
+            }
+        )
         return
     table = Table(title=f"iteration profile: {res.tables['cells']['cell_id'].iloc[0]}")
     for col in ("op", "batch", "tokens", "context", "ms"):

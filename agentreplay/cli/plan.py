@@ -42,40 +42,87 @@ def _ints(value: str, option: str) -> tuple[int, ...]:
 @app.command()
 def plan(
     trace: Annotated[Path, typer.Option("--trace", "-t", help="Canonical trace folder (the programs replayed).")],
-    load: Annotated[float, typer.Option("--load", help="Sustained load: Poisson program arrivals, programs per "
-                                        "second (86,400 x this = tasks a day).")],
-    slo: Annotated[str, typer.Option("--slo", help="Objective, terms joined by ',': METRIC<=SECONDS with METRIC "
-                                     "jct|ttft|tpot|queued _ p50|p90|p99|mean, or goodput@SECONDS>=FRACTION "
-                                     "(share of programs with JCT <= SECONDS); e.g. \"jct_p90<=600\", "
-                                     "\"jct_p99<=1800,goodput@900>=0.9\".")],
-    gpus: Annotated[str, typer.Option("--gpus", help="GPUs to try, comma-separated catalogue names "
-                                      "(agentreplay catalog).")] = "h100-sxm",
+    load: Annotated[
+        float,
+        typer.Option(
+            "--load",
+            help="Sustained load: Poisson program arrivals, programs per second (86,400 x this = tasks a day).",
+        ),
+    ],
+    slo: Annotated[
+        str,
+        typer.Option(
+            "--slo",
+            help="Objective, terms joined by ',': METRIC<=SECONDS with METRIC "
+            "jct|ttft|tpot|queued _ p50|p90|p99|mean, or goodput@SECONDS>=FRACTION "
+            '(share of programs with JCT <= SECONDS); e.g. "jct_p90<=600", '
+            '"jct_p99<=1800,goodput@900>=0.9".',
+        ),
+    ],
+    gpus: Annotated[
+        str, typer.Option("--gpus", help="GPUs to try, comma-separated catalogue names (agentreplay catalog).")
+    ] = "h100-sxm",
     models: Annotated[str, typer.Option("--models", help="Models to try, comma-separated.")] = "llama-3.1-8b",
     tp: Annotated[str, typer.Option("--tp", help="Tensor-parallel degrees to try, comma-separated.")] = "1",
-    presets: Annotated[str, typer.Option("--presets", help="Policy presets to try, comma-separated "
-                                         "(agentreplay simulate --help lists them).")] = "vllm",
-    max_instances: Annotated[int, typer.Option(help="Largest instance count tried per GPU / model / TP / "
-                                               "preset.")] = 16,
-    max_programs: Annotated[int | None, typer.Option(help="Replay only the trace's first N programs (faster; "
-                                                     "said in the output). Default: all.")] = None,
+    presets: Annotated[
+        str,
+        typer.Option(
+            "--presets", help="Policy presets to try, comma-separated (agentreplay simulate --help lists them)."
+        ),
+    ] = "vllm",
+    max_instances: Annotated[
+        int, typer.Option(help="Largest instance count tried per GPU / model / TP / preset.")
+    ] = 16,
+    max_programs: Annotated[
+        int | None,
+        typer.Option(help="Replay only the trace's first N programs (faster; said in the output). Default: all."),
+    ] = None,
     runners_up: Annotated[int, typer.Option(help="Runners-up to report (and keep searching for).")] = 3,
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="Base simulate config TOML (tools, "
-                                                "cache, scheduler ...); the plan sets hardware gpu / model / tp "
-                                                "/ instances, the preset's policies and the arrivals. Default: "
-                                                "the simulator's defaults.")] = None,
-    seeds: Annotated[str, typer.Option(help="Seeds (arrivals, tools), comma-separated: each configuration runs "
-                                       "once per seed and meets the objective only under every seed, judged on "
-                                       "the worst.")] = "0",
-    executor_kind: Annotated[str | None, typer.Option(
-        "--executor", help="Where cells run: local (a process pool) or dask (needs --scheduler-address). Default: "
-        "dask when --scheduler-address is given, else local.")] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="Base simulate config TOML (tools, "
+            "cache, scheduler ...); the plan sets hardware gpu / model / tp "
+            "/ instances, the preset's policies and the arrivals. Default: "
+            "the simulator's defaults.",
+        ),
+    ] = None,
+    seeds: Annotated[
+        str,
+        typer.Option(
+            help="Seeds (arrivals, tools), comma-separated: each configuration runs "
+            "once per seed and meets the objective only under every seed, judged on "
+            "the worst."
+        ),
+    ] = "0",
+    executor_kind: Annotated[
+        str | None,
+        typer.Option(
+            "--executor",
+            help="Where cells run: local (a process pool) or dask (needs --scheduler-address). Default: "
+            "dask when --scheduler-address is given, else local.",
+        ),
+    ] = None,
     workers: Annotated[int | None, typer.Option(help="Local worker processes (default: one per CPU).")] = None,
-    scheduler_address: Annotated[str | None, typer.Option(
-        help="Run the cells on a Dask distributed cluster, e.g. tcp://10.0.0.5:8786 (workers need agentreplay "
-             "and the trace path). Default: a local process pool.")] = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder: plan.md, plan.json, "
-                                      "configurations.csv, cost_vs_slo.png and the sweep results (sweep/, reused "
-                                      "when the same plan runs again into it).")] = Path("out/plan"),
+    scheduler_address: Annotated[
+        str | None,
+        typer.Option(
+            help="Run the cells on a Dask distributed cluster, e.g. tcp://10.0.0.5:8786 (workers need agentreplay "
+            "and the trace path). Default: a local process pool."
+        ),
+    ] = None,
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Output folder: plan.md, plan.json, "
+            "configurations.csv, cost_vs_slo.png and the sweep results (sweep/, reused "
+            "when the same plan runs again into it).",
+        ),
+    ] = Path("out/plan"),
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Find the cheapest configuration (GPU, model, TP, preset, instance count) that meets an objective at a
@@ -115,9 +162,20 @@ def plan(
             base = load_toml_as(config, lambda d: d, ConfigError)
         except ConfigError as exc:
             raise fail(str(exc)) from None
-    req = PlanRequest(trace.resolve(), load, terms, _names(gpus, "--gpus"), _names(models, "--models"),
-                      _ints(tp, "--tp"), _names(presets, "--presets"), max_instances, max_programs, runners_up,
-                      _seeds(seeds), base)
+    req = PlanRequest(
+        trace.resolve(),
+        load,
+        terms,
+        _names(gpus, "--gpus"),
+        _names(models, "--models"),
+        _ints(tp, "--tp"),
+        _names(presets, "--presets"),
+        max_instances,
+        max_programs,
+        runners_up,
+        _seeds(seeds),
+        base,
+    )
     try:
         check(out, "plan")
     except OutputDirError as exc:
@@ -137,11 +195,18 @@ def plan(
     say = err if as_json else console
 
     def progress(round_no: int | str, probes: list[Any]) -> None:
-        say.print(f"{'round ' if isinstance(round_no, int) else ''}{round_no}: {len(probes)} configuration(s): "
-                  + ", ".join(f"{n}x {f.gpu} tp{f.tp} {f.preset}" for f, n in probes), markup=False, soft_wrap=True)
+        say.print(
+            f"{'round ' if isinstance(round_no, int) else ''}{round_no}: {len(probes)} configuration(s): "
+            + ", ".join(f"{n}x {f.gpu} tp{f.tp} {f.preset}" for f, n in probes),
+            markup=False,
+            soft_wrap=True,
+        )
 
-    say.print(f"plan: {len(req.gpus) * len(req.models) * len(req.tps) * len(req.presets)} GPU/model/TP/preset "
-              f"families on {executor.description}", markup=False)
+    say.print(
+        f"plan: {len(req.gpus) * len(req.models) * len(req.tps) * len(req.presets)} GPU/model/TP/preset "
+        f"families on {executor.description}",
+        markup=False,
+    )
     try:
         with executor:
             out.mkdir(parents=True, exist_ok=True)
@@ -158,8 +223,12 @@ def plan(
         raise typer.Exit(0 if data["chosen"] else 1)
     _render(data)
     console.print(headline(data), markup=False, soft_wrap=True)
-    console.print(f"wrote {out}/plan.md, plan.json, configurations.csv, cost_vs_slo.png and sweep/ (query: "
-                  f"agentreplay query \"select * from results\" --data {out}/sweep)", markup=False, soft_wrap=True)
+    console.print(
+        f"wrote {out}/plan.md, plan.json, configurations.csv, cost_vs_slo.png and sweep/ (query: "
+        f'agentreplay query "select * from results" --data {out}/sweep)',
+        markup=False,
+        soft_wrap=True,
+    )
     if data["chosen"] is None:
         raise typer.Exit(1)
 
@@ -170,28 +239,56 @@ def _render(data: dict[str, Any]) -> None:
     seeds = data.get("seeds", [data["seed"]])
     if len(seeds) > 1:
         subset += f", {len(seeds)} seeds each, figures the worst"
-    t = Table(title=f"{data['configurations_tried']} configurations tried ({subset}, Poisson "
-              f"{data['load_programs_per_s']:g} programs/s, objective {', '.join(data['slo'])})")
-    for col in ("round", "configuration", "GPUs", "GPU-h/1k tasks", *(c for m in metrics for c in (m, "band")),
-                "meets", "wall s"):
+    t = Table(
+        title=f"{data['configurations_tried']} configurations tried ({subset}, Poisson "
+        f"{data['load_programs_per_s']:g} programs/s, objective {', '.join(data['slo'])})"
+    )
+    for col in (
+        "round",
+        "configuration",
+        "GPUs",
+        "GPU-h/1k tasks",
+        *(c for m in metrics for c in (m, "band")),
+        "meets",
+        "wall s",
+    ):
         t.add_column(col, justify="left" if col in ("configuration", "band") else "right")
     chosen = data["chosen"]["cell_id"] if data["chosen"] else None
     for r in data["configurations"]:
         mark_ = " <- chosen" if r["cell_id"] == chosen and r["round"] != "check" else ""
         bands = (x for m in metrics for x in (_num(r[m]), r[f"{m} band"].split(" (")[0]))
-        t.add_row(str(r["round"]), escape(r["label"] + mark_), str(r["gpus"]), f"{r['gpu_hours_per_1000_tasks']:.3g}",
-                  *bands, "yes" if r["feasible"] else "no", f"{r['wall_s']:.2f}" + (" (reused)" if r["reused"] else ""))
+        t.add_row(
+            str(r["round"]),
+            escape(r["label"] + mark_),
+            str(r["gpus"]),
+            f"{r['gpu_hours_per_1000_tasks']:.3g}",
+            *bands,
+            "yes" if r["feasible"] else "no",
+            f"{r['wall_s']:.2f}" + (" (reused)" if r["reused"] else ""),
+        )
     show(t)
     if data["runners_up"]:
-        console.print("runners-up: " + "; ".join(f"{r['label']} ({r['gpu_hours_per_1000_tasks']:.3g} GPU-h/1k)"
-                                                 for r in data["runners_up"]), markup=False, soft_wrap=True)
+        console.print(
+            "runners-up: "
+            + "; ".join(f"{r['label']} ({r['gpu_hours_per_1000_tasks']:.3g} GPU-h/1k)" for r in data["runners_up"]),
+            markup=False,
+            soft_wrap=True,
+        )
     v = data["monotonicity_violations"]
-    console.print(f"monotonicity (more instances never hurt): {len(v)} violation(s)" if v else
-                  "monotonicity (more instances never hurt): no violation in the results", markup=False)
+    console.print(
+        f"monotonicity (more instances never hurt): {len(v)} violation(s)"
+        if v
+        else "monotonicity (more instances never hurt): no violation in the results",
+        markup=False,
+    )
     for line in v:
         console.print(f"  {line}", markup=False, soft_wrap=True)
-    console.print(f"wall time {data['wall_s']:.1f} s for {data['configurations_tried']} configurations in "
-                  f"{data['rounds']} rounds on {data['executor']}", markup=False, soft_wrap=True)
+    console.print(
+        f"wall time {data['wall_s']:.1f} s for {data['configurations_tried']} configurations in "
+        f"{data['rounds']} rounds on {data['executor']}",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 def _num(v: Any) -> str:

@@ -22,8 +22,9 @@ def build_config(config: Path | None, overrides: dict[str, dict[str, Any]], pres
         cfg = load(config) if config else SimConfig()
         if preset:
             cfg = apply_preset(cfg, preset)
-        sections = {k: {f: v for f, v in fields.items() if v is not None} for k, fields in overrides.items()
-                    if k != "seed"}
+        sections = {
+            k: {f: v for f, v in fields.items() if v is not None} for k, fields in overrides.items() if k != "seed"
+        }
         cfg = cfg.replace(**{k: v for k, v in sections.items() if v})
         if overrides.get("seed") is not None:
             cfg = cfg.replace(seed=overrides["seed"])
@@ -32,37 +33,87 @@ def build_config(config: Path | None, overrides: dict[str, dict[str, Any]], pres
     return cfg
 
 
-def common_overrides(gpu: str | None, model: str | None, dtype: str | None, tp: int | None, instances: int | None,
-                     router: str | None, arrival: str | None, concurrency: int | None, rate: float | None,
-                     max_programs: int | None, tools: str | None, tool_scale: float | None,
-                     tool_fixed: float | None, tool_model: Path | None, num_gpu_blocks: int | None,
-                     max_num_seqs: int | None, max_num_batched_tokens: int | None, queue: str | None,
-                     victim: str | None, retention: str | None, ttl: float | None, dram_gib: float | None,
-                     cxl_gib: float | None, inter_instance_gbps: float | None, decision_log: bool | None,
-                     seed: int | None, groups: list[str] | None = None, perf: str | None = None,
-                     mixed_attention: str | None = None, *, max_model_len: int | None = None,
-                     kv_cache_dtype: str | None = None, enforce_eager: bool | None = None,
-                     deployment_kernels: bool | None = None,
-                     dp: int | None = None, ep: bool | None = None,
-                     all2all_backend: str | None = None) -> dict[str, Any]:
+def common_overrides(
+    gpu: str | None,
+    model: str | None,
+    dtype: str | None,
+    tp: int | None,
+    instances: int | None,
+    router: str | None,
+    arrival: str | None,
+    concurrency: int | None,
+    rate: float | None,
+    max_programs: int | None,
+    tools: str | None,
+    tool_scale: float | None,
+    tool_fixed: float | None,
+    tool_model: Path | None,
+    num_gpu_blocks: int | None,
+    max_num_seqs: int | None,
+    max_num_batched_tokens: int | None,
+    queue: str | None,
+    victim: str | None,
+    retention: str | None,
+    ttl: float | None,
+    dram_gib: float | None,
+    cxl_gib: float | None,
+    inter_instance_gbps: float | None,
+    decision_log: bool | None,
+    seed: int | None,
+    groups: list[str] | None = None,
+    perf: str | None = None,
+    mixed_attention: str | None = None,
+    *,
+    max_model_len: int | None = None,
+    kv_cache_dtype: str | None = None,
+    enforce_eager: bool | None = None,
+    deployment_kernels: bool | None = None,
+    dp: int | None = None,
+    ep: bool | None = None,
+    all2all_backend: str | None = None,
+) -> dict[str, Any]:
     if tool_model is not None and tools is None:
         tools = "generative"
     if dp is not None and dp > 1 and router is None:
         router = "vllm-dp"  # vLLM's own front end balances its DP ranks
     return {
-        "hardware": {"gpu": gpu, "model": model, "dtype": dtype, "tp": tp, "instances": instances,
-                     "groups": tuple(groups) if groups else None, "perf": perf, "mixed_attention": mixed_attention,
-                     "kv_cache_dtype": kv_cache_dtype, "enforce_eager": enforce_eager,
-                     "deployment_kernels": deployment_kernels, "dp": dp, "ep": ep, "all2all_backend": all2all_backend},
+        "hardware": {
+            "gpu": gpu,
+            "model": model,
+            "dtype": dtype,
+            "tp": tp,
+            "instances": instances,
+            "groups": tuple(groups) if groups else None,
+            "perf": perf,
+            "mixed_attention": mixed_attention,
+            "kv_cache_dtype": kv_cache_dtype,
+            "enforce_eager": enforce_eager,
+            "deployment_kernels": deployment_kernels,
+            "dp": dp,
+            "ep": ep,
+            "all2all_backend": all2all_backend,
+        },
         "router": {"policy": router, "inter_instance_gbps": inter_instance_gbps},
         "workload": {"arrival": arrival, "concurrency": concurrency, "rate_per_s": rate, "max_programs": max_programs},
-        "tools": {"mode": tools, "scale": tool_scale, "fixed_s": tool_fixed,
-                  "model_path": str(tool_model) if tool_model else None},
+        "tools": {
+            "mode": tools,
+            "scale": tool_scale,
+            "fixed_s": tool_fixed,
+            "model_path": str(tool_model) if tool_model else None,
+        },
         "cache": {"num_gpu_blocks": num_gpu_blocks},
-        "scheduler": {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
-                      "max_model_len": max_model_len},
-        "policy": {"queue": queue, "victim": victim, "retention": retention, "ttl_s": ttl,
-                   "decision_log": decision_log},
+        "scheduler": {
+            "max_num_seqs": max_num_seqs,
+            "max_num_batched_tokens": max_num_batched_tokens,
+            "max_model_len": max_model_len,
+        },
+        "policy": {
+            "queue": queue,
+            "victim": victim,
+            "retention": retention,
+            "ttl_s": ttl,
+            "decision_log": decision_log,
+        },
         "tiers": {"dram_gib": dram_gib, "cxl_gib": cxl_gib},
         "seed": seed,
     }
@@ -71,20 +122,26 @@ def common_overrides(gpu: str | None, model: str | None, dtype: str | None, tp: 
 def cluster_lines(s: dict[str, Any], plans: list[Any] | None = None) -> list[str]:
     """One line per group of identical instances (GPU, TP, dtype, KV blocks, batching limits)."""
     c = s["cluster"]
-    per = c.get("per_instance") or [{"gpu": c["gpu"], "tp": c["tp"], "dtype": c["dtype"],
-                                      "num_gpu_blocks": c["num_gpu_blocks"]}] * int(c["instances"])
+    per = c.get("per_instance") or [
+        {"gpu": c["gpu"], "tp": c["tp"], "dtype": c["dtype"], "num_gpu_blocks": c["num_gpu_blocks"]}
+    ] * int(c["instances"])
     groups: list[list[Any]] = []
     for i, inst in enumerate(per):
-        seqs, tokens = ((plans[i].max_num_seqs, plans[i].max_num_batched_tokens) if plans
-                        else (c["max_num_seqs"], c["max_num_batched_tokens"]))
+        seqs, tokens = (
+            (plans[i].max_num_seqs, plans[i].max_num_batched_tokens)
+            if plans
+            else (c["max_num_seqs"], c["max_num_batched_tokens"])
+        )
         key = (inst["gpu"], inst["tp"], inst["dtype"], inst["num_gpu_blocks"], seqs, tokens)
         if groups and groups[-1][0] == key:
             groups[-1][1] += 1
         else:
             groups.append([key, 1])
-    return [f"{n} x {c['model']} {dtype} on {tp}x {gpu}, {blocks:,} KV blocks/instance ({c['kv_blocks_from']}), "
-            f"max_num_seqs {seqs}, max_num_batched_tokens {tokens}"
-            for (gpu, tp, dtype, blocks, seqs, tokens), n in groups]
+    return [
+        f"{n} x {c['model']} {dtype} on {tp}x {gpu}, {blocks:,} KV blocks/instance ({c['kv_blocks_from']}), "
+        f"max_num_seqs {seqs}, max_num_batched_tokens {tokens}"
+        for (gpu, tp, dtype, blocks, seqs, tokens), n in groups
+    ]
 
 
 def print_summary(s: dict[str, Any], title: str = "simulation summary", plans: list[Any] | None = None) -> None:
@@ -95,10 +152,17 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary", plans: l
     c = s["cluster"]
     if c.get("dp", 1) > 1:
         g = s.get("dp_group")
-        table.add_row("data parallel", f"dp {c['dp']} x tp {c['tp']}, expert parallel {'on' if c['ep'] else 'off'}, "
-                                       f"{c['all2all_backend'] if c['lockstep'] else 'independent ranks'}"
-                      + (f"; {g['steps']:,} lockstep steps, {g['dummy_rank_steps']:,} dummy rank-steps, "
-                         f"dispatch/combine {g['comm_s']:,.1f} of {g['busy_s']:,.1f} s busy" if g else ""))
+        table.add_row(
+            "data parallel",
+            f"dp {c['dp']} x tp {c['tp']}, expert parallel {'on' if c['ep'] else 'off'}, "
+            f"{c['all2all_backend'] if c['lockstep'] else 'independent ranks'}"
+            + (
+                f"; {g['steps']:,} lockstep steps, {g['dummy_rank_steps']:,} dummy rank-steps, "
+                f"dispatch/combine {g['comm_s']:,.1f} of {g['busy_s']:,.1f} s busy"
+                if g
+                else ""
+            ),
+        )
     requests = s.get("unit") == "request"
     if requests:
         table.add_row("requests", f"{s['requests']:,} (a request-level trace: one request per program)")
@@ -106,11 +170,14 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary", plans: l
         table.add_row("programs / turns", f"{s['programs']:,} / {s['turns']:,}")
     rej = s.get("rejected") or {}
     if rej.get("max_model_len") is not None:
-        table.add_row("max_model_len", f"{rej['max_model_len']:,}: {rej['rejected_requests']:,} request(s) rejected "
-                                       f"(prompt >= max_model_len, {rej['rejected_prompt_tokens']:,} prompt tokens), "
-                                       f"{rej['programs_removed']:,} program(s) removed, {rej['programs_cut']:,} cut "
-                                       f"short ({rej['calls_not_run']:,} later calls not sent), "
-                                       f"{rej['length_capped_requests']:,} output(s) capped")
+        table.add_row(
+            "max_model_len",
+            f"{rej['max_model_len']:,}: {rej['rejected_requests']:,} request(s) rejected "
+            f"(prompt >= max_model_len, {rej['rejected_prompt_tokens']:,} prompt tokens), "
+            f"{rej['programs_removed']:,} program(s) removed, {rej['programs_cut']:,} cut "
+            f"short ({rej['calls_not_run']:,} later calls not sent), "
+            f"{rej['length_capped_requests']:,} output(s) capped",
+        )
     table.add_row("makespan", f"{s['makespan_s']:,.1f} s")
     bands = s.get("error_bands", {})
 
@@ -121,33 +188,51 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary", plans: l
     for key, label in (first, ("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("queued_s", "queueing")):
         q = s[key]
         # a request's E2E latency is its one-turn program's JCT: the same band (agentreplay.bands.FAMILIES)
-        table.add_row(f"{label} mean / p50 / p90 / p99 (s)",
-                      f"{q['mean']:.3f} / {q['p50']:.3f} / {q['p90']:.3f} / {q['p99']:.3f}"
-                      f"{band('jct_s' if key == 'e2e_s' else key)}")
+        table.add_row(
+            f"{label} mean / p50 / p90 / p99 (s)",
+            f"{q['mean']:.3f} / {q['p50']:.3f} / {q['p90']:.3f} / {q['p99']:.3f}"
+            f"{band('jct_s' if key == 'e2e_s' else key)}",
+        )
     if requests:
-        table.add_row("throughput", f"{s['throughput_requests_per_s']:.4f} requests/s, "
-                                    f"{s['throughput_output_tokens_per_s']:,.0f} output tokens/s{band('throughput')}")
+        table.add_row(
+            "throughput",
+            f"{s['throughput_requests_per_s']:.4f} requests/s, "
+            f"{s['throughput_output_tokens_per_s']:,.0f} output tokens/s{band('throughput')}",
+        )
     else:
-        table.add_row("throughput", f"{s['throughput_programs_per_s']:.4f} programs/s, "
-                                    f"{s['throughput_output_tokens_per_s']:,.0f} output tokens/s{band('throughput')}")
+        table.add_row(
+            "throughput",
+            f"{s['throughput_programs_per_s']:.4f} programs/s, "
+            f"{s['throughput_output_tokens_per_s']:,.0f} output tokens/s{band('throughput')}",
+        )
     if bands:
-        table.add_row("error bands", "mean |error| of the validation cells comparable to this one (GPU and model "
-                                     "class: agentreplay.bands), on the metric family each figure is judged by")
+        table.add_row(
+            "error bands",
+            "mean |error| of the validation cells comparable to this one (GPU and model "
+            "class: agentreplay.bands), on the metric family each figure is judged by",
+        )
     if requests:
-        table.add_row("prefix hit rate", f"{s['prefix_hit_rate']:.3f} (shared with earlier requests "
-                                         f"{s['prefix_hit_rate_shared_prefix']:.3f})")
+        table.add_row(
+            "prefix hit rate",
+            f"{s['prefix_hit_rate']:.3f} (shared with earlier requests {s['prefix_hit_rate_shared_prefix']:.3f})",
+        )
     else:
-        table.add_row("prefix hit rate", f"{s['prefix_hit_rate']:.3f} (shared prefix "
-                                         f"{s['prefix_hit_rate_shared_prefix']:.3f}, own history "
-                                         f"{s['prefix_hit_rate_own_history']:.3f})")
+        table.add_row(
+            "prefix hit rate",
+            f"{s['prefix_hit_rate']:.3f} (shared prefix "
+            f"{s['prefix_hit_rate_shared_prefix']:.3f}, own history "
+            f"{s['prefix_hit_rate_own_history']:.3f})",
+        )
     table.add_row("preemptions / recomputed tokens", f"{s['preemptions']:,} / {s['recomputed_tokens']:,}")
     if "policy" in s:
         p = s["policy"]
-        table.add_row("policies", f"router {p['router']}, queue {p['queue']}, victim {p['victim']}, "
-                                  f"retention {p['retention']}")
+        table.add_row(
+            "policies", f"router {p['router']}, queue {p['queue']}, victim {p['victim']}, retention {p['retention']}"
+        )
     if "policy" in s and not requests:
-        table.add_row("affinity breaks / KV bytes moved", f"{s['affinity_breaks']:,} / "
-                                                          f"{s['bytes_moved_total'] / 1e9:,.1f} GB")
+        table.add_row(
+            "affinity breaks / KV bytes moved", f"{s['affinity_breaks']:,} / {s['bytes_moved_total'] / 1e9:,.1f} GB"
+        )
     for f in s.get("findings", []):
         table.add_row(f"[bold yellow]{f['kind']}[/]", escape(f["message"]))
     show(table)
@@ -160,8 +245,16 @@ def error_band_dict(summary: dict[str, Any], source: str) -> dict[str, Any]:
     if source == "none":
         return {}
     res = load_residuals(None if source == "packaged" else source)
-    return {k: {"mape_pct": round(b.mape_pct, 2), "mean_signed_pct": round(b.mean_signed_pct, 2),
-                "n_cells": b.n_cells, "level": b.level, "text": b.text()} for k, b in bands_for(summary, res).items()}
+    return {
+        k: {
+            "mape_pct": round(b.mape_pct, 2),
+            "mean_signed_pct": round(b.mean_signed_pct, 2),
+            "n_cells": b.n_cells,
+            "level": b.level,
+            "text": b.text(),
+        }
+        for k, b in bands_for(summary, res).items()
+    }
 
 
 def findings(result: Any, workload: Any) -> list[dict[str, Any]]:
@@ -177,8 +270,15 @@ def findings(result: Any, workload: Any) -> list[dict[str, Any]]:
 @app.command()
 def simulate(
     trace: o.Trace,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder, replaced as a whole: turns / programs / "
-                                      "instances.parquet, summary.json, config.toml (and decisions.jsonl).")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Output folder, replaced as a whole: turns / programs / "
+            "instances.parquet, summary.json, config.toml (and decisions.jsonl).",
+        ),
+    ],
     preset: o.Preset = None,
     gpu: o.Gpu = None,
     model: o.Model = None,
@@ -218,9 +318,14 @@ def simulate(
     seed: o.Seed = None,
     config: o.Config = None,
     quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
-    error_bands: Annotated[str, typer.Option(help="Error-band file (agentreplay validate writes error_bands.json) "
-                                             "for the headline figures, or 'none'. Default: the packaged one, "
-                                             "from the committed validation report.")] = "packaged",
+    error_bands: Annotated[
+        str,
+        typer.Option(
+            help="Error-band file (agentreplay validate writes error_bands.json) "
+            "for the headline figures, or 'none'. Default: the packaged one, "
+            "from the committed validation report."
+        ),
+    ] = "packaged",
     as_json: o.Json = False,
 ) -> None:
     """Replay a trace on a simulated cluster; write turns/programs/instances.parquet, summary.json, config.toml.
@@ -238,12 +343,48 @@ def simulate(
     from agentreplay.sim.workload import load_workload
     from agentreplay.trace.io import TraceError
 
-    cfg = build_config(config, common_overrides(
-        gpu, model, dtype, tp, instances, router, arrival, concurrency, rate, max_programs, tools, tool_scale,
-        tool_fixed, tool_model, num_gpu_blocks, max_num_seqs, max_num_batched_tokens, queue, victim, retention, ttl,
-        dram_gib, cxl_gib, inter_instance_gbps, decision_log, seed, group, perf, mixed_attention,
-        max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager,
-        deployment_kernels=deployment_kernels, dp=dp, ep=ep, all2all_backend=all2all_backend), preset)
+    cfg = build_config(
+        config,
+        common_overrides(
+            gpu,
+            model,
+            dtype,
+            tp,
+            instances,
+            router,
+            arrival,
+            concurrency,
+            rate,
+            max_programs,
+            tools,
+            tool_scale,
+            tool_fixed,
+            tool_model,
+            num_gpu_blocks,
+            max_num_seqs,
+            max_num_batched_tokens,
+            queue,
+            victim,
+            retention,
+            ttl,
+            dram_gib,
+            cxl_gib,
+            inter_instance_gbps,
+            decision_log,
+            seed,
+            group,
+            perf,
+            mixed_attention,
+            max_model_len=max_model_len,
+            kv_cache_dtype=kv_cache_dtype,
+            enforce_eager=enforce_eager,
+            deployment_kernels=deployment_kernels,
+            dp=dp,
+            ep=ep,
+            all2all_backend=all2all_backend,
+        ),
+        preset,
+    )
     try:
         tr = load_workload(trace)  # without pandas (agentreplay.trace.columns)
     except TraceError as exc:
@@ -255,11 +396,18 @@ def simulate(
             else:
                 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-                with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                              TimeElapsedColumn(), console=console, transient=True) as bar:
+                with Progress(
+                    "[progress.description]{task.description}",
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TimeElapsedColumn(),
+                    console=console,
+                    transient=True,
+                ) as bar:
                     task = bar.add_task("programs", total=tr.n_programs)
-                    result = run_simulate(tr, cfg, progress=lambda done, total: bar.update(
-                        task, completed=done, total=total))
+                    result = run_simulate(
+                        tr, cfg, progress=lambda done, total: bar.update(task, completed=done, total=total)
+                    )
             result.summary["findings"] = findings(result, tr)
             result.summary["error_bands"] = error_band_dict(result.summary, error_bands)
             result.write(tmp)
@@ -269,8 +417,12 @@ def simulate(
         print_json(result.summary)
         return
     print_summary(result.summary, plans=plan_cluster(result.config))
-    console.print(f"wrote {out}/turns.parquet, programs.parquet, instances.parquet, summary.json, config.toml"
-                  + (", decisions.jsonl" if result.decisions is not None else ""), markup=False, soft_wrap=True)
+    console.print(
+        f"wrote {out}/turns.parquet, programs.parquet, instances.parquet, summary.json, config.toml"
+        + (", decisions.jsonl" if result.decisions is not None else ""),
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 @app.command()
@@ -284,17 +436,33 @@ def catalog(as_json: o.Json = False) -> None:
     gpus = []
     for name in list_gpus():
         g = load_gpu(name)
-        gpus.append({"name": name, "memory_gib": g.memory_gib, "hbm_gbps": g.mem_bandwidth_gbps,
-                     "bf16_tflops": g.bf16_tflops, "fp8_tflops": g.fp8_tflops if g.has_fp8 else None,
-                     "interconnect": g.interconnect, "interconnect_gbps": g.interconnect_bw_gbps})
+        gpus.append(
+            {
+                "name": name,
+                "memory_gib": g.memory_gib,
+                "hbm_gbps": g.mem_bandwidth_gbps,
+                "bf16_tflops": g.bf16_tflops,
+                "fp8_tflops": g.fp8_tflops if g.has_fp8 else None,
+                "interconnect": g.interconnect,
+                "interconnect_gbps": g.interconnect_bw_gbps,
+            }
+        )
     models = []
     for name in list_models():
         m = load_model(name)
-        models.append({"name": name, "params_b": m.param_count() / 1e9, "layers": m.num_hidden_layers,
-                       "hidden": m.hidden_size, "heads": m.num_attention_heads, "kv_heads": m.num_key_value_heads,
-                       "experts": m.num_experts if m.is_moe else None,
-                       "experts_per_token": m.experts_per_token if m.is_moe else None,
-                       "kv_bytes_per_token_bf16": m.kv_bytes_per_token("bf16")})
+        models.append(
+            {
+                "name": name,
+                "params_b": m.param_count() / 1e9,
+                "layers": m.num_hidden_layers,
+                "hidden": m.hidden_size,
+                "heads": m.num_attention_heads,
+                "kv_heads": m.num_key_value_heads,
+                "experts": m.num_experts if m.is_moe else None,
+                "experts_per_token": m.experts_per_token if m.is_moe else None,
+                "kv_bytes_per_token_bf16": m.kv_bytes_per_token("bf16"),
+            }
+        )
     if as_json:
         print_json({"gpus": gpus, "models": models})
         return
@@ -302,15 +470,27 @@ def catalog(as_json: o.Json = False) -> None:
     for col in ("name", "memory GiB", "HBM GB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "interconnect GB/s"):
         gt.add_column(col, justify="left" if col == "name" else "right")
     for g in gpus:
-        gt.add_row(g["name"], f"{g['memory_gib']:g}", f"{g['hbm_gbps']:,.0f}", f"{g['bf16_tflops']:g}",
-                   "-" if g["fp8_tflops"] is None else f"{g['fp8_tflops']:g}",
-                   f"{g['interconnect']} {g['interconnect_gbps']:g}")
+        gt.add_row(
+            g["name"],
+            f"{g['memory_gib']:g}",
+            f"{g['hbm_gbps']:,.0f}",
+            f"{g['bf16_tflops']:g}",
+            "-" if g["fp8_tflops"] is None else f"{g['fp8_tflops']:g}",
+            f"{g['interconnect']} {g['interconnect_gbps']:g}",
+        )
     show(gt)
     mt = Table(title="models")
     for col in ("name", "params (B)", "layers", "hidden", "heads / kv", "experts (active)", "KV bytes/token bf16"):
         mt.add_column(col, justify="left" if col == "name" else "right")
     for m in models:
         experts = f"{m['experts']} ({m['experts_per_token']})" if m["experts"] else "-"
-        mt.add_row(m["name"], f"{m['params_b']:.2f}", str(m["layers"]), str(m["hidden"]),
-                   f"{m['heads']} / {m['kv_heads']}", experts, f"{m['kv_bytes_per_token_bf16']:,}")
+        mt.add_row(
+            m["name"],
+            f"{m['params_b']:.2f}",
+            str(m["layers"]),
+            str(m["hidden"]),
+            f"{m['heads']} / {m['kv_heads']}",
+            experts,
+            f"{m['kv_bytes_per_token_bf16']:,}",
+        )
     show(mt)

@@ -13,23 +13,37 @@ from agentreplay.cli.app import app, console, err, fail
 
 @app.command()
 def study(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Report folder: report.md, figures, results.parquet, "
-                                      "probe.parquet.")],
-    quick: Annotated[bool, typer.Option("--quick", help="60 programs per cell (40 in the grid) and 1 seed: a fast "
-                                        "look, noisier figures.")] = False,
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Report folder: report.md, figures, results.parquet, probe.parquet.")
+    ],
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help="60 programs per cell (40 in the grid) and 1 seed: a fast look, noisier figures."),
+    ] = False,
     seeds: Annotated[int | None, typer.Option(help="Seeds per cell (default 3; 1 with --quick).")] = None,
-    work: Annotated[Path | None, typer.Option(help="Sweep folders, one per experiment (resumable). Default: "
-                                              "out/study-work.")] = None,
-    only: Annotated[list[str] | None, typer.Option(help="Run only this experiment (repeatable): routing, "
-                                                   "routing-ceiling, reuse-eta, tool-scale, bimodal-tools, tiers, "
-                                                   "queue, retention, presets, grid. Default: every "
-                                                   "experiment.")] = None,
+    work: Annotated[
+        Path | None, typer.Option(help="Sweep folders, one per experiment (resumable). Default: out/study-work.")
+    ] = None,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Run only this experiment (repeatable): routing, "
+            "routing-ceiling, reuse-eta, tool-scale, bimodal-tools, tiers, "
+            "queue, retention, presets, grid. Default: every "
+            "experiment."
+        ),
+    ] = None,
     workers: Annotated[int | None, typer.Option(help="Local worker processes (default: one per CPU).")] = None,
-    scheduler_address: Annotated[str | None, typer.Option(
-        help="Run every experiment's sweep on a Dask cluster, e.g. tcp://10.0.0.5:8786 (workers need agentreplay "
-             "and the trace and WORK paths readable). Default: a local process pool.")] = None,
-    no_probes: Annotated[bool, typer.Option("--no-probes", help="Skip the decision-log probes (tool-scale "
-                                            "mechanism).")] = False,
+    scheduler_address: Annotated[
+        str | None,
+        typer.Option(
+            help="Run every experiment's sweep on a Dask cluster, e.g. tcp://10.0.0.5:8786 (workers need agentreplay "
+            "and the trace and WORK paths readable). Default: a local process pool."
+        ),
+    ] = None,
+    no_probes: Annotated[
+        bool, typer.Option("--no-probes", help="Skip the decision-log probes (tool-scale mechanism).")
+    ] = False,
 ) -> None:
     """Run the published agent-serving findings as controlled experiments and write the study report.
 
@@ -58,6 +72,7 @@ def study(
     except (OSError, TimeoutError, ValueError) as exc:
         raise fail(escape(f"cannot start the executor ({scheduler_address or 'local pool'}): {exc}")) from None
     console.print(f"study: sweeps in {work} on {executor.description}")
+
     def announce(exp: Any) -> None:
         console.print(f"  {exp.name}: {exp.title}")
 
@@ -74,7 +89,8 @@ def study(
 
         probes = pd.concat([probe_tool_scale(w, opts, rate_per_s=r) for r in (0.05, 0.1)], ignore_index=True)
     command = "agentreplay study " + " ".join(
-        [f"--out {out}"] + (["--quick"] if quick else []) + ([f"--seeds {seeds}"] if seeds else []))
+        [f"--out {out}"] + (["--quick"] if quick else []) + ([f"--seeds {seeds}"] if seeds else [])
+    )
     path = write_report(run, out, probes, command)
     for f in run.failed:
         err.print(f"[red]failed[/] {f['experiment']} {f['cell_id']} ({escape(f['label'])}): {escape(str(f['error']))}")

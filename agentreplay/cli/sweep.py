@@ -19,8 +19,11 @@ from rich.table import Table
 
 from agentreplay.cli.app import app, console, err, fail, print_json, show
 
-report_app = typer.Typer(name="report", no_args_is_help=True, help="Render reports from output folders.\n\n"
-                         "Example: agentreplay report sweep out/sweep-small")
+report_app = typer.Typer(
+    name="report",
+    no_args_is_help=True,
+    help="Render reports from output folders.\n\nExample: agentreplay report sweep out/sweep-small",
+)
 app.add_typer(report_app, name="report")
 
 
@@ -43,26 +46,43 @@ class _ProgressBar:
     def done(self, row: dict[str, Any]) -> None:
         if row["status"] != "ok":
             self._failed += 1
-            err.print(f"[red]failed[/] {row['cell_id']} ({escape(row['label'])}) after {row['attempts']} attempts: "
-                      f"{escape(row['error'])}")
+            err.print(
+                f"[red]failed[/] {row['cell_id']} ({escape(row['label'])}) after {row['attempts']} attempts: "
+                f"{escape(row['error'])}"
+            )
         self._progress.update(self._task, advance=1, failed=self._failed)
 
 
 @app.command()
 def sweep(
-    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Sweep spec TOML (\\[sweep], \\[base], "
-                                              "\\[grid], \\[\\[zip]]; see examples/sweep-small.toml).")],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (results/, sweep.json); required "
-                                             "except with --dry-run. Default: none.")] = None,
+    spec_path: Annotated[
+        Path,
+        typer.Argument(
+            metavar="SPEC",
+            help="Sweep spec TOML (\\[sweep], \\[base], \\[grid], \\[\\[zip]]; see examples/sweep-small.toml).",
+        ),
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", help="Output folder (results/, sweep.json); required except with --dry-run. Default: none."
+        ),
+    ] = None,
     workers: Annotated[int | None, typer.Option(help="Local worker processes (default: one per CPU).")] = None,
-    scheduler_address: Annotated[str | None, typer.Option(
-        help="Run on a Dask distributed cluster, e.g. tcp://10.0.0.5:8786 (workers need agentreplay installed "
-             "and the trace path readable). Default: a local process pool.")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="List the cells (and which are done); run nothing.")]
-    = False,
+    scheduler_address: Annotated[
+        str | None,
+        typer.Option(
+            help="Run on a Dask distributed cluster, e.g. tcp://10.0.0.5:8786 (workers need agentreplay installed "
+            "and the trace path readable). Default: a local process pool."
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List the cells (and which are done); run nothing.")
+    ] = False,
     quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the cell list (--dry-run) or the outcome as JSON "
-                                          "(no progress bar).")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the cell list (--dry-run) or the outcome as JSON (no progress bar).")
+    ] = False,
 ) -> None:
     """Run every cell of a parameter sweep and stream one row per cell to OUT/results/ (Parquet).
 
@@ -84,8 +104,12 @@ def sweep(
     if dry_run:
         status = ResultStore(out / "results", spec.params).status if out and (out / "results").is_dir() else {}
         if as_json:
-            print_json([{"cell_id": c.cell_id, "label": c.label, "seed": c.seed, "on_disk": status.get(c.cell_id)}
-                        for c in spec.cells])
+            print_json(
+                [
+                    {"cell_id": c.cell_id, "label": c.label, "seed": c.seed, "on_disk": status.get(c.cell_id)}
+                    for c in spec.cells
+                ]
+            )
             return
         table = Table(title=f"{len(spec.cells)} cells, trace {spec.trace}")
         for col in ("cell_id", "label", "seed", "on disk"):
@@ -109,10 +133,20 @@ def sweep(
     except (OSError, TimeoutError, ValueError) as exc:
         raise fail(escape(f"cannot start the executor ({scheduler_address or 'local pool'}): {exc}")) from None
     (err if as_json else console).print(f"sweep: {len(spec.cells)} cells on {executor.description}")
-    with executor, Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
-                            MofNCompleteColumn(), TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(),
-                            TextColumn("ETA"), TimeRemainingColumn(), console=console,
-                            disable=quiet or as_json) as bar:
+    with (
+        executor,
+        Progress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("failed {task.fields[failed]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            disable=quiet or as_json,
+        ) as bar,
+    ):
         try:
             outcome = run_sweep(spec, out, executor, progress=_ProgressBar(bar))
         except SpecError as exc:
@@ -121,28 +155,40 @@ def sweep(
             if out.is_dir():
                 mark(out, "sweep")
     if as_json:
-        print_json({"cells": outcome.total, "skipped": outcome.skipped, "ok": outcome.ok, "failed": outcome.failed,
-                    "retried": outcome.retried, "wall_s": outcome.wall_s, "out": str(out),
-                    "failures": outcome.failures})
+        print_json(
+            {
+                "cells": outcome.total,
+                "skipped": outcome.skipped,
+                "ok": outcome.ok,
+                "failed": outcome.failed,
+                "retried": outcome.retried,
+                "wall_s": outcome.wall_s,
+                "out": str(out),
+                "failures": outcome.failures,
+            }
+        )
         raise typer.Exit(outcome.exit_code)
     table = Table(title=f"sweep {spec_path}", show_header=False)
     table.add_row("cells", f"{outcome.total:,} ({outcome.skipped:,} already done)")
     table.add_row("run now", f"{outcome.ok:,} ok, {outcome.failed:,} failed, {outcome.retried:,} retried")
     table.add_row("wall time", f"{outcome.wall_s:,.1f} s")
     show(table)
-    console.print(f"wrote {out}/results/ (query: agentreplay query \"select * from results\" --data {out}), "
-                  f"{out}/sweep.json, {out}/base-config.toml")
+    console.print(
+        f'wrote {out}/results/ (query: agentreplay query "select * from results" --data {out}), '
+        f"{out}/sweep.json, {out}/base-config.toml"
+    )
     if outcome.failed:
-        err.print(f"[bold red]{outcome.failed} cell(s) failed[/]; their rows have status 'failed' and the error. "
-                  "Rerun the same command to retry them.")
+        err.print(
+            f"[bold red]{outcome.failed} cell(s) failed[/]; their rows have status 'failed' and the error. "
+            "Rerun the same command to retry them."
+        )
         raise typer.Exit(1)
 
 
 @report_app.command("sweep")
 def report_sweep(
     sweep_dir: Annotated[Path, typer.Argument(help="Output folder of `agentreplay sweep`.")],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Report folder (default: SWEEP_DIR/report).")]
-    = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Report folder (default: SWEEP_DIR/report).")] = None,
 ) -> None:
     """Render a sweep's report: Markdown and a self-contained HTML page with the figures the grid supports.
 

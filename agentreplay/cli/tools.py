@@ -15,13 +15,20 @@ from agentreplay.cli.app import app, console, fail, print_json, show
 def fit_tools(
     trace_dirs: Annotated[list[Path], typer.Argument(metavar="TRACE_DIR...", help="Canonical trace folder(s).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Model file to write (JSON).")],
-    report: Annotated[Path | None, typer.Option(help="Folder for tool_fit.md + QQ/CDF PNGs per class. "
-                                                "Default: no report.")] = None,
-    unit: Annotated[str, typer.Option(help="turn (gap after an LLM call; what the simulator draws) | call "
-                                           "(one row per timed tool call, tool_calls.parquet)")] = "turn",
+    report: Annotated[
+        Path | None, typer.Option(help="Folder for tool_fit.md + QQ/CDF PNGs per class. Default: no report.")
+    ] = None,
+    unit: Annotated[
+        str,
+        typer.Option(
+            help="turn (gap after an LLM call; what the simulator draws) | call "
+            "(one row per timed tool call, tool_calls.parquet)"
+        ),
+    ] = "turn",
     kind: Annotated[str | None, typer.Option(help="Keep only measured | estimated durations (default: all).")] = None,
-    compare: Annotated[Path | None, typer.Option(help="Another trace folder to compare per class (2-sample KS). "
-                                                 "Default: none.")] = None,
+    compare: Annotated[
+        Path | None, typer.Option(help="Another trace folder to compare per class (2-sample KS). Default: none.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the fit table (and comparison) as JSON.")] = False,
 ) -> None:
     """Fit per-class tool-duration distributions (MLE, chosen by AIC) and write a tool-model file.
@@ -60,9 +67,16 @@ def fit_tools(
         cov = [c for c in (repo_covariate(result.durations),) if c is not None]
         written.insert(0, f"{write_report(result, report, comparison=comparison, covariates=cov)} and plots")
     if as_json:
-        print_json({"model": str(out), "fits": rows.to_dict(orient="records"), "not_fitted": result.skipped,
-                    "too_few_samples": result.pooled, "min_class_n": MIN_CLASS_N,
-                    "comparison": None if comparison is None else comparison.to_dict(orient="records")})
+        print_json(
+            {
+                "model": str(out),
+                "fits": rows.to_dict(orient="records"),
+                "not_fitted": result.skipped,
+                "too_few_samples": result.pooled,
+                "min_class_n": MIN_CLASS_N,
+                "comparison": None if comparison is None else comparison.to_dict(orient="records"),
+            }
+        )
         return
     table = Table(title=f"tool model: {result.model['default_source']} (unit {unit}, seconds)")
     for col in ("class", "n", "p0", "family", "AIC", "KS", "AD", "median", "p90"):
@@ -71,16 +85,27 @@ def fit_tools(
     params.add_column("class")
     params.add_column("params", overflow="fold")
     for row in rows.itertuples(index=False):
-        table.add_row(row[0], f"{row.n:,}", f"{row.p_zero:.3f}", row.family, f"{row.aic:.0f}", f"{row.ks:.3f}",
-                      f"{row.ad:.2f}", f"{row.median_s:.3g}", f"{row.p90_s:.3g}")
+        table.add_row(
+            row[0],
+            f"{row.n:,}",
+            f"{row.p_zero:.3f}",
+            row.family,
+            f"{row.aic:.0f}",
+            f"{row.ks:.3f}",
+            f"{row.ad:.2f}",
+            f"{row.median_s:.3g}",
+            f"{row.p90_s:.3g}",
+        )
         params.add_row(row[0], row.params)
     show(table)
     show(params)
     if result.skipped:
         console.print(f"[dim]not fitted (no positive duration, sampled from overall):[/] {', '.join(result.skipped)}")
     if result.pooled:
-        console.print(f"[yellow]too few samples[/] (fewer than {MIN_CLASS_N} durations; pooled with overall): "
-                      + ", ".join(f"{c} (n = {n})" for c, n in result.pooled.items()))
+        console.print(
+            f"[yellow]too few samples[/] (fewer than {MIN_CLASS_N} durations; pooled with overall): "
+            + ", ".join(f"{c} (n = {n})" for c, n in result.pooled.items())
+        )
     if comparison is not None:
         cmp_table = Table(title=f"fitted data vs {compare} (seconds)")
         for col in ("class", "n", "n other", "median", "median other", "p90", "p90 other", "KS", "KS p"):
@@ -98,8 +123,9 @@ def synth(
     programs: Annotated[int, typer.Option("--programs", "-n", help="Number of synthetic programs.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output trace folder, replaced as a whole.")],
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
-    tool_model: Annotated[Path | None, typer.Option(help="Tool-model JSON (fit-tools). Default: resample the "
-                                                         "trace's own durations.")] = None,
+    tool_model: Annotated[
+        Path | None, typer.Option(help="Tool-model JSON (fit-tools). Default: resample the trace's own durations.")
+    ] = None,
     jitter: Annotated[float, typer.Option(help="Sd of the log-normal token jitter (0.1: about +-10 %).")] = 0.1,
 ) -> None:
     """Draw synthetic programs that follow a real trace (turn counts, tokens, tool classes) and write a trace.

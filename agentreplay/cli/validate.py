@@ -11,11 +11,18 @@ from rich.table import Table
 from agentreplay.cli.app import app, console, fail, print_json, show
 
 #: Options both commands take: extra measured sources, and whether ../shared/measurements is read too.
-Measured = Annotated[list[Path] | None, typer.Option("--measured", help="Extra measured source (repeatable); "
-                                                     "format auto-detected by the registered collectors. Default: "
-                                                     "none (../shared/measurements only).")]
-NoDefaults = Annotated[bool, typer.Option("--no-default-sources", help="Use only --measured paths, not "
-                                          "../shared/measurements.")]
+Measured = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--measured",
+        help="Extra measured source (repeatable); "
+        "format auto-detected by the registered collectors. Default: "
+        "none (../shared/measurements only).",
+    ),
+]
+NoDefaults = Annotated[
+    bool, typer.Option("--no-default-sources", help="Use only --measured paths, not ../shared/measurements.")
+]
 
 
 def _pct(v: float | None) -> str:
@@ -24,14 +31,25 @@ def _pct(v: float | None) -> str:
 
 @app.command()
 def calibrate(
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the calibrated gpus.toml here (and "
-                                             "calibration.json beside it). Default: the packaged catalog.")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Write the calibrated gpus.toml here (and calibration.json beside it). Default: the packaged catalog.",
+        ),
+    ] = None,
     measured: Measured = None,
     no_defaults: NoDefaults = False,
-    calibration: Annotated[list[str] | None, typer.Option(
-        "--calibration", help="End-to-end mode: cell-id glob of the measured runs that fit the per-step engine cost "
-        "(repeatable); every other end-to-end cell of the --measured runs is held out and its error printed. Reads "
-        "only the --measured runs. Default: none (fit the component profiles instead).")] = None,
+    calibration: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--calibration",
+            help="End-to-end mode: cell-id glob of the measured runs that fit the per-step engine cost "
+            "(repeatable); every other end-to-end cell of the --measured runs is held out and its error printed. Reads "
+            "only the --measured runs. Default: none (fit the component profiles instead).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the calibration summary as JSON.")] = False,
 ) -> None:
     """Fit the performance model's per-GPU efficiencies to the measured component profiles; with
@@ -64,8 +82,13 @@ def calibrate(
         if v["calibrated_from"]:
             eff = f"(from {v['calibrated_from']})\n{eff}"
         pts = v["points"]
-        table.add_row(g, eff, f"{pts['calibration']}/{pts['validation']}", _pct(v["mape_pct"]["calibration"]),
-                      _pct(v["mape_pct"]["validation"]))
+        table.add_row(
+            g,
+            eff,
+            f"{pts['calibration']}/{pts['validation']}",
+            _pct(v["mape_pct"]["calibration"]),
+            _pct(v["mape_pct"]["validation"]),
+        )
     show(table)
     ops = mape_table(summary["_ops"]).reset_index()
     t2 = Table(title="operator fit error, MAPE % (per GPU and operator group)")
@@ -81,14 +104,21 @@ def calibrate(
 def validate(
     out: Annotated[Path, typer.Option("--out", "-o", help="Report folder.")] = Path("reports/latest"),
     measured: Measured = None,
-    live: Annotated[list[Path] | None, typer.Option("--live", help="Live-engine comparison JSON "
-                                                    "(benchmarks/vllm_cpu/validate.py), repeatable; default: "
-                                                    "reports/live/*.json")] = None,
+    live: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--live",
+            help="Live-engine comparison JSON "
+            "(benchmarks/vllm_cpu/validate.py), repeatable; default: "
+            "reports/live/*.json",
+        ),
+    ] = None,
     no_defaults: NoDefaults = False,
     quick: Annotated[bool, typer.Option(help="Skip the agent-JCT replay (the slowest cell).")] = False,
     catalog: Annotated[Path | None, typer.Option(help="GPU catalog TOML to validate (default: packaged).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary (summary.json) as JSON instead of the "
-                                          "tables.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the summary (summary.json) as JSON instead of the tables.")
+    ] = False,
 ) -> None:
     """Simulate every measured cell and compare: errors.parquet, report.md, report.html.
 
@@ -100,9 +130,19 @@ def validate(
     from validation.validate import STEPS, run
 
     try:  # staged: a run that fails (e.g. no measured cell) leaves no folder behind, a rerun no stale figure
-        with staged(out, "validate") as tmp, Progress(
-                TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TextColumn("ETA"),
-                TimeRemainingColumn(), console=console, transient=True, disable=as_json) as bar:
+        with (
+            staged(out, "validate") as tmp,
+            Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=console,
+                transient=True,
+                disable=as_json,
+            ) as bar,
+        ):
             task = bar.add_task("validate", total=sum(w for _, w in STEPS))
             done: list[float] = []
 
@@ -110,8 +150,15 @@ def validate(
                 bar.update(task, completed=sum(done), description=name)
                 done.append(weight)
 
-            s = run(tmp, [str(p) for p in measured or []], defaults=not no_defaults, quick=quick, catalog=catalog,
-                    live_paths=live, progress=progress)
+            s = run(
+                tmp,
+                [str(p) for p in measured or []],
+                defaults=not no_defaults,
+                quick=quick,
+                catalog=catalog,
+                live_paths=live,
+                progress=progress,
+            )
     except ValueError as exc:  # OutputDirError (a folder agentreplay did not write) is a ValueError
         raise fail(str(exc)) from None
     e2e = s.get("end_to_end", {})
@@ -123,8 +170,13 @@ def validate(
         table.add_column(col)
     for c in e2e.get("cells_table", []):
         label = c["cell_id"] + (" (stand-in workload)" if c["workload"] == "stand-in" else "")
-        table.add_row(label, f"{c['met']} / {c['metrics']}", str(c["worst_metric"]), _pct(c["worst_error_pct"]),
-                      "within target" if c["within_target"] else "missed")
+        table.add_row(
+            label,
+            f"{c['met']} / {c['metrics']}",
+            str(c["worst_metric"]),
+            _pct(c["worst_error_pct"]),
+            "within target" if c["within_target"] else "missed",
+        )
     show(table)
     comp = Table(title="component cells, default pricer: MAPE % by role (details and every pricer: report.md)")
     for col in ("gpu", "calibration", "validation"):

@@ -14,5 +14,14 @@ from agentreplay.fleet.cost import Prices, load_prices
 from agentreplay.fleet.outputs import OutputError, SimOutput, read_output
 from agentreplay.fleet.report import TaskReport, analyse, write_report
 
-__all__ = ["Collapse", "OutputError", "Prices", "SimOutput", "TaskReport", "analyse", "load_prices", "read_output",
-           "write_report"]
+__all__ = [
+    "Collapse",
+    "OutputError",
+    "Prices",
+    "SimOutput",
+    "TaskReport",
+    "analyse",
+    "load_prices",
+    "read_output",
+    "write_report",
+]

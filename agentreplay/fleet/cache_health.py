@@ -50,8 +50,9 @@ class Collapse:
 
     def __post_init__(self) -> None:
         if not 0 <= self.below <= self.above <= 1:
-            raise ValueError(f"collapse thresholds below={self.below}, above={self.above}: need "
-                             "0 <= below <= above <= 1")
+            raise ValueError(
+                f"collapse thresholds below={self.below}, above={self.above}: need 0 <= below <= above <= 1"
+            )
 
 
 def turn_health(turns: pd.DataFrame, reused_tokens: np.ndarray | None = None, block_size: int = 16) -> pd.DataFrame:
@@ -59,7 +60,7 @@ def turn_health(turns: pd.DataFrame, reused_tokens: np.ndarray | None = None, bl
     (the previous turn's finish to this turn's first scheduling: tool gap plus queueing)."""
     inp = turns["input_tokens"].to_numpy(float)
     reusable = reusable_tokens(turns, reused_tokens)
-    reload = (turns["reloaded_dram_tokens"] + turns["reloaded_cxl_tokens"] + turns["reloaded_remote_tokens"])
+    reload = turns["reloaded_dram_tokens"] + turns["reloaded_cxl_tokens"] + turns["reloaded_remote_tokens"]
     first = (turns["program_id"] != turns["program_id"].shift()).to_numpy()
     inst = turns["instance"].to_numpy(np.int64)
     prev_inst = np.r_[-1, inst[:-1]]
@@ -68,15 +69,25 @@ def turn_health(turns: pd.DataFrame, reused_tokens: np.ndarray | None = None, bl
     with np.errstate(invalid="ignore", divide="ignore"):
         hit = np.where(inp > 0, turns["cached_tokens"].to_numpy(float) / inp, np.nan)
         rel = np.where(inp > 0, reload.to_numpy(float) / inp, np.nan)
-        reuse_hit = np.where(reusable >= block_size,
-                             np.minimum(turns["cached_tokens"].to_numpy(float) / reusable, 1.0), np.nan)
-    return pd.DataFrame({
-        "program_id": turns["program_id"].to_numpy(), "turn_idx": turns["turn_idx"].to_numpy(),
-        "step": turns["turn_idx"].to_numpy() + 1, "instance": inst, "reusable_tokens": reusable,
-        "hit_share": hit, "reuse_hit": reuse_hit, "reload_share": rel,
-        "moved": ~first & (inst != prev_inst), "idle_s": np.where(first, np.nan, start - prev_finish),
-        "preemptions": turns["preemptions"].to_numpy(), "first": first,
-    })
+        reuse_hit = np.where(
+            reusable >= block_size, np.minimum(turns["cached_tokens"].to_numpy(float) / reusable, 1.0), np.nan
+        )
+    return pd.DataFrame(
+        {
+            "program_id": turns["program_id"].to_numpy(),
+            "turn_idx": turns["turn_idx"].to_numpy(),
+            "step": turns["turn_idx"].to_numpy() + 1,
+            "instance": inst,
+            "reusable_tokens": reusable,
+            "hit_share": hit,
+            "reuse_hit": reuse_hit,
+            "reload_share": rel,
+            "moved": ~first & (inst != prev_inst),
+            "idle_s": np.where(first, np.nan, start - prev_finish),
+            "preemptions": turns["preemptions"].to_numpy(),
+            "first": first,
+        }
+    )
 
 
 def health_by_step(health: pd.DataFrame, th: Collapse) -> pd.DataFrame:
@@ -86,9 +97,17 @@ def health_by_step(health: pd.DataFrame, th: Collapse) -> pd.DataFrame:
     df.loc[health["reuse_hit"].isna(), "low"] = np.nan
     g = df.groupby("bin", sort=False)
     r = g["reuse_hit"]
-    res = pd.DataFrame({"turns": g.size(), "hit_share_mean": g["hit_share"].mean(), "reuse_hit_mean": r.mean(),
-                        "reuse_hit_p10": r.quantile(0.1), "reuse_hit_p50": r.quantile(0.5),
-                        "reuse_hit_p90": r.quantile(0.9), "share_below": g["low"].mean()}).reset_index()
+    res = pd.DataFrame(
+        {
+            "turns": g.size(),
+            "hit_share_mean": g["hit_share"].mean(),
+            "reuse_hit_mean": r.mean(),
+            "reuse_hit_p10": r.quantile(0.1),
+            "reuse_hit_p50": r.quantile(0.5),
+            "reuse_hit_p90": r.quantile(0.9),
+            "share_below": g["low"].mean(),
+        }
+    ).reset_index()
     res = res.rename(columns={"bin": "step"})
     return res.sort_values("step", key=bin_order, kind="stable").reset_index(drop=True)
 
@@ -136,13 +155,36 @@ def collapses(health: pd.DataFrame, th: Collapse, decisions: pd.DataFrame | None
             cause = "preemption"
         else:
             cause = UNKNOWN
-        rows.append({"program_id": pid, "step": turn + 1, "prev_reuse_hit": prev[i], "reuse_hit": hit[i],
-                     "hit_share": float(health["hit_share"].iat[i]),
-                     "cause": cause, "instance_before": int(inst[i - 1]), "instance": int(inst[i]),
-                     "idle_s": float(health["idle_s"].iat[i]), "preemptions": int(pre[i] + prev_pre[i]),
-                     "reload_share": float(health["reload_share"].iat[i]), "retention": str(action)})
-    cols = ["program_id", "step", "prev_reuse_hit", "reuse_hit", "hit_share", "cause", "instance_before", "instance",
-            "idle_s", "preemptions", "reload_share", "retention"]
+        rows.append(
+            {
+                "program_id": pid,
+                "step": turn + 1,
+                "prev_reuse_hit": prev[i],
+                "reuse_hit": hit[i],
+                "hit_share": float(health["hit_share"].iat[i]),
+                "cause": cause,
+                "instance_before": int(inst[i - 1]),
+                "instance": int(inst[i]),
+                "idle_s": float(health["idle_s"].iat[i]),
+                "preemptions": int(pre[i] + prev_pre[i]),
+                "reload_share": float(health["reload_share"].iat[i]),
+                "retention": str(action),
+            }
+        )
+    cols = [
+        "program_id",
+        "step",
+        "prev_reuse_hit",
+        "reuse_hit",
+        "hit_share",
+        "cause",
+        "instance_before",
+        "instance",
+        "idle_s",
+        "preemptions",
+        "reload_share",
+        "retention",
+    ]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -151,6 +193,12 @@ def collapsed_programs(events: pd.DataFrame) -> pd.DataFrame:
     if events.empty:
         return pd.DataFrame(columns=["program_id", "collapses", "first_step", "first_cause", "causes"])
     g = events.groupby("program_id", sort=False)
-    res = pd.DataFrame({"collapses": g.size(), "first_step": g["step"].first(), "first_cause": g["cause"].first(),
-                        "causes": g["cause"].agg(lambda s: ", ".join(sorted(set(s))))}).reset_index()
+    res = pd.DataFrame(
+        {
+            "collapses": g.size(),
+            "first_step": g["step"].first(),
+            "first_cause": g["cause"].first(),
+            "causes": g["cause"].agg(lambda s: ", ".join(sorted(set(s)))),
+        }
+    ).reset_index()
     return res.sort_values(["first_step", "program_id"], kind="stable").reset_index(drop=True)

@@ -71,8 +71,9 @@ class Prices:
     ttl_5m_s: float = 300.0  #: lifetime of a 5-minute entry since its last use, seconds
     ttl_1h_s: float = 3600.0  #: lifetime of a 1-hour entry since its last use, seconds
     min_cacheable_tokens: int = 1024  #: prompts shorter than this are not cached (fresh input)
-    source: str = ("Anthropic pricing page (platform.claude.com/docs/en/about-claude/pricing), Claude Sonnet 4.5, "
-                   "read 2026-12-02")
+    source: str = (
+        "Anthropic pricing page (platform.claude.com/docs/en/about-claude/pricing), Claude Sonnet 4.5, read 2026-12-02"
+    )
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -85,13 +86,17 @@ class Prices:
         if not self.ttl_5m_s < self.ttl_1h_s:
             raise PricesError(f"ttl_5m_s = {self.ttl_5m_s} must be below ttl_1h_s = {self.ttl_1h_s}")
         if not self.cache_read_per_mtok < self.cache_write_5m_per_mtok:
-            raise PricesError(f"cache_read_per_mtok = {self.cache_read_per_mtok} must be below "
-                              f"cache_write_5m_per_mtok = {self.cache_write_5m_per_mtok}")
+            raise PricesError(
+                f"cache_read_per_mtok = {self.cache_read_per_mtok} must be below "
+                f"cache_write_5m_per_mtok = {self.cache_write_5m_per_mtok}"
+            )
 
     def tiers(self) -> dict[str, tuple[float, float]]:
         """``{tier: (ttl_s, write_per_mtok)}`` for the two TTL tiers."""
-        return {"5m": (self.ttl_5m_s, self.cache_write_5m_per_mtok),
-                "1h": (self.ttl_1h_s, self.cache_write_1h_per_mtok)}
+        return {
+            "5m": (self.ttl_5m_s, self.cache_write_5m_per_mtok),
+            "1h": (self.ttl_1h_s, self.cache_write_1h_per_mtok),
+        }
 
 
 def load_prices(path: str | Path) -> Prices:
@@ -132,16 +137,19 @@ FIELD_DOCS = {
 
 def prices_toml(prices: Prices) -> str:
     """``prices`` as the TOML :func:`load_prices` reads, each field with its meaning."""
-    lines = ["# Provider prices and cache TTLs for `agentreplay tasks --prices FILE`: a config, edit it for your",
-             "# provider and model. These are the defaults (agentreplay.fleet.cost.Prices): Claude Sonnet 4.5 list",
-             "# prices of Anthropic's pricing page, https://platform.claude.com/docs/en/about-claude/pricing",
-             "# (prompt-caching table), read on 2026-12-02 through copies of that table; the minimum cacheable",
-             "# prompt from https://platform.claude.com/docs/en/build-with-claude/prompt-caching.",
-             "[prices]"]
+    lines = [
+        "# Provider prices and cache TTLs for `agentreplay tasks --prices FILE`: a config, edit it for your",
+        "# provider and model. These are the defaults (agentreplay.fleet.cost.Prices): Claude Sonnet 4.5 list",
+        "# prices of Anthropic's pricing page, https://platform.claude.com/docs/en/about-claude/pricing",
+        "# (prompt-caching table), read on 2026-12-02 through copies of that table; the minimum cacheable",
+        "# prompt from https://platform.claude.com/docs/en/build-with-claude/prompt-caching.",
+        "[prices]",
+    ]
     for f in fields(Prices):
         v = getattr(prices, f.name)
-        lines.append((f"{f.name} = {v!r}" if not isinstance(v, str) else f'{f.name} = "{v}"')
-                     + f"  # {FIELD_DOCS[f.name]}")
+        lines.append(
+            (f"{f.name} = {v!r}" if not isinstance(v, str) else f'{f.name} = "{v}"') + f"  # {FIELD_DOCS[f.name]}"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -157,10 +165,17 @@ def turn_cache_view(turns: pd.DataFrame, reused_tokens: np.ndarray | None = None
     readable = np.where(first, 0, np.minimum(prev_in, np.minimum(reuse, inp)))
     prev_first_token = np.r_[np.nan, turns["first_token_s"].to_numpy(float)[:-1]]
     age = np.where(first, np.nan, turns["release_s"].to_numpy(float) - prev_first_token)
-    return pd.DataFrame({"program_id": turns["program_id"].to_numpy(), "turn_idx": turns["turn_idx"].to_numpy(),
-                         "input_tokens": inp, "output_tokens": turns["output_tokens"].to_numpy(np.int64),
-                         "prev_input_tokens": np.where(first, 0, prev_in), "readable_tokens": readable,
-                         "cache_age_s": age})
+    return pd.DataFrame(
+        {
+            "program_id": turns["program_id"].to_numpy(),
+            "turn_idx": turns["turn_idx"].to_numpy(),
+            "input_tokens": inp,
+            "output_tokens": turns["output_tokens"].to_numpy(np.int64),
+            "prev_input_tokens": np.where(first, 0, prev_in),
+            "readable_tokens": readable,
+            "cache_age_s": age,
+        }
+    )
 
 
 def _cacheable(view: pd.DataFrame, prices: Prices) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -188,17 +203,25 @@ def bill_turns(view: pd.DataFrame, prices: Prices) -> pd.DataFrame:
         fresh = np.where(cacheable, 0, inp)
         res[f"{tier}_read"], res[f"{tier}_write"], res[f"{tier}_fresh"] = read, wrote, fresh
         res[f"{tier}_expired"] = (readable > 0) & cacheable & ~(age <= ttl)
-        res[f"{tier}_usd"] = (read * prices.cache_read_per_mtok + wrote * write + fresh * prices.input_per_mtok) \
-            / MTOK + out_usd
+        res[f"{tier}_usd"] = (
+            read * prices.cache_read_per_mtok + wrote * write + fresh * prices.input_per_mtok
+        ) / MTOK + out_usd
     return res
 
 
 def program_costs(bill: pd.DataFrame) -> pd.DataFrame:
     """Per program: turns, expired gaps per tier, USD without caching and per tier, the cheaper tier."""
     g = bill.groupby("program_id", sort=False)
-    df = pd.DataFrame({"turns": g.size(), "gaps_expired_5m": g["5m_expired"].sum(),
-                       "gaps_expired_1h": g["1h_expired"].sum(), "nocache_usd": g["nocache_usd"].sum(),
-                       "cost_5m_usd": g["5m_usd"].sum(), "cost_1h_usd": g["1h_usd"].sum()}).reset_index()
+    df = pd.DataFrame(
+        {
+            "turns": g.size(),
+            "gaps_expired_5m": g["5m_expired"].sum(),
+            "gaps_expired_1h": g["1h_expired"].sum(),
+            "nocache_usd": g["nocache_usd"].sum(),
+            "cost_5m_usd": g["5m_usd"].sum(),
+            "cost_1h_usd": g["1h_usd"].sum(),
+        }
+    ).reset_index()
     df["cheaper_tier"] = np.where(df["cost_1h_usd"] < df["cost_5m_usd"], "1h", "5m")
     return df
 
@@ -218,26 +241,35 @@ def break_even(view: pd.DataFrame, prices: Prices) -> dict[str, Any]:
     gaps = int(reusable.sum())
     return {
         "formula": "s* = ((w1 - w5) W + (w1 - r) R_{>1h}) / ((w5 - r) R); the 1-hour tier is cheaper when s > s*",
-        "written_tokens_W": w_tokens, "readable_tokens_R": r_tokens,
-        "readable_over_5m_tokens": r_5m, "readable_over_1h_tokens": r_1h,
-        "gaps": gaps, "gaps_over_5m": int((reusable & ~(age <= prices.ttl_5m_s)).sum()),
+        "written_tokens_W": w_tokens,
+        "readable_tokens_R": r_tokens,
+        "readable_over_5m_tokens": r_5m,
+        "readable_over_1h_tokens": r_1h,
+        "gaps": gaps,
+        "gaps_over_5m": int((reusable & ~(age <= prices.ttl_5m_s)).sum()),
         "gaps_over_1h": int((reusable & ~(age <= prices.ttl_1h_s)).sum()),
-        "share_over_5m_tokens_s": s, "share_over_5m_count": (int((reusable & ~(age <= prices.ttl_5m_s)).sum()) / gaps
-                                                             if gaps else float("nan")),
+        "share_over_5m_tokens_s": s,
+        "share_over_5m_count": (int((reusable & ~(age <= prices.ttl_5m_s)).sum()) / gaps if gaps else float("nan")),
         "break_even_share_s_star": s_star,
         "cheaper_tier": "1h" if s > s_star else "5m",
     }
 
 
-def cost_vs_share(be: dict[str, Any], prices: Prices, n_programs: int, rest_usd_total: float,
-                  shares: np.ndarray) -> pd.DataFrame:
+def cost_vs_share(
+    be: dict[str, Any], prices: Prices, n_programs: int, rest_usd_total: float, shares: np.ndarray
+) -> pd.DataFrame:
     """USD per 1,000 tasks for each tier as the long-gap share ``s`` varies (W, R, R_{>1h} as measured):
     the lines behind the break-even figure. ``rest_usd_total``: what does not depend on the tier (output and
     uncacheable prompts), summed over the run."""
     w, r_tok, r_1h = be["written_tokens_W"], be["readable_tokens_R"], be["readable_over_1h_tokens"]
     per_k = 1000.0 / max(n_programs, 1) / MTOK
-    c5 = (prices.cache_write_5m_per_mtok * (w + shares * r_tok) + prices.cache_read_per_mtok * (1 - shares) * r_tok)
+    c5 = prices.cache_write_5m_per_mtok * (w + shares * r_tok) + prices.cache_read_per_mtok * (1 - shares) * r_tok
     c1 = prices.cache_write_1h_per_mtok * (w + r_1h) + prices.cache_read_per_mtok * (r_tok - r_1h)
     extra = rest_usd_total * 1000.0 / max(n_programs, 1)
-    return pd.DataFrame({"share_over_5m": shares, "usd_per_1000_5m": c5 * per_k + extra,
-                         "usd_per_1000_1h": np.full_like(shares, c1 * per_k) + extra})
+    return pd.DataFrame(
+        {
+            "share_over_5m": shares,
+            "usd_per_1000_5m": c5 * per_k + extra,
+            "usd_per_1000_1h": np.full_like(shares, c1 * per_k) + extra,
+        }
+    )

@@ -87,8 +87,10 @@ def plot_collapse_causes(ax: Any, rep: TaskReport) -> Any:
     ax.set_yticks(np.arange(len(names)), names)
     ax.set_xlabel("collapses")
     th = rep.summary["cache_health"]
-    ax.set_title(f"collapses (reuse-hit >= {th['above']}, then < {th['below']})\n"
-                 f"{th['collapses']:,} in {th['programs_collapsed']:,} programs, by cause")
+    ax.set_title(
+        f"collapses (reuse-hit >= {th['above']}, then < {th['below']})\n"
+        f"{th['collapses']:,} in {th['programs_collapsed']:,} programs, by cause"
+    )
     if not names:
         ax.text(0.5, 0.5, "no collapse", ha="center", va="center", transform=ax.transAxes)
     return ax

@@ -23,8 +23,9 @@ import pandas as pd
 STEP_BIN_EDGES = (10, 20, 50, 100, 200)
 
 
-def goodput(jct_s: np.ndarray, deadline_s: np.ndarray, *, removed: int = 0,
-            failed: np.ndarray | None = None) -> dict[str, Any]:
+def goodput(
+    jct_s: np.ndarray, deadline_s: np.ndarray, *, removed: int = 0, failed: np.ndarray | None = None
+) -> dict[str, Any]:
     """Goodput of programs with JCTs ``jct_s`` against per-program ``deadline_s``; ``removed`` programs were
     attempted but never ran; ``failed`` marks programs that ran but did not complete their task."""
     jct = np.asarray(jct_s, dtype=float)
@@ -36,8 +37,9 @@ def goodput(jct_s: np.ndarray, deadline_s: np.ndarray, *, removed: int = 0,
     return {"attempted": attempted, "met": met, "goodput": met / attempted if attempted else float("nan")}
 
 
-def deadlines(programs: pd.DataFrame, *, deadline_s: float | None = None,
-              deadline_x: float | None = None) -> np.ndarray:
+def deadlines(
+    programs: pd.DataFrame, *, deadline_s: float | None = None, deadline_x: float | None = None
+) -> np.ndarray:
     """Per-program deadline: ``deadline_s`` for all, or ``deadline_x`` times ``uncontended_jct_s``."""
     if (deadline_s is None) == (deadline_x is None):
         raise ValueError("give exactly one of deadline_s and deadline_x")
@@ -51,11 +53,14 @@ def deadlines(programs: pd.DataFrame, *, deadline_s: float | None = None,
     return deadline_x * programs["uncontended_jct_s"].to_numpy(float)
 
 
-def goodput_curve(jct_s: np.ndarray, base_s: np.ndarray, xs: np.ndarray, *, removed: int = 0,
-                  failed: np.ndarray | None = None) -> pd.DataFrame:
+def goodput_curve(
+    jct_s: np.ndarray, base_s: np.ndarray, xs: np.ndarray, *, removed: int = 0, failed: np.ndarray | None = None
+) -> pd.DataFrame:
     """Goodput at each deadline ``x * base_s`` for ``x`` in ``xs`` (the figure's curve)."""
-    rows = [{"x": float(x), **goodput(jct_s, x * np.asarray(base_s, dtype=float), removed=removed, failed=failed)}
-            for x in xs]
+    rows = [
+        {"x": float(x), **goodput(jct_s, x * np.asarray(base_s, dtype=float), removed=removed, failed=failed)}
+        for x in xs
+    ]
     return pd.DataFrame(rows)
 
 
@@ -78,14 +83,21 @@ def bin_order(labels: pd.Series) -> pd.Series:
 
 def ttft_by_step(turns: pd.DataFrame) -> pd.DataFrame:
     """Per step bin: turns, TTFT p50 / p99 / mean, queueing p50 (seconds), in step order."""
-    df = pd.DataFrame({"step": step_bin(turns["turn_idx"].to_numpy() + 1), "ttft_s": turns["ttft_s"].to_numpy(float),
-                       "queued_s": turns["queued_s"].to_numpy(float)})
+    df = pd.DataFrame(
+        {
+            "step": step_bin(turns["turn_idx"].to_numpy() + 1),
+            "ttft_s": turns["ttft_s"].to_numpy(float),
+            "queued_s": turns["queued_s"].to_numpy(float),
+        }
+    )
     g = df.groupby("step", sort=False)
-    res = pd.DataFrame({
-        "turns": g.size(),
-        "ttft_p50_s": g["ttft_s"].quantile(0.5),
-        "ttft_p99_s": g["ttft_s"].quantile(0.99),
-        "ttft_mean_s": g["ttft_s"].mean(),
-        "queued_p50_s": g["queued_s"].quantile(0.5),
-    }).reset_index()
+    res = pd.DataFrame(
+        {
+            "turns": g.size(),
+            "ttft_p50_s": g["ttft_s"].quantile(0.5),
+            "ttft_p99_s": g["ttft_s"].quantile(0.99),
+            "ttft_mean_s": g["ttft_s"].mean(),
+            "queued_p50_s": g["queued_s"].quantile(0.5),
+        }
+    ).reset_index()
     return res.sort_values("step", key=bin_order, kind="stable").reset_index(drop=True)

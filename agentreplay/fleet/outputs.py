@@ -27,9 +27,25 @@ from agentreplay.sim.config import ConfigError, SimConfig, load
 REQUIRED_FILES = ("turns.parquet", "programs.parquet", "summary.json", "config.toml")
 
 #: Columns of ``turns.parquet`` the task metrics read.
-TURN_COLUMNS = ("program_id", "turn_idx", "instance", "release_s", "first_token_s", "finish_s", "queued_s",
-                "ttft_s", "input_tokens", "output_tokens", "cached_tokens", "reloaded_dram_tokens",
-                "reloaded_cxl_tokens", "reloaded_remote_tokens", "recomputed_tokens", "preemptions", "tool_s")
+TURN_COLUMNS = (
+    "program_id",
+    "turn_idx",
+    "instance",
+    "release_s",
+    "first_token_s",
+    "finish_s",
+    "queued_s",
+    "ttft_s",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "reloaded_dram_tokens",
+    "reloaded_cxl_tokens",
+    "reloaded_remote_tokens",
+    "recomputed_tokens",
+    "preemptions",
+    "tool_s",
+)
 #: Columns of ``programs.parquet`` the task metrics read.
 PROGRAM_COLUMNS = ("program_id", "arrival_s", "finish_s", "jct_s", "n_turns", "tool_s")
 
@@ -57,8 +73,9 @@ class SimOutput:
 def _check_columns(df: pd.DataFrame, need: tuple[str, ...], file: Path) -> None:
     missing = [c for c in need if c not in df.columns]
     if missing:
-        raise OutputError(f"{file}: missing column(s) {missing}; is this a simulate output "
-                          "(agentreplay simulate --out DIR)?")
+        raise OutputError(
+            f"{file}: missing column(s) {missing}; is this a simulate output (agentreplay simulate --out DIR)?"
+        )
 
 
 def reusable_tokens(turns: pd.DataFrame, reused_tokens: np.ndarray | None = None) -> np.ndarray:
@@ -98,8 +115,10 @@ def read_decisions(path: Path, program_ids: list[str], events: tuple[str, ...] |
     bad = (prog < 0) | (prog >= len(program_ids))
     if bad.any():
         i = int(bad.argmax())
-        raise OutputError(f"{path}: record {i + 1} has program {int(prog[i])}, outside the "
-                          f"{len(program_ids)} programs of programs.parquet")
+        raise OutputError(
+            f"{path}: record {i + 1} has program {int(prog[i])}, outside the "
+            f"{len(program_ids)} programs of programs.parquet"
+        )
     df["program_id"] = [program_ids[int(p)] for p in prog]
     return df
 
@@ -112,8 +131,10 @@ def read_output(path: str | Path, decision_events: tuple[str, ...] | None = None
         raise OutputError(f"{p}: not a folder; give the --out folder of agentreplay simulate")
     for name in REQUIRED_FILES:
         if not (p / name).is_file():
-            raise OutputError(f"{p}: missing {name}; not a simulate output (agentreplay simulate --out DIR writes "
-                              f"{', '.join(REQUIRED_FILES)})")
+            raise OutputError(
+                f"{p}: missing {name}; not a simulate output (agentreplay simulate --out DIR writes "
+                f"{', '.join(REQUIRED_FILES)})"
+            )
     turns = pd.read_parquet(p / "turns.parquet")
     programs = pd.read_parquet(p / "programs.parquet")
     _check_columns(turns, TURN_COLUMNS, p / "turns.parquet")

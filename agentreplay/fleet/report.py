@@ -53,8 +53,10 @@ def trace_columns(out: SimOutput, trace_turns: pd.DataFrame) -> tuple[np.ndarray
     got = key.reindex(idx)
     if got.isna().any():
         i = int(np.flatnonzero(got.isna().to_numpy())[0])
-        raise OutputError(f"the trace has no turn {idx[i][1]} of program {idx[i][0]!r} that the run replayed; "
-                          "give the trace the run replayed (--trace)")
+        raise OutputError(
+            f"the trace has no turn {idx[i][1]} of program {idx[i][0]!r} that the run replayed; "
+            "give the trace the run replayed (--trace)"
+        )
     k = out.config.workload.reuse_scale
     reused = (got.to_numpy(np.int64) * k).astype(np.int64)
     n_trace = trace_turns.groupby("program_id").size().reindex(out.programs["program_id"]).to_numpy()
@@ -62,9 +64,16 @@ def trace_columns(out: SimOutput, trace_turns: pd.DataFrame) -> tuple[np.ndarray
     return reused, cut
 
 
-def analyse(out: SimOutput, prices: c.Prices, *, deadline_s: float | None = None, deadline_x: float | None = None,
-            collapse: Collapse | None = None, trace_turns: pd.DataFrame | None = None,
-            pricers: Any = None) -> TaskReport:
+def analyse(
+    out: SimOutput,
+    prices: c.Prices,
+    *,
+    deadline_s: float | None = None,
+    deadline_x: float | None = None,
+    collapse: Collapse | None = None,
+    trace_turns: pd.DataFrame | None = None,
+    pricers: Any = None,
+) -> TaskReport:
     """The task-level report of ``out`` (module docstring). Exactly one of ``deadline_s`` / ``deadline_x``;
     ``trace_turns``: the ``turns`` table of the trace the run replayed (optional); ``pricers``: override the
     run's pricers (:func:`agentreplay.fleet.uncontended.pricers_for`, tests)."""
@@ -77,8 +86,10 @@ def analyse(out: SimOutput, prices: c.Prices, *, deadline_s: float | None = None
     rej = out.summary.get("rejected", {}) or {}
     removed = int(rej.get("programs_removed", 0) or 0)
     if int(rej.get("programs_cut", 0) or 0) and cut is None:
-        notes.append(f"{rej['programs_cut']} programs were cut at a call over max_model_len; without --trace they "
-                     "count as finished when their JCT meets the deadline")
+        notes.append(
+            f"{rej['programs_cut']} programs were cut at a call over max_model_len; without --trace they "
+            "count as finished when their JCT meets the deadline"
+        )
 
     # uncontended JCT and goodput
     un_turns, un_prog = uncontended(turns, out.config, reused, pricers)
@@ -90,11 +101,13 @@ def analyse(out: SimOutput, prices: c.Prices, *, deadline_s: float | None = None
         p["cut"] = cut
         p["met"] &= ~p["cut"]
     gp = goodput(p["jct_s"].to_numpy(), p["deadline_s"].to_numpy(), removed=removed, failed=cut)
-    gx = goodput_curve(p["jct_s"].to_numpy(), p["uncontended_jct_s"].to_numpy(), np.linspace(1, 10, 91),
-                       removed=removed, failed=cut)
+    gx = goodput_curve(
+        p["jct_s"].to_numpy(), p["uncontended_jct_s"].to_numpy(), np.linspace(1, 10, 91), removed=removed, failed=cut
+    )
     jmax = float(np.nanmax(p["jct_s"])) if len(p) else 1.0
-    gabs = goodput_curve(p["jct_s"].to_numpy(), np.ones(len(p)), np.linspace(0, jmax * 1.05, 200),
-                         removed=removed, failed=cut)
+    gabs = goodput_curve(
+        p["jct_s"].to_numpy(), np.ones(len(p)), np.linspace(0, jmax * 1.05, 200), removed=removed, failed=cut
+    )
 
     # provider cost
     view = c.turn_cache_view(turns, reused)
@@ -102,12 +115,16 @@ def analyse(out: SimOutput, prices: c.Prices, *, deadline_s: float | None = None
     pc = c.program_costs(bill)
     be = c.break_even(view, prices)
     n = len(progs)
-    rest = float((bill["nocache_usd"] - view["input_tokens"] * prices.input_per_mtok / c.MTOK).sum()
-                 + bill["5m_fresh"].sum() * prices.input_per_mtok / c.MTOK)
+    rest = float(
+        (bill["nocache_usd"] - view["input_tokens"] * prices.input_per_mtok / c.MTOK).sum()
+        + bill["5m_fresh"].sum() * prices.input_per_mtok / c.MTOK
+    )
     marks = [v for v in (be["break_even_share_s_star"], be["share_over_5m_tokens_s"]) if v == v]
     share = c.cost_vs_share(be, prices, n, rest, np.linspace(0, min(1.0, max(0.05, 4 * max(marks, default=0))), 101))
-    per_k = {k: float(pc[col].sum()) * 1000.0 / n if n else float("nan")
-             for k, col in (("nocache", "nocache_usd"), ("5m", "cost_5m_usd"), ("1h", "cost_1h_usd"))}
+    per_k = {
+        k: float(pc[col].sum()) * 1000.0 / n if n else float("nan")
+        for k, col in (("nocache", "nocache_usd"), ("5m", "cost_5m_usd"), ("1h", "cost_1h_usd"))
+    }
 
     # cache health
     health = turn_health(turns, reused, out.config.cache.block_size)
@@ -126,34 +143,69 @@ def analyse(out: SimOutput, prices: c.Prices, *, deadline_s: float | None = None
     summary: dict[str, Any] = {
         "gpu_time": gpu_time(out, n),
         "output": str(out.path),
-        "run": {"gpu": cfg.hardware.gpu, "model": cfg.hardware.model, "instances": len(cfg.hardware.instance_specs()),
-                "arrival": cfg.workload.arrival, "concurrency": cfg.workload.concurrency,
-                "policy": out.summary.get("policy")},
-        "programs": n, "turns": len(turns), "decision_log": out.has_decisions, "trace": trace_turns is not None,
-        "goodput": {"deadline_s": deadline_s, "deadline_x": deadline_x, **gp,
-                    "programs_removed_by_admission": removed,
-                    "programs_cut": int(cut.sum()) if cut is not None else None,
-                    "jct_p50_s": float(np.median(p["jct_s"])) if n else None,
-                    "uncontended_jct_p50_s": float(np.median(p["uncontended_jct_s"])) if n else None,
-                    "slowdown_p50": float(np.median(p["slowdown"])) if n else None,
-                    "slowdown_p90": float(np.quantile(p["slowdown"], 0.9)) if n else None,
-                    "at_multiples": {str(x): goodput(p["jct_s"], x * p["uncontended_jct_s"], removed=removed,
-                                                     failed=cut)["goodput"] for x in X_POINTS},
-                    "at_seconds": {str(int(d)): goodput(p["jct_s"], np.full(n, d), removed=removed,
-                                                        failed=cut)["goodput"] for d in D_POINTS}},
-        "cost": {"prices": dataclasses.asdict(prices),
-                 "usd_per_1000_tasks": per_k, "break_even": be,
-                 "programs_cheaper_with_1h": int((pc["cheaper_tier"] == "1h").sum())},
-        "cache_health": {"above": th.above, "below": th.below, "collapses": len(events),
-                         "programs_collapsed": len(collapsed),
-                         "by_cause": events["cause"].value_counts().to_dict() if len(events) else {},
-                         "turn_hit_share_mean": float(np.nanmean(health["hit_share"])) if len(health) else None,
-                         "turn_reuse_hit_mean": float(np.nanmean(health["reuse_hit"]))
-                         if health["reuse_hit"].notna().any() else None},
+        "run": {
+            "gpu": cfg.hardware.gpu,
+            "model": cfg.hardware.model,
+            "instances": len(cfg.hardware.instance_specs()),
+            "arrival": cfg.workload.arrival,
+            "concurrency": cfg.workload.concurrency,
+            "policy": out.summary.get("policy"),
+        },
+        "programs": n,
+        "turns": len(turns),
+        "decision_log": out.has_decisions,
+        "trace": trace_turns is not None,
+        "goodput": {
+            "deadline_s": deadline_s,
+            "deadline_x": deadline_x,
+            **gp,
+            "programs_removed_by_admission": removed,
+            "programs_cut": int(cut.sum()) if cut is not None else None,
+            "jct_p50_s": float(np.median(p["jct_s"])) if n else None,
+            "uncontended_jct_p50_s": float(np.median(p["uncontended_jct_s"])) if n else None,
+            "slowdown_p50": float(np.median(p["slowdown"])) if n else None,
+            "slowdown_p90": float(np.quantile(p["slowdown"], 0.9)) if n else None,
+            "at_multiples": {
+                str(x): goodput(p["jct_s"], x * p["uncontended_jct_s"], removed=removed, failed=cut)["goodput"]
+                for x in X_POINTS
+            },
+            "at_seconds": {
+                str(int(d)): goodput(p["jct_s"], np.full(n, d), removed=removed, failed=cut)["goodput"]
+                for d in D_POINTS
+            },
+        },
+        "cost": {
+            "prices": dataclasses.asdict(prices),
+            "usd_per_1000_tasks": per_k,
+            "break_even": be,
+            "programs_cheaper_with_1h": int((pc["cheaper_tier"] == "1h").sum()),
+        },
+        "cache_health": {
+            "above": th.above,
+            "below": th.below,
+            "collapses": len(events),
+            "programs_collapsed": len(collapsed),
+            "by_cause": events["cause"].value_counts().to_dict() if len(events) else {},
+            "turn_hit_share_mean": float(np.nanmean(health["hit_share"])) if len(health) else None,
+            "turn_reuse_hit_mean": float(np.nanmean(health["reuse_hit"]))
+            if health["reuse_hit"].notna().any()
+            else None,
+        },
         "notes": notes,
     }
-    return TaskReport(summary, p, turn_frame, ttft_by_step(turns), health_by_step(health, th), events, collapsed,
-                      gx, gabs, share, notes)
+    return TaskReport(
+        summary,
+        p,
+        turn_frame,
+        ttft_by_step(turns),
+        health_by_step(health, th),
+        events,
+        collapsed,
+        gx,
+        gabs,
+        share,
+        notes,
+    )
 
 
 def gpu_time(out: SimOutput, n_programs: int) -> dict[str, Any]:
@@ -164,12 +216,19 @@ def gpu_time(out: SimOutput, n_programs: int) -> dict[str, Any]:
     gpus = sum(tp for _, tp, _ in specs)
     makespan = float(out.summary.get("makespan_s", float("nan")))
     busy = (out.summary.get("engine") or {}).get("busy_s_per_instance")
-    busy_gpu_s = float(sum(b * tp for b, (_, tp, _) in zip(busy, specs, strict=True))) \
-        if busy is not None and len(busy) == len(specs) else float("nan")
+    busy_gpu_s = (
+        float(sum(b * tp for b, (_, tp, _) in zip(busy, specs, strict=True)))
+        if busy is not None and len(busy) == len(specs)
+        else float("nan")
+    )
     per_k = 1000.0 / 3600.0 / n_programs if n_programs else float("nan")
-    return {"gpus": gpus, "makespan_s": makespan, "fleet_gpu_hours_per_1000_tasks": gpus * makespan * per_k,
-            "busy_gpu_hours_per_1000_tasks": busy_gpu_s * per_k,
-            "busy_share": busy_gpu_s / (gpus * makespan) if gpus and makespan > 0 else float("nan")}
+    return {
+        "gpus": gpus,
+        "makespan_s": makespan,
+        "fleet_gpu_hours_per_1000_tasks": gpus * makespan * per_k,
+        "busy_gpu_hours_per_1000_tasks": busy_gpu_s * per_k,
+        "busy_share": busy_gpu_s / (gpus * makespan) if gpus and makespan > 0 else float("nan"),
+    }
 
 
 def write_report(rep: TaskReport, folder: Path) -> list[Path]:
@@ -182,12 +241,20 @@ def write_report(rep: TaskReport, folder: Path) -> list[Path]:
     from agentreplay.fleet.markdown import render
     from agentreplay.trace.io import write_tables
 
-    tables = {"programs": rep.programs, "turns": rep.turns, "ttft_by_step": rep.ttft_steps,
-              "cache_by_step": rep.health_steps, "collapses": rep.collapse_events,
-              "collapsed_programs": rep.collapsed, "goodput_curve": rep.goodput_x,
-              "goodput_abs_curve": rep.goodput_abs, "cost_vs_share": rep.cost_share}
-    written = list(write_tables(folder, {k: pa.Table.from_pandas(v, preserve_index=False)
-                                         for k, v in tables.items()}).values())
+    tables = {
+        "programs": rep.programs,
+        "turns": rep.turns,
+        "ttft_by_step": rep.ttft_steps,
+        "cache_by_step": rep.health_steps,
+        "collapses": rep.collapse_events,
+        "collapsed_programs": rep.collapsed,
+        "goodput_curve": rep.goodput_x,
+        "goodput_abs_curve": rep.goodput_abs,
+        "cost_vs_share": rep.cost_share,
+    }
+    written = list(
+        write_tables(folder, {k: pa.Table.from_pandas(v, preserve_index=False) for k, v in tables.items()}).values()
+    )
     written += draw_all(rep, folder)
     (folder / "summary.json").write_text(json.dumps(plain(rep.summary), indent=2, sort_keys=True) + "\n")
     (folder / "tasks.md").write_text(render(rep))

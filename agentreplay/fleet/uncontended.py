@@ -49,10 +49,17 @@ def pricers_for(cfg: SimConfig) -> tuple[list[Any], list[int]]:
             gpu, tp, dtype = spec
             plan = plan_instance(cfg, gpu, tp, dtype)
             pricer = pricer_from_names(
-                hw.perf, gpu, hw.model, dtype, tp, mixed_attention=hw.mixed_attention,  # type: ignore[arg-type]
-                kv_dtype=kv_cache_dtype(hw.kv_cache_dtype), cudagraph_sizes=graph_sizes(cfg, gpu, plan),
+                hw.perf,
+                gpu,
+                hw.model,
+                dtype,
+                tp,
+                mixed_attention=hw.mixed_attention,  # type: ignore[arg-type]
+                kv_dtype=kv_cache_dtype(hw.kv_cache_dtype),
+                cudagraph_sizes=graph_sizes(cfg, gpu, plan),
                 graph_mixed=graph_padding(hw.cudagraph_mode)[1],
-                custom_allreduce=hw.deployment_kernels and not hw.disable_custom_all_reduce)
+                custom_allreduce=hw.deployment_kernels and not hw.disable_custom_all_reduce,
+            )
             built[spec] = (pricer, plan.max_num_batched_tokens)
         pricers.append(built[spec][0])
         chunks.append(built[spec][1])
@@ -80,8 +87,12 @@ def turn_service_s(pricer: Any, chunk_tokens: int, prompt: int, cached: int, out
     return prefill_s, decode_s
 
 
-def uncontended(turns: pd.DataFrame, cfg: SimConfig, reused_tokens: np.ndarray | None = None,
-                pricers: tuple[list[Any], list[int]] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def uncontended(
+    turns: pd.DataFrame,
+    cfg: SimConfig,
+    reused_tokens: np.ndarray | None = None,
+    pricers: tuple[list[Any], list[int]] | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(per_turn, per_program)`` frames: per turn ``history_hit_tokens``, ``prefill_s``, ``decode_s``; per
     program ``uncontended_jct_s`` (with ``service_s`` and ``tool_s``). ``pricers``: override
     :func:`pricers_for` (tests)."""
@@ -101,8 +112,15 @@ def uncontended(turns: pd.DataFrame, cfg: SimConfig, reused_tokens: np.ndarray |
         if got is None:
             got = memo[key] = turn_service_s(per_inst[key[0]], chunk[key[0]], key[1], key[2], key[3])
         pre[k], dec[k] = got
-    per_turn = pd.DataFrame({"program_id": turns["program_id"].to_numpy(), "turn_idx": turns["turn_idx"].to_numpy(),
-                             "history_hit_tokens": hits, "prefill_s": pre, "decode_s": dec})
+    per_turn = pd.DataFrame(
+        {
+            "program_id": turns["program_id"].to_numpy(),
+            "turn_idx": turns["turn_idx"].to_numpy(),
+            "history_hit_tokens": hits,
+            "prefill_s": pre,
+            "decode_s": dec,
+        }
+    )
     last = (turns["program_id"] != turns["program_id"].shift(-1)).to_numpy()
     tool = np.where(last, 0.0, np.nan_to_num(turns["tool_s"].to_numpy(float)))
     per_turn["tool_s"] = tool

@@ -69,8 +69,9 @@ class PrefixHit:
 
     __slots__ = ("evictable", "ext_blocks", "ext_source", "link", "pfx_hit", "prog_hit")
 
-    def __init__(self, pfx_hit: int, prog_hit: int, ext_source: str, ext_blocks: int, link: Link | None,
-                 evictable: int) -> None:
+    def __init__(
+        self, pfx_hit: int, prog_hit: int, ext_source: str, ext_blocks: int, link: Link | None, evictable: int
+    ) -> None:
         self.pfx_hit = pfx_hit  #: cached blocks of the shared prefix (or prefix chain)
         self.prog_hit = prog_hit  #: cached blocks of the program's history after it
         self.ext_source = ext_source  #: tier name ("dram", "cxl") or "remote" supplying more blocks, or ""
@@ -82,8 +83,13 @@ class PrefixHit:
 class KVManager:
     """Block questions and block operations of one instance (see the module docstring)."""
 
-    def __init__(self, pool: SegmentPool, enable_prefix_caching: bool = True, residency: Residency | None = None,
-                 retention: Retention | None = None) -> None:
+    def __init__(
+        self,
+        pool: SegmentPool,
+        enable_prefix_caching: bool = True,
+        residency: Residency | None = None,
+        retention: Retention | None = None,
+    ) -> None:
         self.pool = pool
         self.bs = pool.block_size
         self.prefix_caching = enable_prefix_caching
@@ -124,7 +130,13 @@ class KVManager:
             evictable += pool.evictable(chain[k], _seg_hit(r, k, pfx_hit))
         hit = self._hit
         hit.pfx_hit, hit.prog_hit, hit.ext_source, hit.ext_blocks, hit.link, hit.evictable = (
-            pfx_hit, prog_hit, ext_source, ext_blocks, link, evictable)
+            pfx_hit,
+            prog_hit,
+            ext_source,
+            ext_blocks,
+            link,
+            evictable,
+        )
         return hit
 
     def can_allocate(self, need: int, evictable: int, program: int) -> bool:
@@ -210,8 +222,14 @@ class KVManager:
         swap_s = None
         if res is not None and res.tiers:
             swap_s = 2 * blocks * res.block_bytes / res.tiers[0].link.bytes_per_s
-        ctx = GapContext(now_s=now, context_blocks=blocks, used_blocks=self.pool.used_blocks,
-                         recompute_s=recompute_s, swap_s=swap_s, true_gap_s=r.next_gap_s)
+        ctx = GapContext(
+            now_s=now,
+            context_blocks=blocks,
+            used_blocks=self.pool.used_blocks,
+            recompute_s=recompute_s,
+            swap_s=swap_s,
+            true_gap_s=r.next_gap_s,
+        )
         d = self.retention.decide(r, ctx)
         action = d.action
         if action in ("pin", "offload") and res is None:

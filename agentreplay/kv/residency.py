@@ -38,9 +38,15 @@ class Pin:
 class Residency:
     """Pins, host tiers and loads of one instance (its scheduler calls it; policies decide, this applies)."""
 
-    def __init__(self, engine: Engine, pool: SegmentPool, block_bytes: int, tiers: list[HostTier],
-                 remote: Callable[[Request], tuple[SegmentPool, Link] | None] | None = None,
-                 unpin_on_pressure: bool = True) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        pool: SegmentPool,
+        block_bytes: int,
+        tiers: list[HostTier],
+        remote: Callable[[Request], tuple[SegmentPool, Link] | None] | None = None,
+        unpin_on_pressure: bool = True,
+    ) -> None:
         self.engine = engine
         self.pool = pool
         self.block_bytes = block_bytes

@@ -81,8 +81,15 @@ class GapContext:
 
     __slots__ = ("_recompute", "context_blocks", "now_s", "swap_s", "true_gap_s", "used_blocks")
 
-    def __init__(self, now_s: float, context_blocks: int, used_blocks: int,
-                 recompute_s: float | Callable[[], float], swap_s: float | None, true_gap_s: float) -> None:
+    def __init__(
+        self,
+        now_s: float,
+        context_blocks: int,
+        used_blocks: int,
+        recompute_s: float | Callable[[], float],
+        swap_s: float | None,
+        true_gap_s: float,
+    ) -> None:
         self.now_s = now_s
         self.context_blocks = context_blocks  #: blocks of the program's history held by the finished call
         self.used_blocks = used_blocks  #: blocks in use on the instance (the running batch's memory)
@@ -158,8 +165,7 @@ class ContinuumParams:
     continuum_code_pin_s: float = 2.0  #: code: pin length, seconds, when the tool's running mean <= it
 
     def __post_init__(self) -> None:
-        check(self.continuum_variant in ("paper", "code"), "continuum_variant", self.continuum_variant,
-              "paper or code")
+        check(self.continuum_variant in ("paper", "code"), "continuum_variant", self.continuum_variant, "paper or code")
         check(0 < self.continuum_quantile <= 1, "continuum_quantile", self.continuum_quantile, "in (0, 1]")
         check(self.continuum_max_ttl_s >= 0, "continuum_max_ttl_s", self.continuum_max_ttl_s, ">= 0")
         check(self.continuum_code_pin_s >= 0, "continuum_code_pin_s", self.continuum_code_pin_s, ">= 0")
@@ -244,12 +250,17 @@ class Oracle(_Stateless):
         return Decision(d.action, ctx.true_gap_s if d.action == "pin" else math.inf, d.reason)
 
 
-RETENTIONS: Registry[Retention] = Registry("retention", [
-    Entry("lru", Lru, NoParams, "free the blocks, cached until the LRU reuses them (vLLM prefix cache)"),
-    Entry("evict", Evict, NoParams, "drop the KV at the end of every call"),
-    Entry("ttl", StaticTtl, TtlParams, "pin for a fixed ttl_s"),
-    Entry("continuum", ContinuumTtl, ContinuumParams, "pin for a TTL from the tool's duration CDF (Continuum)"),
-    Entry("offload", Offload, NoParams, "write to host memory, reload on the next call (LMCache)"),
-    Entry("infercept", InferCept, NoParams, "least estimated memory waste of preserve / discard / swap (InferCept)"),
-    Entry("oracle", Oracle, NoParams, "InferCept's rule with the true tool duration (a bound)"),
-])
+RETENTIONS: Registry[Retention] = Registry(
+    "retention",
+    [
+        Entry("lru", Lru, NoParams, "free the blocks, cached until the LRU reuses them (vLLM prefix cache)"),
+        Entry("evict", Evict, NoParams, "drop the KV at the end of every call"),
+        Entry("ttl", StaticTtl, TtlParams, "pin for a fixed ttl_s"),
+        Entry("continuum", ContinuumTtl, ContinuumParams, "pin for a TTL from the tool's duration CDF (Continuum)"),
+        Entry("offload", Offload, NoParams, "write to host memory, reload on the next call (LMCache)"),
+        Entry(
+            "infercept", InferCept, NoParams, "least estimated memory waste of preserve / discard / swap (InferCept)"
+        ),
+        Entry("oracle", Oracle, NoParams, "InferCept's rule with the true tool duration (a bound)"),
+    ],
+)

@@ -264,9 +264,11 @@ def _efficiency(path: Path, entry: dict[str, Any], where: str) -> Efficiency:
     user = _read_toml(str(Path(path).resolve())).get("defaults", {}).get("efficiency", {})
     merged = {**packaged, **user, **entry}  # entry over the file's defaults over the packaged defaults
     names = {f.name for f in fields(Efficiency)}
-    required = {f.name for f in fields(Efficiency) if f.name not in ("per_seq_overhead_us",
-                                                                     "attn_prefill_tile_efficiency",
-                                                                     "custom_allreduce_latency_us")}
+    required = {
+        f.name
+        for f in fields(Efficiency)
+        if f.name not in ("per_seq_overhead_us", "attn_prefill_tile_efficiency", "custom_allreduce_latency_us")
+    }
     _check_keys(f"{where}.efficiency", merged, names, required)
     return Efficiency(**{k: float(v) for k, v in merged.items()})
 
@@ -291,8 +293,12 @@ def load_gpu(name: str, path: str | Path | None = None) -> GpuSpec:
     where = f"{src}: gpu.{name}"
     eff = _efficiency(src, entry.pop("efficiency", {}), where)
     allowed = {f.name for f in fields(GpuSpec)} - {"name", "efficiency"}
-    _check_keys(where, entry, allowed, allowed - {"usable_memory_gib", "fp8_tflops", "sm_count", "smem_per_sm_kib",
-                                                  "compute_capability", "p2p"})
+    _check_keys(
+        where,
+        entry,
+        allowed,
+        allowed - {"usable_memory_gib", "fp8_tflops", "sm_count", "smem_per_sm_kib", "compute_capability", "p2p"},
+    )
     for key, options in (("architecture", Architecture), ("interconnect", Interconnect)):
         if entry[key] not in get_args(options):
             raise ValueError(f"{where}: {key}={entry[key]!r}; allowed: {list(get_args(options))}")
@@ -310,7 +316,7 @@ def load_gpu(name: str, path: str | Path | None = None) -> GpuSpec:
         raise ValueError(f"{where}: smem_per_sm_kib={entry['smem_per_sm_kib']!r} must be >= 0")
     cc = entry.pop("compute_capability", "")
     if not isinstance(cc, str) or (cc and not (cc.count(".") == 1 and cc.replace(".", "").isdigit())):
-        raise ValueError(f"{where}: compute_capability={cc!r} must be a string like \"8.6\"")
+        raise ValueError(f'{where}: compute_capability={cc!r} must be a string like "8.6"')
     p2p = entry.pop("p2p", True)
     if not isinstance(p2p, bool):
         raise ValueError(f"{where}: p2p={p2p!r} must be true or false")
@@ -329,8 +335,14 @@ def load_gpu(name: str, path: str | Path | None = None) -> GpuSpec:
 
 
 _MODEL_INTS: Final = (
-    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
-    "intermediate_size", "vocab_size", "max_position_embeddings",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
 )
 _MOE_INTS: Final = ("num_experts", "experts_per_token", "moe_intermediate_size")
 

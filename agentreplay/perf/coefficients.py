@@ -55,9 +55,14 @@ def linear(gpu: GpuSpec, model: ModelSpec, dtype: Dtype, tp: int, eff: Efficienc
     router = gemm(h, model.num_experts, bf16, ACT_BYTES, bw) if model.is_moe else (0.0, 0.0, 0.0)
     gu_flop, gu_w, gu_act = gemm(h, 2 * i, peak, wb, bw)
     dn_flop, dn_w, dn_act = gemm(i, h, peak, wb, bw)
-    return Linear(gemm(h, q + 2 * kv, peak, wb, bw), gemm(q, h, peak, wb, bw), router,
-                  (gu_flop * fanout, gu_w, gu_act * fanout), (dn_flop * fanout, dn_w, dn_act * fanout),
-                  gemm(h, -(-model.vocab_size // tp), bf16, ACT_BYTES, bw))
+    return Linear(
+        gemm(h, q + 2 * kv, peak, wb, bw),
+        gemm(q, h, peak, wb, bw),
+        router,
+        (gu_flop * fanout, gu_w, gu_act * fanout),
+        (dn_flop * fanout, dn_w, dn_act * fanout),
+        gemm(h, -(-model.vocab_size // tp), bf16, ACT_BYTES, bw),
+    )
 
 
 class Elementwise(NamedTuple):
@@ -76,8 +81,14 @@ def elementwise(gpu: GpuSpec, model: ModelSpec, tp: int, eff: Efficiency) -> Ele
     h, q, kv, i = widths(model, tp)
     fanout = model.experts_per_token if model.is_moe else 1
     rope_elems = 2 * (q + kv) * (2 if model.qk_norm else 1)
-    return Elementwise(2 * 4 * h * ACT_BYTES / bw, rope_elems * ACT_BYTES / bw, 3 * i * fanout * ACT_BYTES / bw,
-                       2 * h * ACT_BYTES / bw, 4 * h * ACT_BYTES / bw, 2 * model.vocab_size * 4 / bw)
+    return Elementwise(
+        2 * 4 * h * ACT_BYTES / bw,
+        rope_elems * ACT_BYTES / bw,
+        3 * i * fanout * ACT_BYTES / bw,
+        2 * h * ACT_BYTES / bw,
+        4 * h * ACT_BYTES / bw,
+        2 * model.vocab_size * 4 / bw,
+    )
 
 
 class Attention(NamedTuple):
@@ -108,15 +119,24 @@ def attention(gpu: GpuSpec, model: ModelSpec, tp: int, eff: Efficiency, kv_dtype
     tile_s, tile_slots, tile_heads = 0.0, 1, 1
     if eff.attn_prefill_tile_efficiency > 0.0:
         if gpu.sm_count < 1 or gpu.smem_per_sm_kib <= 0.0:
-            raise ValueError(f"{gpu.name}: attn_prefill_tile_efficiency needs sm_count and smem_per_sm_kib in the "
-                             "GPU catalog")
+            raise ValueError(
+                f"{gpu.name}: attn_prefill_tile_efficiency needs sm_count and smem_per_sm_kib in the GPU catalog"
+            )
         per_cta = ctas_per_sm(gpu.smem_per_sm_kib, model.head_dim)
         tile_slots = gpu.sm_count * per_cta
         tile_heads = model.num_attention_heads // tp
         sm_flops = gpu.bf16_tflops * 1e12 / gpu.sm_count * eff.attn_prefill_tile_efficiency
         tile_s = tile_flops(model.head_dim) * per_cta / sm_flops
-    return Attention(4.0 * q / attn, kv_tok / kv_bw, 2 * kv_tok / kv_bw + 2 * q * ACT_BYTES / bw, c_key,
-                     c_key + layers * (kv_tok / kv_bw + 2 * q * ACT_BYTES / bw), tile_s, tile_slots, tile_heads)
+    return Attention(
+        4.0 * q / attn,
+        kv_tok / kv_bw,
+        2 * kv_tok / kv_bw + 2 * q * ACT_BYTES / bw,
+        c_key,
+        c_key + layers * (kv_tok / kv_bw + 2 * q * ACT_BYTES / bw),
+        tile_s,
+        tile_slots,
+        tile_heads,
+    )
 
 
 class Collectives(NamedTuple):
@@ -134,10 +154,16 @@ class Collectives(NamedTuple):
 
 def collectives(gpu: GpuSpec, model: ModelSpec, tp: int, eff: Efficiency, custom_allreduce: bool) -> Collectives:
     link = gpu.interconnect_bw_gbps * 1e9 * eff.allreduce_efficiency
-    return Collectives(float(custom_ar_max_bytes(gpu, tp)) if tp > 1 and custom_allreduce else 0.0,
-                       eff.custom_allreduce_latency_us * 1e-6, link, eff.allreduce_latency_us * 1e-6,
-                       2 * (tp - 1) / tp / link, model.hidden_size * ACT_BYTES, 2 * model.num_hidden_layers + 1,
-                       (tp - 1) / tp * model.vocab_size * ACT_BYTES / link)
+    return Collectives(
+        float(custom_ar_max_bytes(gpu, tp)) if tp > 1 and custom_allreduce else 0.0,
+        eff.custom_allreduce_latency_us * 1e-6,
+        link,
+        eff.allreduce_latency_us * 1e-6,
+        2 * (tp - 1) / tp / link,
+        model.hidden_size * ACT_BYTES,
+        2 * model.num_hidden_layers + 1,
+        (tp - 1) / tp * model.vocab_size * ACT_BYTES / link,
+    )
 
 
 class Overheads(NamedTuple):
@@ -151,5 +177,9 @@ class Overheads(NamedTuple):
 
 def overheads(model: ModelSpec, eff: Efficiency) -> Overheads:
     per_layer = _KERNELS_PER_LAYER + (_KERNELS_PER_MOE_LAYER if model.is_moe else 0)
-    return Overheads(eff.kernel_overhead_us * 1e-6, model.num_hidden_layers * per_layer + 2,
-                     eff.framework_overhead_ms * 1e-3, eff.per_seq_overhead_us * 1e-6)
+    return Overheads(
+        eff.kernel_overhead_us * 1e-6,
+        model.num_hidden_layers * per_layer + 2,
+        eff.framework_overhead_ms * 1e-3,
+        eff.per_seq_overhead_us * 1e-6,
+    )

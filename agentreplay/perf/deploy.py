@@ -57,15 +57,21 @@ CUDAGRAPH_MODES: Final = ("FULL_AND_PIECEWISE", "PIECEWISE", "FULL", "FULL_DECOD
 LinearKernel = Literal["bf16", "fp8_marlin_w8a16", "fp8_w8a8"]
 
 
-def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, *, data_center_blackwell: bool = False,
-                            max_capture_size: int | None = None) -> tuple[int, ...]:
+def cudagraph_capture_sizes(
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    *,
+    data_center_blackwell: bool = False,
+    max_capture_size: int | None = None,
+) -> tuple[int, ...]:
     """vLLM's default CUDA-graph capture sizes (tokens), ``VllmConfig._set_cudagraph_sizes`` without speculative
     decoding: ``[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)``, ``max = min(2 * max_num_seqs, 512
     (1024 on data-center Blackwell), max_num_batched_tokens)`` unless ``max_capture_size`` gives it; plus
     ``max_num_batched_tokens`` and ``max_num_seqs`` when they fit under it."""
     if max_num_seqs < 1 or max_num_batched_tokens < 1:
-        raise ValueError(f"max_num_seqs={max_num_seqs} and max_num_batched_tokens={max_num_batched_tokens} "
-                         "must be >= 1")
+        raise ValueError(
+            f"max_num_seqs={max_num_seqs} and max_num_batched_tokens={max_num_batched_tokens} must be >= 1"
+        )
     default_max = 1024 if data_center_blackwell else 512
     uniform: list[int] = []
     if max_capture_size is None:
@@ -143,8 +149,9 @@ def custom_ar_max_bytes(gpu: GpuSpec, tp: int) -> int:
     there (no P2P, an unsupported world size, or more than 2 GPUs without NVLink)."""
     if not gpu.p2p or tp not in CUSTOM_AR_WORLD_SIZES or (tp > 2 and gpu.interconnect != "nvlink"):
         return 0
-    return min(CUSTOM_AR_MAX_BYTES, CUSTOM_AR_MAX_BYTES_BY_CC.get(gpu.compute_capability, {}).get(tp,
-                                                                                                 CUSTOM_AR_MAX_BYTES))
+    return min(
+        CUSTOM_AR_MAX_BYTES, CUSTOM_AR_MAX_BYTES_BY_CC.get(gpu.compute_capability, {}).get(tp, CUSTOM_AR_MAX_BYTES)
+    )
 
 
 def custom_ar_link_bytes(tp: int, nbytes: float) -> float:
@@ -181,8 +188,9 @@ def linear_kernel(gpu: GpuSpec, dtype: Dtype) -> LinearKernel:
     return "fp8_w8a8" if gpu.has_fp8 else "fp8_marlin_w8a16"
 
 
-def default_cudagraph_sizes(gpu: GpuSpec, max_num_seqs: int | None = None,
-                            max_num_batched_tokens: int | None = None) -> tuple[int, ...]:
+def default_cudagraph_sizes(
+    gpu: GpuSpec, max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None
+) -> tuple[int, ...]:
     """vLLM's default CUDA-graph capture sizes on ``gpu`` (:func:`cudagraph_capture_sizes`)
     for the given scheduler limits; unset limits take vLLM's defaults for the OpenAI server
     (``EngineArgs.get_batch_defaults``: 1024 sequences and 8192 tokens on GPUs with >= 70 GiB other than A100,

@@ -115,8 +115,15 @@ class Grid:
 
     __slots__ = ("_cols", "_lg", "_lr", "_rise", "_rn", "_row_ref_shape", "cols", "lg", "lr", "ref_nodes", "rows")
 
-    def __init__(self, tokens: ArrayLike, context: ArrayLike, seconds: ArrayLike,
-                 ref: Callable[[float, float], float], *, reference_between_rows: bool = False) -> None:
+    def __init__(
+        self,
+        tokens: ArrayLike,
+        context: ArrayLike,
+        seconds: ArrayLike,
+        ref: Callable[[float, float], float],
+        *,
+        reference_between_rows: bool = False,
+    ) -> None:
         n, c, s = (np.asarray(v, dtype=float) for v in (tokens, context, seconds))
         if len(n) == 0 or not len(n) == len(c) == len(s) or (n <= 0).any() or (c < 0).any() or (s <= 0).any():
             raise ValueError("a prefill grid needs matching tokens (> 0), context (>= 0) and seconds (> 0)")
@@ -194,8 +201,7 @@ class Grid:
         return v
 
 
-def fit_decode(batch: ArrayLike, context: ArrayLike, seconds: ArrayLike) -> tuple[
-        np.ndarray, np.ndarray, np.ndarray]:
+def fit_decode(batch: ArrayLike, context: ArrayLike, seconds: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(batch sizes, intercepts a_b, slopes c_b)`` of decode-attention points of one layer: per batch size
     ``b``, ``t = a_b + c_b * b * ctx``, minimising the squared relative residuals ``(a + c b ctx) / t - 1`` over
     all points subject to ``a_b >= 0`` and ``0 <= c_1 <= c_2 <= ...`` (slopes non-decreasing in batch size, so

@@ -8,10 +8,19 @@ from typing import Final
 
 #: Kernel classes each operator launches (per layer, or per forward for :data:`PER_FORWARD`).
 KERNELS: Final[dict[str, tuple[str, ...]]] = {
-    "embedding": ("elementwise",), "layernorm": ("elementwise", "elementwise"), "qkv_proj": ("gemm",),
-    "rotary_emb": ("elementwise",), "attention_prefill": ("attention",), "attention_decode": ("attention",),
-    "o_proj": ("gemm",), "moe_router": ("gemm", "elementwise"), "gate_up_proj": ("gemm",),
-    "act_fn": ("elementwise",), "down_proj": ("gemm",), "final_layernorm": ("elementwise",), "lm_head": ("gemm",),
+    "embedding": ("elementwise",),
+    "layernorm": ("elementwise", "elementwise"),
+    "qkv_proj": ("gemm",),
+    "rotary_emb": ("elementwise",),
+    "attention_prefill": ("attention",),
+    "attention_decode": ("attention",),
+    "o_proj": ("gemm",),
+    "moe_router": ("gemm", "elementwise"),
+    "gate_up_proj": ("gemm",),
+    "act_fn": ("elementwise",),
+    "down_proj": ("gemm",),
+    "final_layernorm": ("elementwise",),
+    "lm_head": ("gemm",),
     "sampler": ("elementwise",),
 }
 PER_FORWARD: Final = frozenset(("embedding", "final_layernorm", "lm_head", "sampler"))

@@ -58,7 +58,6 @@ def load_refinement(gpu: GpuSpec, path: str | Path | None = None) -> tuple[Effic
     return eff, Refinement(**{k: float(v) for k, v in entry.items() if k in REFINEMENT_FIELDS})
 
 
-
 def _stamp(path: str | Path | None) -> tuple[str, int, int] | None:
     """(resolved path, modification time, size) of a ``tables.toml`` (default: the packaged one), the key its
     parse is memoised on; None when the file does not exist."""
@@ -92,17 +91,25 @@ def _parse(path: str, _mtime_ns: int, _size: int) -> tuple[dict[str, MeasuredTab
     for key, t in raw.get("table", {}).items():
         pf, dec = t.get("attention_prefill"), t.get("attention_decode")
         tables[key] = MeasuredTable(
-            name=str(t.get("source", key)), gpu=str(t["gpu"]), model=str(t["model"]), tp=int(t["tp"]),
+            name=str(t.get("source", key)),
+            gpu=str(t["gpu"]),
+            model=str(t["model"]),
+            tp=int(t["tp"]),
             dtype=str(t.get("dtype", "bf16")),
             ops={op: (v["tokens"], v["seconds"]) for op, v in t.get("op", {}).items()},
             attention_prefill=(pf["tokens"], pf["context"], pf["seconds"]) if pf else None,
-            attention_decode=(dec["batch"], dec["context"], dec["seconds"]) if dec else None)
+            attention_decode=(dec["batch"], dec["context"], dec["seconds"]) if dec else None,
+        )
     allreduce = {}
     for key, t in raw.get("allreduce", {}).items():
         try:
             allreduce[key] = AllReduceTable(
-                name=str(t.get("source", key)), gpu=str(t["gpu"]), tp=int(t["tp"]),
-                nbytes=[int(v) for v in t["bytes"]], seconds=[float(v) for v in t["seconds"]])
+                name=str(t.get("source", key)),
+                gpu=str(t["gpu"]),
+                tp=int(t["tp"]),
+                nbytes=[int(v) for v in t["bytes"]],
+                seconds=[float(v) for v in t["seconds"]],
+            )
         except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{path}: [allreduce.\"{key}\"]: {exc}") from exc
+            raise ValueError(f'{path}: [allreduce."{key}"]: {exc}') from exc
     return tables, allreduce

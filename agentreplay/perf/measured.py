@@ -51,8 +51,10 @@ class AllReduceTable:
         if self.tp < 2:
             raise ValueError(f"all-reduce table {self.name}: tp={self.tp} must be >= 2")
         if not len(self.nbytes) or len(self.nbytes) != len(self.seconds):
-            raise ValueError(f"all-reduce table {self.name}: needs as many bytes as seconds, at least one point "
-                             f"({len(self.nbytes)} bytes, {len(self.seconds)} seconds)")
+            raise ValueError(
+                f"all-reduce table {self.name}: needs as many bytes as seconds, at least one point "
+                f"({len(self.nbytes)} bytes, {len(self.seconds)} seconds)"
+            )
         bad = [(b, t) for b, t in zip(self.nbytes, self.seconds, strict=True) if not (b > 0 and t > 0)]
         if bad:
             raise ValueError(f"all-reduce table {self.name}: bytes and seconds must be > 0, got {bad[:3]}")
@@ -60,4 +62,3 @@ class AllReduceTable:
 
 def allreduce_key(gpu: str, tp: int) -> str:
     return f"{gpu}/tp{tp}"
-

@@ -93,9 +93,23 @@ MIXED_ATTENTION: tuple[str, ...] = ("apart", "one_kernel")
 
 #: Operator names of :meth:`PerfModel.breakdown`, in pricing order (names follow LLMServingSim's profiles).
 OPERATORS: tuple[str, ...] = (
-    "embedding", "layernorm", "qkv_proj", "rotary_emb", "attention_prefill", "attention_decode", "o_proj",
-    "moe_router", "gate_up_proj", "act_fn", "down_proj", "final_layernorm", "lm_head", "sampler", "tp_comm",
-    "kernel_overhead", "framework_overhead",
+    "embedding",
+    "layernorm",
+    "qkv_proj",
+    "rotary_emb",
+    "attention_prefill",
+    "attention_decode",
+    "o_proj",
+    "moe_router",
+    "gate_up_proj",
+    "act_fn",
+    "down_proj",
+    "final_layernorm",
+    "lm_head",
+    "sampler",
+    "tp_comm",
+    "kernel_overhead",
+    "framework_overhead",
 )
 
 _ATTN_PREFILL = OPERATORS.index("attention_prefill")
@@ -145,21 +159,39 @@ class PerfModel:
 
         self._layers = model.num_hidden_layers
         # the coefficients, by group (agentreplay.perf.coefficients)
-        self._qkv, self._o, self._router, self._gate_up, self._down, self._lm_head = C.linear(gpu, model, dtype, tp,
-                                                                                              eff)
+        self._qkv, self._o, self._router, self._gate_up, self._down, self._lm_head = C.linear(
+            gpu, model, dtype, tp, eff
+        )
         self._moe = model.is_moe
         self._n_experts = model.num_experts
         self._experts_per_token = model.experts_per_token
         self._moe_fp8_block = False  # the catalog does not say whether an fp8 checkpoint is block-scaled
-        (self._norm_tok, self._rope_tok, self._act_tok, self._embed_tok, self._final_norm_tok,
-         self._sampler_tok) = C.elementwise(gpu, model, tp, eff)
-        (self._pf_flop_s, self._pf_prefix_s, self._pf_chunk_s, self._c_key, self._dec_seq_s, self._tile_s,
-         self._tile_slots, self._tile_heads) = C.attention(gpu, model, tp, eff, kv_dtype)
+        (self._norm_tok, self._rope_tok, self._act_tok, self._embed_tok, self._final_norm_tok, self._sampler_tok) = (
+            C.elementwise(gpu, model, tp, eff)
+        )
+        (
+            self._pf_flop_s,
+            self._pf_prefix_s,
+            self._pf_chunk_s,
+            self._c_key,
+            self._dec_seq_s,
+            self._tile_s,
+            self._tile_slots,
+            self._tile_heads,
+        ) = C.attention(gpu, model, tp, eff, kv_dtype)
         # one kernel for mixed iterations: only where the tile form prices the kernel
         self._one_kernel = mixed_attention == "one_kernel" and self._tile_s > 0.0
         self._tp_on = tp > 1
-        (self._car_max, self._car_lat, self._link, self._ar_lat, self._ar_byte, self._ar_tok_bytes, self._n_ar,
-         self._gather_tok) = C.collectives(gpu, model, tp, eff, custom_allreduce)
+        (
+            self._car_max,
+            self._car_lat,
+            self._link,
+            self._ar_lat,
+            self._ar_byte,
+            self._ar_tok_bytes,
+            self._n_ar,
+            self._gather_tok,
+        ) = C.collectives(gpu, model, tp, eff, custom_allreduce)
         self._kernel_s, self._kernels_body, self._framework_s, self._per_seq_s = C.overheads(model, eff)
 
     @classmethod
@@ -197,7 +229,14 @@ class PerfModel:
         )
 
     def _terms(
-        self, tokens: int, emit: int, seqs: int, pf_work: float, pf_prefix: int, pf_chunk: int, n_dec: int,
+        self,
+        tokens: int,
+        emit: int,
+        seqs: int,
+        pf_work: float,
+        pf_prefix: int,
+        pf_chunk: int,
+        n_dec: int,
         sum_ctx: int,
     ) -> tuple[float, ...]:
         """Seconds per operator, in :data:`OPERATORS` order. ``pf_work`` = sum(chunk * (prefix + chunk/2))."""

@@ -46,8 +46,9 @@ from typing import Literal, get_args
 from agentreplay.perf.catalog import ACT_BYTES, DTYPE_BYTES, Dtype, GpuSpec, ModelSpec
 from agentreplay.perf.pricer import PrefillItem
 
-All2AllBackend = Literal["allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency",
-                         "flashinfer_nvlink_two_sided"]
+All2AllBackend = Literal[
+    "allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency", "flashinfer_nvlink_two_sided"
+]
 #: backends that send each token only to the ranks holding its experts (the rest gather every token)
 ALL_TO_ALL: frozenset[str] = frozenset({"deepep_high_throughput", "deepep_low_latency", "flashinfer_nvlink_two_sided"})
 
@@ -62,16 +63,21 @@ class DeploymentError(ValueError):
 def check_deployment(model: ModelSpec, dp: int, tp: int, ep: bool, backend: str) -> None:
     """Raise :class:`DeploymentError` for a DP / EP layout that vLLM rejects or the simulator does not model."""
     if backend not in get_args(All2AllBackend):
-        raise DeploymentError(f"[hardware] all2all_backend = {backend!r} is not modelled; one of "
-                              f"{list(get_args(All2AllBackend))}")
+        raise DeploymentError(
+            f"[hardware] all2all_backend = {backend!r} is not modelled; one of {list(get_args(All2AllBackend))}"
+        )
     if ep and not model.is_moe:
         raise DeploymentError(f"[hardware] ep = true needs a MoE model; {model.name} is dense (num_experts = 0)")
     if ep and dp == 1:
-        raise DeploymentError(f"[hardware] ep = true with dp = 1 (experts over the TP group only) is not modelled; "
-                              f"set dp >= 2 (vLLM --data-parallel-size) for {model.name}")
+        raise DeploymentError(
+            f"[hardware] ep = true with dp = 1 (experts over the TP group only) is not modelled; "
+            f"set dp >= 2 (vLLM --data-parallel-size) for {model.name}"
+        )
     if model.is_moe and dp > 1 and model.num_experts % (dp * tp) and ep:
-        raise DeploymentError(f"[hardware] ep = true: {model.name} has {model.num_experts} experts, not divisible "
-                              f"over an EP group of dp * tp = {dp * tp} ranks")
+        raise DeploymentError(
+            f"[hardware] ep = true: {model.name} has {model.num_experts} experts, not divisible "
+            f"over an EP group of dp * tp = {dp * tp} ranks"
+        )
 
 
 def lockstep(model: ModelSpec, dp: int) -> bool:
@@ -105,9 +111,17 @@ class EPComm:
     @classmethod
     def build(cls, gpu: GpuSpec, model: ModelSpec, dp: int, tp: int, backend: str) -> EPComm:
         eff = gpu.efficiency
-        return cls(dp, dp * tp, model.hidden_size, model.num_experts, model.experts_per_token,
-                   model.num_hidden_layers, gpu.interconnect_bw_gbps * 1e9 * eff.allreduce_efficiency,
-                   eff.allreduce_latency_us * 1e-6, backend)
+        return cls(
+            dp,
+            dp * tp,
+            model.hidden_size,
+            model.num_experts,
+            model.experts_per_token,
+            model.num_hidden_layers,
+            gpu.interconnect_bw_gbps * 1e9 * eff.allreduce_efficiency,
+            eff.allreduce_latency_us * 1e-6,
+            backend,
+        )
 
     def layer_s(self, tokens_per_rank: int) -> float:
         """Dispatch + combine of one MoE layer when every rank holds ``tokens_per_rank`` tokens (padded)."""
@@ -145,8 +159,9 @@ class DPStepPricer:
 
     def __init__(self, base: object, comm: EPComm, pad_to_max: bool = True) -> None:
         if not hasattr(base, "experts_time_s"):
-            raise DeploymentError(f"{base!r}: DP of a MoE model needs a pricer with experts_time_s (roofline, "
-                                  "refined or table)")
+            raise DeploymentError(
+                f"{base!r}: DP of a MoE model needs a pricer with experts_time_s (roofline, refined or table)"
+            )
         self.base = base
         self.comm = comm
         self.pad_to_max = pad_to_max  #: coordinate_batch_across_dp pads to the max (CUDA graphs on)
@@ -157,8 +172,9 @@ class DPStepPricer:
         # tokens each rank's kernels run: after CUDA-graph padding where the pricer pads (agentreplay.perf.deploy;
         # a batch with prefill only when mixed batches run graphs), which the rank's own iteration price includes
         graphs = getattr(base, "padded_tokens", None)
-        tokens = [batch_tokens(b) if graphs is None else graphs(batch_tokens(b), b is None or not b[0])
-                  for b in batches]
+        tokens = [
+            batch_tokens(b) if graphs is None else graphs(batch_tokens(b), b is None or not b[0]) for b in batches
+        ]
         pad = max(tokens)
         group = dp * pad if self.pad_to_max else sum(tokens)
         shared = base.experts_time_s(group, dp) + self.comm.step_s(pad)  # type: ignore[attr-defined]

@@ -55,7 +55,6 @@ def kernels_s(pm: PerfModel, op: str) -> float:
     return len(KERNELS[op]) * pm.efficiency.kernel_overhead_us * 1e-6
 
 
-
 class RefinedPerfModel(PerfModel):
     """:class:`PerfModel` with the :class:`Refinement` terms (module docstring). Same invariants and API."""
 
@@ -73,8 +72,9 @@ class RefinedPerfModel(PerfModel):
         graph_mixed: bool = True,
         custom_allreduce: bool = False,
     ) -> None:
-        super().__init__(gpu, model, dtype, tp, efficiency, kv_dtype, mixed_attention, cudagraph_sizes, graph_mixed,
-                         custom_allreduce)
+        super().__init__(
+            gpu, model, dtype, tp, efficiency, kv_dtype, mixed_attention, cudagraph_sizes, graph_mixed, custom_allreduce
+        )
         r = refinement if refinement is not None else Refinement()
         eff = self.efficiency
         self.refinement = r
@@ -93,19 +93,31 @@ class RefinedPerfModel(PerfModel):
         self._dec_seq_s += self._layers * r.attn_decode_seq_us * 1e-6
         self._dec_fixed_s = self._layers * r.attn_decode_fixed_us * 1e-6
         k = eff.kernel_overhead_us
-        self.launch = {"gemm": k * 1e-6,
-                       "elementwise": (k if r.elementwise_kernel_us is None else r.elementwise_kernel_us) * 1e-6,
-                       "attention": (k if r.attn_kernel_us is None else r.attn_kernel_us) * 1e-6}
-        body = [op for op in KERNELS if op not in PER_FORWARD and op != "attention_decode"
-                and (op != "moe_router" or self._moe)]
+        self.launch = {
+            "gemm": k * 1e-6,
+            "elementwise": (k if r.elementwise_kernel_us is None else r.elementwise_kernel_us) * 1e-6,
+            "attention": (k if r.attn_kernel_us is None else r.attn_kernel_us) * 1e-6,
+        }
+        body = [
+            op
+            for op in KERNELS
+            if op not in PER_FORWARD and op != "attention_decode" and (op != "moe_router" or self._moe)
+        ]
         self._kernel_layer_s = sum(kernels_s(self, op) for op in body)
         self._kernel_fwd_s = kernels_s(self, "embedding") + kernels_s(self, "final_layernorm")
         self._kernel_emit_s = kernels_s(self, "lm_head") + kernels_s(self, "sampler")
 
     @classmethod
-    def from_names(cls, gpu: str, model: str, dtype: Dtype = "bf16", tp: int = 1,  # type: ignore[override]
-                   catalog: str | Path | None = None, refinements: str | Path | None = None,
-                   **kwargs: object) -> RefinedPerfModel:
+    def from_names(  # type: ignore[override]
+        cls,
+        gpu: str,
+        model: str,
+        dtype: Dtype = "bf16",
+        tp: int = 1,
+        catalog: str | Path | None = None,
+        refinements: str | Path | None = None,
+        **kwargs: object,
+    ) -> RefinedPerfModel:
         """Build from catalog keys with the refinement of ``gpu`` in ``refinements`` (default: the packaged
         ``catalog/roofline.toml``; a GPU without an entry prices like :class:`PerfModel`)."""
         spec = load_gpu(gpu, catalog)
@@ -116,8 +128,9 @@ class RefinedPerfModel(PerfModel):
         flop_s, weight_s, act_s = op
         return max((tokens + self._m_half) * flop_s, weight_s + tokens * act_s)
 
-    def _terms(self, tokens: int, emit: int, seqs: int, pf_work: float, pf_prefix: int, pf_chunk: int,
-               n_dec: int, sum_ctx: int) -> tuple[float, ...]:
+    def _terms(
+        self, tokens: int, emit: int, seqs: int, pf_work: float, pf_prefix: int, pf_chunk: int, n_dec: int, sum_ctx: int
+    ) -> tuple[float, ...]:
         t = list(super()._terms(tokens, emit, seqs, pf_work, pf_prefix, pf_chunk, n_dec, sum_ctx))
         if tokens == 0:
             return tuple(t)
@@ -128,7 +141,8 @@ class RefinedPerfModel(PerfModel):
         if pf_chunk and self._pf_m_half:  # sum over chunks of (chunk + m) * (prefix + chunk / 2)
             work = pf_work + self._pf_m_half * (pf_prefix + 0.5 * pf_chunk)
             t[_IDX["attention_prefill"]] = n_layers * max(
-                work * self._pf_flop_s, pf_prefix * self._pf_prefix_s + pf_chunk * self._pf_chunk_s)
+                work * self._pf_flop_s, pf_prefix * self._pf_prefix_s + pf_chunk * self._pf_chunk_s
+            )
         if self._m_half:
             t[_IDX["qkv_proj"]] = n_layers * self._gemm(self._qkv, tokens)
             t[_IDX["o_proj"]] = n_layers * self._gemm(self._o, tokens)
@@ -143,8 +157,9 @@ class RefinedPerfModel(PerfModel):
                 t[_IDX["gate_up_proj"]] = n_layers * self._gemm(self._gate_up, tokens)
                 t[_IDX["down_proj"]] = n_layers * self._gemm(self._down, tokens)
             t[_IDX["lm_head"]] = self._gemm(self._lm_head, emit) if emit else 0.0
-        t[_IDX["kernel_overhead"]] = (n_layers * self._kernel_layer_s + self._kernel_fwd_s
-                                      + (self._kernel_emit_s if emit else 0.0))
+        t[_IDX["kernel_overhead"]] = (
+            n_layers * self._kernel_layer_s + self._kernel_fwd_s + (self._kernel_emit_s if emit else 0.0)
+        )
         return tuple(t)
 
     def __repr__(self) -> str:

@@ -34,37 +34,75 @@ class PricerRequest:
 
 
 def _roofline(r: PricerRequest) -> PerfModel:
-    return PerfModel(r.spec, load_model(r.model), r.dtype, r.tp, mixed_attention=r.mixed_attention,
-                     cudagraph_sizes=r.cudagraph_sizes, kv_dtype=r.kv_dtype, graph_mixed=r.graph_mixed,
-                     custom_allreduce=r.custom_allreduce)
+    return PerfModel(
+        r.spec,
+        load_model(r.model),
+        r.dtype,
+        r.tp,
+        mixed_attention=r.mixed_attention,
+        cudagraph_sizes=r.cudagraph_sizes,
+        kv_dtype=r.kv_dtype,
+        graph_mixed=r.graph_mixed,
+        custom_allreduce=r.custom_allreduce,
+    )
 
 
 def _refined(r: PricerRequest) -> RefinedPerfModel:
-    return RefinedPerfModel.from_names(r.gpu, r.model, r.dtype, r.tp, catalog=r.catalog,
-                                       refinements=refinement_path(r.catalog), mixed_attention=r.mixed_attention,
-                                       cudagraph_sizes=r.cudagraph_sizes, kv_dtype=r.kv_dtype,
-                                       graph_mixed=r.graph_mixed, custom_allreduce=r.custom_allreduce)
+    return RefinedPerfModel.from_names(
+        r.gpu,
+        r.model,
+        r.dtype,
+        r.tp,
+        catalog=r.catalog,
+        refinements=refinement_path(r.catalog),
+        mixed_attention=r.mixed_attention,
+        cudagraph_sizes=r.cudagraph_sizes,
+        kv_dtype=r.kv_dtype,
+        graph_mixed=r.graph_mixed,
+        custom_allreduce=r.custom_allreduce,
+    )
 
 
 def _table(r: PricerRequest) -> TablePerfModel:
-    return TablePerfModel.from_names(r.gpu, r.model, r.dtype, r.tp, catalog=r.catalog,
-                                     refinements=refinement_path(r.catalog), mixed_attention=r.mixed_attention,
-                                     cudagraph_sizes=r.cudagraph_sizes, kv_dtype=r.kv_dtype,
-                                     graph_mixed=r.graph_mixed, custom_allreduce=r.custom_allreduce)
+    return TablePerfModel.from_names(
+        r.gpu,
+        r.model,
+        r.dtype,
+        r.tp,
+        catalog=r.catalog,
+        refinements=refinement_path(r.catalog),
+        mixed_attention=r.mixed_attention,
+        cudagraph_sizes=r.cudagraph_sizes,
+        kv_dtype=r.kv_dtype,
+        graph_mixed=r.graph_mixed,
+        custom_allreduce=r.custom_allreduce,
+    )
 
 
 #: Pricer kind -> builder; a new pricer kind is one builder here (and its tests).
 BUILDERS: Final[dict[str, Callable[[PricerRequest], PerfModel | TablePerfModel]]] = {
-    "roofline": _roofline, "refined": _refined, "table": _table}
+    "roofline": _roofline,
+    "refined": _refined,
+    "table": _table,
+}
 #: Pricer kinds :func:`pricer_from_names` builds (e.g. for a ``[hardware] perf`` config option).
 PRICER_KINDS: Final = tuple(BUILDERS)
 
 
-def pricer_from_names(kind: str, gpu: str, model: str, dtype: Dtype = "bf16", tp: int = 1,
-                      catalog: str | Path | None = None,
-                      mixed_attention: str = "one_kernel", *, kv_dtype: Dtype = "bf16",
-                      cudagraph_sizes: Sequence[int] | None = (), graph_mixed: bool = True,
-                      custom_allreduce: bool = False) -> PerfModel | TablePerfModel:
+def pricer_from_names(
+    kind: str,
+    gpu: str,
+    model: str,
+    dtype: Dtype = "bf16",
+    tp: int = 1,
+    catalog: str | Path | None = None,
+    mixed_attention: str = "one_kernel",
+    *,
+    kv_dtype: Dtype = "bf16",
+    cudagraph_sizes: Sequence[int] | None = (),
+    graph_mixed: bool = True,
+    custom_allreduce: bool = False,
+) -> PerfModel | TablePerfModel:
     """The pricer of a vLLM deployment. ``roofline``: :meth:`PerfModel.from_names` (the default); ``refined``:
     :class:`RefinedPerfModel`; ``table``: :class:`TablePerfModel` (ValueError when no table of the GPU and model
     exists). ``mixed_attention``: :data:`agentreplay.perf.model.MIXED_ATTENTION` (the table's mixed iterations
@@ -82,5 +120,8 @@ def pricer_from_names(kind: str, gpu: str, model: str, dtype: Dtype = "bf16", tp
     build = BUILDERS.get(kind)
     if build is None:
         raise ValueError(f"perf={kind!r}; allowed: {list(PRICER_KINDS)}")
-    return build(PricerRequest(spec, gpu, model, dtype, tp, catalog, mixed_attention, sizes, kv_dtype, graph_mixed,
-                               custom_allreduce))
+    return build(
+        PricerRequest(
+            spec, gpu, model, dtype, tp, catalog, mixed_attention, sizes, kv_dtype, graph_mixed, custom_allreduce
+        )
+    )

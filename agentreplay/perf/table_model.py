@@ -92,15 +92,23 @@ class TablePerfModel:
     rounding.
     """
 
-    def __init__(self, table: MeasuredTable, fallback: PerfModel, source: PerfModel | None = None, *,
-                 gemm_tile_tokens: int = GEMM_TILE_TOKENS,
-                 attention_rows_in_reference: bool = ATTENTION_ROWS_IN_REFERENCE,
-                 all_reduce: AllReduceTable | None = None) -> None:
+    def __init__(
+        self,
+        table: MeasuredTable,
+        fallback: PerfModel,
+        source: PerfModel | None = None,
+        *,
+        gemm_tile_tokens: int = GEMM_TILE_TOKENS,
+        attention_rows_in_reference: bool = ATTENTION_ROWS_IN_REFERENCE,
+        all_reduce: AllReduceTable | None = None,
+    ) -> None:
         if gemm_tile_tokens < 1:
             raise ValueError(f"gemm_tile_tokens={gemm_tile_tokens} must be >= 1")
         if all_reduce is not None and (all_reduce.gpu != fallback.gpu.name or all_reduce.tp != fallback.tp):
-            raise ValueError(f"all-reduce table {all_reduce.name} is for {all_reduce.gpu} over {all_reduce.tp} GPUs, "
-                             f"the pricer for {fallback.gpu.name} at TP={fallback.tp}")
+            raise ValueError(
+                f"all-reduce table {all_reduce.name} is for {all_reduce.gpu} over {all_reduce.tp} GPUs, "
+                f"the pricer for {fallback.gpu.name} at TP={fallback.tp}"
+            )
         self.table, self.fallback = table, fallback
         self.gpu, self.model, self.dtype, self.tp = fallback.gpu, fallback.model, fallback.dtype, fallback.tp
         self._layers = fallback.model.num_hidden_layers
@@ -122,10 +130,16 @@ class TablePerfModel:
             pn, pc, praw = table.attention_prefill
             psecs = np.asarray(praw, dtype=float)
             if source is not None:
-                psecs = psecs * np.array([self._pf_ref(fallback, a, b) / self._pf_ref(src, a, b)
-                                          for a, b in zip(pn, pc, strict=True)])
-            self._grid = Grid(pn, pc, psecs, lambda a, b: self._pf_ref(fallback, a, b),
-                              reference_between_rows=attention_rows_in_reference)
+                psecs = psecs * np.array(
+                    [self._pf_ref(fallback, a, b) / self._pf_ref(src, a, b) for a, b in zip(pn, pc, strict=True)]
+                )
+            self._grid = Grid(
+                pn,
+                pc,
+                psecs,
+                lambda a, b: self._pf_ref(fallback, a, b),
+                reference_between_rows=attention_rows_in_reference,
+            )
         self._dec: Curve | None = None
         self._dec_log_batches = np.zeros(0)
         self._dec_slopes = np.zeros(0)  # seconds per context token per layer, at each measured batch size
@@ -134,17 +148,25 @@ class TablePerfModel:
             bs, icpt, slope = fit_decode(*table.attention_decode)
             if source is not None:
                 icpt = icpt * np.array([self._dec_ref(fallback, b) / self._dec_ref(src, b) for b in bs])
-                slope = slope * (fallback.decode_coeffs(1)[1] / self._layers) / (
-                    src.decode_coeffs(1)[1] / src.model.num_hidden_layers)  # per-layer ratio
+                slope = (
+                    slope
+                    * (fallback.decode_coeffs(1)[1] / self._layers)
+                    / (src.decode_coeffs(1)[1] / src.model.num_hidden_layers)
+                )  # per-layer ratio
             self._dec = Curve(bs, np.maximum(icpt, 1e-12))
             self._dec_log_batches, self._dec_slopes = np.log(bs), np.maximum(slope, dram_key_s(fallback))
         self.all_reduce = all_reduce
         self._ar: Curve | None = None
         if all_reduce is not None:
-            self._ar = Curve(all_reduce.nbytes, all_reduce.seconds,
-                             [fallback.allreduce_time_s(b) for b in all_reduce.nbytes])
-        self._covered = frozenset(self._curves) | ({"attention_prefill"} if self._grid else set()) | (
-            {"attention_decode"} if self._dec else set()) | ({"tp_comm"} if self._ar else set())
+            self._ar = Curve(
+                all_reduce.nbytes, all_reduce.seconds, [fallback.allreduce_time_s(b) for b in all_reduce.nbytes]
+            )
+        self._covered = (
+            frozenset(self._curves)
+            | ({"attention_prefill"} if self._grid else set())
+            | ({"attention_decode"} if self._dec else set())
+            | ({"tp_comm"} if self._ar else set())
+        )
         self._coeffs: dict[int, tuple[float, float]] = {}
 
     # ---- references from a roofline (per layer, or per forward, launches included) -------------------------
@@ -180,8 +202,9 @@ class TablePerfModel:
         if got is None:
             pm = self.fallback
             bd = self._op_breakdown(pm, n, emitting)
-            got = self._refs[(n, emitting)] = {o: self._op_unit(pm, bd, o) for o in self.table.ops
-                                                if (o in EMITTING) == emitting}
+            got = self._refs[(n, emitting)] = {
+                o: self._op_unit(pm, bd, o) for o in self.table.ops if (o in EMITTING) == emitting
+            }
         return got[op]
 
     def _shape(self, op: str, x: float) -> float:
@@ -200,20 +223,39 @@ class TablePerfModel:
         return self._layers * float(np.interp(u, self._dec_log_batches, self._dec_slopes))
 
     @classmethod
-    def from_names(cls, gpu: str, model: str, dtype: Dtype = "bf16", tp: int = 1, *,
-                   catalog: str | Path | None = None, tables: str | Path | None = None,
-                   refinements: str | Path | None = None, mixed_attention: str = "one_kernel",
-                   kv_dtype: Dtype = "bf16", cudagraph_sizes: Sequence[int] = (), graph_mixed: bool = True,
-                   custom_allreduce: bool = False) -> TablePerfModel:
+    def from_names(
+        cls,
+        gpu: str,
+        model: str,
+        dtype: Dtype = "bf16",
+        tp: int = 1,
+        *,
+        catalog: str | Path | None = None,
+        tables: str | Path | None = None,
+        refinements: str | Path | None = None,
+        mixed_attention: str = "one_kernel",
+        kv_dtype: Dtype = "bf16",
+        cudagraph_sizes: Sequence[int] = (),
+        graph_mixed: bool = True,
+        custom_allreduce: bool = False,
+    ) -> TablePerfModel:
         """The packaged (or ``tables``) table of (gpu, model, tp); when only other TPs of (gpu, model) were
         measured, the nearest one scaled by the roofline ratio; at TP > 1 the all-reduce table of (gpu, tp) when
         one was measured. Fallback: :meth:`RefinedPerfModel.from_names` (with ``mixed_attention``). Raises
         ValueError when no table of (gpu, model) exists."""
-        fallback = RefinedPerfModel.from_names(gpu, model, dtype, tp, catalog=catalog,
-                                               refinements=refinements or refinement_path(catalog),
-                                               mixed_attention=mixed_attention, kv_dtype=kv_dtype,
-                                               cudagraph_sizes=cudagraph_sizes, graph_mixed=graph_mixed,
-                                               custom_allreduce=custom_allreduce)
+        fallback = RefinedPerfModel.from_names(
+            gpu,
+            model,
+            dtype,
+            tp,
+            catalog=catalog,
+            refinements=refinements or refinement_path(catalog),
+            mixed_attention=mixed_attention,
+            kv_dtype=kv_dtype,
+            cudagraph_sizes=cudagraph_sizes,
+            graph_mixed=graph_mixed,
+            custom_allreduce=custom_allreduce,
+        )
         all_tables = load_tables(tables or tables_path(catalog))
         same = {t.tp: t for t in all_tables.values() if t.gpu == gpu and t.model == model}
         if not same:
@@ -224,8 +266,14 @@ class TablePerfModel:
         ar = load_allreduce_tables(tables or tables_path(catalog)).get(allreduce_key(gpu, tp)) if tp > 1 else None
         if src_tp == tp and t.dtype == dtype:
             return cls(t, fallback, all_reduce=ar)
-        source = RefinedPerfModel(fallback.gpu, fallback.model, t.dtype, src_tp,  # type: ignore[arg-type]
-                                  efficiency=fallback.efficiency, refinement=fallback.refinement)
+        source = RefinedPerfModel(
+            fallback.gpu,
+            fallback.model,
+            t.dtype,  # type: ignore[arg-type]
+            src_tp,
+            efficiency=fallback.efficiency,
+            refinement=fallback.refinement,
+        )
         return cls(t, fallback, source, all_reduce=ar)
 
     @property

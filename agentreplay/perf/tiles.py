@@ -71,8 +71,9 @@ def block_tiles(chunk: int, prefix: int, head_dim: int, shape: tuple[int, int] |
     return [-(-(prefix + min((i + 1) * bm, chunk)) // bn) for i in range(-(-chunk // bm))]
 
 
-def makespan_tiles(chunks: Sequence[tuple[int, int]], heads: int, slots: int, head_dim: int,
-                   shape: tuple[int, int] | None = None) -> int:
+def makespan_tiles(
+    chunks: Sequence[tuple[int, int]], heads: int, slots: int, head_dim: int, shape: tuple[int, int] | None = None
+) -> int:
     """Tile iterations on the kernel's critical path for ``chunks`` = ``(chunk_tokens, prefix_tokens)`` per
     sequence of one varlen call, ``heads`` query heads per GPU, ``slots`` concurrent CTAs (module docstring)."""
     if heads < 1 or slots < 1:
@@ -81,8 +82,9 @@ def makespan_tiles(chunks: Sequence[tuple[int, int]], heads: int, slots: int, he
 
 
 @lru_cache(maxsize=1 << 16)
-def _makespan(chunks: tuple[tuple[int, int], ...], heads: int, slots: int, head_dim: int,
-              shape: tuple[int, int] | None) -> int:
+def _makespan(
+    chunks: tuple[tuple[int, int], ...], heads: int, slots: int, head_dim: int, shape: tuple[int, int] | None
+) -> int:
     return makespan_blocks([w for c, p in chunks for w in block_tiles(c, p, head_dim, shape)], heads, slots)
 
 

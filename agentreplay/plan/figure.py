@@ -24,9 +24,16 @@ def plot_term(ax: Any, data: dict[str, Any], slo_text: str) -> Any:
     for r in rows:
         m = _MARKERS[presets.index(r["preset"]) % len(_MARKERS)]
         c = colours[r["gpu"]]
-        ax.scatter([r["gpu_hours_per_1000_tasks"] * (1 + 0.015 * (r["tp"] - 1))], [r[metric]], marker=m,
-                   s=24 + 14 * r["tp"], facecolors=c if r["feasible"] else "none", edgecolors=c, linewidths=1.2,
-                   alpha=0.85)
+        ax.scatter(
+            [r["gpu_hours_per_1000_tasks"] * (1 + 0.015 * (r["tp"] - 1))],
+            [r[metric]],
+            marker=m,
+            s=24 + 14 * r["tp"],
+            facecolors=c if r["feasible"] else "none",
+            edgecolors=c,
+            linewidths=1.2,
+            alpha=0.85,
+        )
     for g in gpus:  # legend proxies: colour = GPU, marker = preset
         ax.scatter([], [], marker="s", color=colours[g], label=g)
     for i, p in enumerate(presets):
@@ -34,10 +41,25 @@ def plot_term(ax: Any, data: dict[str, Any], slo_text: str) -> Any:
     ax.axhline(bound, color="k", ls="--", lw=1, label=f"objective {slo_text}")
     chosen = data["chosen"]
     if chosen is not None and chosen[metric] is not None:
-        ax.scatter([chosen["gpu_hours_per_1000_tasks"] * (1 + 0.015 * (chosen["tp"] - 1))], [chosen[metric]],
-                   marker="*", s=320, facecolors="none", edgecolors="red", linewidths=1.8, label="chosen", zorder=5)
-        ax.annotate(chosen["label"], (chosen["gpu_hours_per_1000_tasks"], chosen[metric]), xytext=(10, -14),
-                    textcoords="offset points", fontsize=8, color="red")
+        ax.scatter(
+            [chosen["gpu_hours_per_1000_tasks"] * (1 + 0.015 * (chosen["tp"] - 1))],
+            [chosen[metric]],
+            marker="*",
+            s=320,
+            facecolors="none",
+            edgecolors="red",
+            linewidths=1.8,
+            label="chosen",
+            zorder=5,
+        )
+        ax.annotate(
+            chosen["label"],
+            (chosen["gpu_hours_per_1000_tasks"], chosen[metric]),
+            xytext=(10, -14),
+            textcoords="offset points",
+            fontsize=8,
+            color="red",
+        )
     ys = [r[metric] for r in rows if r[metric] > 0] + [bound]
     if op == "<=" and ys and max(ys) / min(ys) > 20:
         ax.set_yscale("log")
@@ -62,9 +84,12 @@ def draw(data: dict[str, Any], path: Path) -> Path:
     axes = fig.subplots(1, len(terms), squeeze=False)[0]
     for ax, term in zip(axes, terms, strict=True):
         plot_term(ax, data, term)
-    fig.suptitle(f"cost vs objective at {data['load_programs_per_s']:g} programs/s "
-                 f"({data['configurations_tried']} configurations)\nfilled = meets the objective, hollow = misses; "
-                 "larger marker = higher TP", fontsize=10)
+    fig.suptitle(
+        f"cost vs objective at {data['load_programs_per_s']:g} programs/s "
+        f"({data['configurations_tried']} configurations)\nfilled = meets the objective, hollow = misses; "
+        "larger marker = higher TP",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return path

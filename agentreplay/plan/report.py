@@ -18,14 +18,18 @@ from agentreplay.bands import Band, band, load_residuals
 from agentreplay.plan.search import PlanResult, Trial
 from agentreplay.plan.slo import Term
 
-COST_DEFINITION = ("GPU-hours per 1,000 tasks = GPUs x 1000 / (load x 3600): at a sustained Poisson load the fleet "
-                   "is provisioned for the arrival span, so each program costs GPUs / load GPU-seconds (steady "
-                   "state, idle time included); the simulation only decides whether the configuration meets the "
-                   "objective. 'run GPU-h/1k' is GPUs x makespan / programs x 1000 / 3600 of the finite run "
-                   "(ramp-up and drain included). GPU types are not priced: a GPU-hour is a GPU-hour.")
-MONOTONE_ASSUMPTION = ("assumption: for a fixed GPU, model, TP and preset, more instances never make the "
-                       "objective's metrics worse (the search bisects the instance count on it); checked on every "
-                       "family's tried points and on the chosen configuration's n + 1")
+COST_DEFINITION = (
+    "GPU-hours per 1,000 tasks = GPUs x 1000 / (load x 3600): at a sustained Poisson load the fleet "
+    "is provisioned for the arrival span, so each program costs GPUs / load GPU-seconds (steady "
+    "state, idle time included); the simulation only decides whether the configuration meets the "
+    "objective. 'run GPU-h/1k' is GPUs x makespan / programs x 1000 / 3600 of the finite run "
+    "(ramp-up and drain included). GPU types are not priced: a GPU-hour is a GPU-hour."
+)
+MONOTONE_ASSUMPTION = (
+    "assumption: for a fixed GPU, model, TP and preset, more instances never make the "
+    "objective's metrics worse (the search bisects the instance count on it); checked on every "
+    "family's tried points and on the chosen configuration's n + 1"
+)
 
 
 def band_of(term: Term, trial: Trial, residuals: list[dict[str, Any]]) -> tuple[Band | None, str]:
@@ -50,9 +54,17 @@ def within_band(term: Term, value: float | None, b: Band | None) -> bool | None:
 
 def trial_row(t: Trial, res: PlanResult, residuals: list[dict[str, Any]]) -> dict[str, Any]:
     """One configuration tried, as a flat record (the CSV row and the JSON entry)."""
-    row: dict[str, Any] = {"round": "check" if t.check else t.round, "gpu": t.family.gpu, "model": t.family.model,
-                           "tp": t.family.tp, "preset": t.family.preset, "instances": t.instances, "gpus": t.gpus,
-                           "gpu_hours_per_1000_tasks": t.cost, "run_gpu_hours_per_1000_tasks": t.run_cost}
+    row: dict[str, Any] = {
+        "round": "check" if t.check else t.round,
+        "gpu": t.family.gpu,
+        "model": t.family.model,
+        "tp": t.family.tp,
+        "preset": t.family.preset,
+        "instances": t.instances,
+        "gpus": t.gpus,
+        "gpu_hours_per_1000_tasks": t.cost,
+        "run_gpu_hours_per_1000_tasks": t.run_cost,
+    }
     for term in res.request.slo:
         b, text = band_of(term, t, residuals)
         row[term.metric] = t.value(term)
@@ -60,9 +72,19 @@ def trial_row(t: Trial, res: PlanResult, residuals: list[dict[str, Any]]) -> dic
             row[f"{term.metric} per seed"] = t.per_seed.get(term.metric)
         row[f"{term.metric} band"] = text
         row[f"{term.metric} meets at band edge"] = within_band(term, t.value(term), b)
-    row.update({"feasible": t.feasible, "why_not": t.why, "status": t.status, "wall_s": t.wall_s,
-                "reused": t.reused, "programs": t.figures.get("programs"), "makespan_s": t.figures.get("makespan_s"),
-                "cell_id": t.cell_id, "label": label(t)})
+    row.update(
+        {
+            "feasible": t.feasible,
+            "why_not": t.why,
+            "status": t.status,
+            "wall_s": t.wall_s,
+            "reused": t.reused,
+            "programs": t.figures.get("programs"),
+            "makespan_s": t.figures.get("makespan_s"),
+            "cell_id": t.cell_id,
+            "label": label(t),
+        }
+    )
     return row
 
 
@@ -78,19 +100,40 @@ def to_dict(res: PlanResult, residuals: list[dict[str, Any]] | None = None) -> d
     index = {id(t): i for i, t in enumerate(res.trials)}
     ran = [t for t in res.trials if not t.reused]
     return {
-        "trace": _shown(req.trace), "load_programs_per_s": req.load_per_s, "tasks_per_day": req.load_per_s * 86400,
-        "slo": [t.text() for t in req.slo], "programs": _programs(res),
-        "max_programs": req.max_programs, "gpus": list(req.gpus), "models": list(req.models), "tp": list(req.tps),
-        "presets": list(req.presets), "max_instances": req.max_instances, "seed": req.seeds[0],
+        "trace": _shown(req.trace),
+        "load_programs_per_s": req.load_per_s,
+        "tasks_per_day": req.load_per_s * 86400,
+        "slo": [t.text() for t in req.slo],
+        "programs": _programs(res),
+        "max_programs": req.max_programs,
+        "gpus": list(req.gpus),
+        "models": list(req.models),
+        "tp": list(req.tps),
+        "presets": list(req.presets),
+        "max_instances": req.max_instances,
+        "seed": req.seeds[0],
         "seeds": list(req.seeds),
-        "executor": res.executor, "rounds": res.rounds, "configurations_tried": len(res.trials),
-        "configurations_simulated_now": len(ran), "simulation_wall_s_sum": sum(t.wall_s for t in ran),
-        "wall_s": res.wall_s, "cost_definition": COST_DEFINITION, "assumption": MONOTONE_ASSUMPTION,
+        "executor": res.executor,
+        "rounds": res.rounds,
+        "configurations_tried": len(res.trials),
+        "configurations_simulated_now": len(ran),
+        "simulation_wall_s_sum": sum(t.wall_s for t in ran),
+        "wall_s": res.wall_s,
+        "cost_definition": COST_DEFINITION,
+        "assumption": MONOTONE_ASSUMPTION,
         "monotonicity_violations": res.violations,
         "chosen": rows[index[id(res.chosen)]] if res.chosen is not None else None,
         "runners_up": [rows[index[id(t)]] for t in res.runners_up],
-        "families": [{"family": s.family.label, "largest_missing_n": s.lo or None, "smallest_meeting_n": s.hi,
-                      "search_end": s.end, "error": s.error} for s in res.states],
+        "families": [
+            {
+                "family": s.family.label,
+                "largest_missing_n": s.lo or None,
+                "smallest_meeting_n": s.hi,
+                "search_end": s.end,
+                "error": s.error,
+            }
+            for s in res.states
+        ],
         "configurations": rows,
     }
 
@@ -127,8 +170,10 @@ def _seeds(data: dict[str, Any]) -> str:
     seeds = data.get("seeds", [data["seed"]])
     if len(seeds) == 1:
         return f"seed {seeds[0]}"
-    return (f"seeds {', '.join(map(str, seeds))} (a configuration meets the objective only under every seed; each "
-            "objective figure is the worst over the seeds)")
+    return (
+        f"seeds {', '.join(map(str, seeds))} (a configuration meets the objective only under every seed; each "
+        "objective figure is the worst over the seeds)"
+    )
 
 
 def _json_default(x: Any) -> Any:
@@ -151,54 +196,92 @@ def headline(data: dict[str, Any]) -> str:
     slo = ", ".join(data["slo"])
     if c is None:
         return f"no configuration tried meets {slo} at {data['load_programs_per_s']:g} programs/s"
-    return (f"cheapest configuration meeting {slo} at {data['load_programs_per_s']:g} programs/s: {c['label']}, "
-            f"{c['gpus']} GPU(s), {c['gpu_hours_per_1000_tasks']:.3g} GPU-hours per 1,000 tasks")
+    return (
+        f"cheapest configuration meeting {slo} at {data['load_programs_per_s']:g} programs/s: {c['label']}, "
+        f"{c['gpus']} GPU(s), {c['gpu_hours_per_1000_tasks']:.3g} GPU-hours per 1,000 tasks"
+    )
 
 
 def markdown(data: dict[str, Any], figure: str | None = "cost_vs_slo.png") -> str:
     slo = data["slo"]
-    subset = (f"the first {data['programs']} programs of the trace (--max-programs {data['max_programs']})"
-              if data["max_programs"] else f"all {data['programs']} programs of the trace")
-    lines = [f"# Capacity plan: {', '.join(slo)} at {data['load_programs_per_s']:g} programs/s", "",
-             f"- trace: `{data['trace']}`, {subset}; Poisson arrivals at {data['load_programs_per_s']:g} programs/s "
-             f"({data['tasks_per_day']:,.0f} tasks a day), " + _seeds(data),
-             f"- searched: GPUs {', '.join(data['gpus'])}; models {', '.join(data['models'])}; TP "
-             f"{', '.join(map(str, data['tp']))}; presets {', '.join(data['presets'])}; 1 to "
-             f"{data['max_instances']} instances",
-             f"- {data['configurations_tried']} configurations tried in {data['rounds']} rounds "
-             + (f"({data['configurations_simulated_now']} simulated now, the rest reused from this folder); "
-                if data["configurations_simulated_now"] < data["configurations_tried"] else "(all simulated now); ")
-             + f"total wall time {data['wall_s']:.1f} s (sum of simulation times "
-             f"{data['simulation_wall_s_sum']:.1f} s) on {data['executor']}",
-             f"- {data['cost_definition']}",
-             f"- {data['assumption']}: "
-             + (f"{len(data['monotonicity_violations'])} violation(s), listed below"
-                if data["monotonicity_violations"] else "no violation found"),
-             "", f"**{headline(data)}.**", ""]
+    subset = (
+        f"the first {data['programs']} programs of the trace (--max-programs {data['max_programs']})"
+        if data["max_programs"]
+        else f"all {data['programs']} programs of the trace"
+    )
+    lines = [
+        f"# Capacity plan: {', '.join(slo)} at {data['load_programs_per_s']:g} programs/s",
+        "",
+        f"- trace: `{data['trace']}`, {subset}; Poisson arrivals at {data['load_programs_per_s']:g} programs/s "
+        f"({data['tasks_per_day']:,.0f} tasks a day), " + _seeds(data),
+        f"- searched: GPUs {', '.join(data['gpus'])}; models {', '.join(data['models'])}; TP "
+        f"{', '.join(map(str, data['tp']))}; presets {', '.join(data['presets'])}; 1 to "
+        f"{data['max_instances']} instances",
+        f"- {data['configurations_tried']} configurations tried in {data['rounds']} rounds "
+        + (
+            f"({data['configurations_simulated_now']} simulated now, the rest reused from this folder); "
+            if data["configurations_simulated_now"] < data["configurations_tried"]
+            else "(all simulated now); "
+        )
+        + f"total wall time {data['wall_s']:.1f} s (sum of simulation times "
+        f"{data['simulation_wall_s_sum']:.1f} s) on {data['executor']}",
+        f"- {data['cost_definition']}",
+        f"- {data['assumption']}: "
+        + (
+            f"{len(data['monotonicity_violations'])} violation(s), listed below"
+            if data["monotonicity_violations"]
+            else "no violation found"
+        ),
+        "",
+        f"**{headline(data)}.**",
+        "",
+    ]
     if data["chosen"] is not None:
         lines += ["## Chosen and runners-up", "", *_table([data["chosen"], *data["runners_up"]], slo), ""]
     if figure:
         lines += [f"![cost vs objective]({figure})", ""]
     if data["monotonicity_violations"]:
         lines += ["## Monotonicity violations", "", *(f"- {v}" for v in data["monotonicity_violations"]), ""]
-    lines += ["## Families", "", "| family | largest n missing | smallest n meeting | search ended | error |",
-              "|---|---:|---:|---|---|"]
+    lines += [
+        "## Families",
+        "",
+        "| family | largest n missing | smallest n meeting | search ended | error |",
+        "|---|---:|---:|---|---|",
+    ]
     for f in data["families"]:
-        lines.append(f"| {f['family']} | {_fmt(f['largest_missing_n'])} | {_fmt(f['smallest_meeting_n'])} | "
-                     f"{f['search_end']} | {f['error'] or ''} |")
+        lines.append(
+            f"| {f['family']} | {_fmt(f['largest_missing_n'])} | {_fmt(f['smallest_meeting_n'])} | "
+            f"{f['search_end']} | {f['error'] or ''} |"
+        )
     lines += ["", "## Every configuration tried (in order)", "", *_table(data["configurations"], slo), ""]
     return "\n".join(lines)
 
 
 def _table(rows: list[dict[str, Any]], slo: list[str]) -> list[str]:
     metrics = [s.split("<=")[0].split(">=")[0] for s in slo]
-    head = ["round", "configuration", "GPUs", "GPU-h/1k tasks", "run GPU-h/1k",
-            *(c for m in metrics for c in (m, f"{m} band", "meets at band edge")), "meets", "why not", "wall s"]
+    head = [
+        "round",
+        "configuration",
+        "GPUs",
+        "GPU-h/1k tasks",
+        "run GPU-h/1k",
+        *(c for m in metrics for c in (m, f"{m} band", "meets at band edge")),
+        "meets",
+        "why not",
+        "wall s",
+    ]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [_fmt(r["round"]), r["label"], _fmt(r["gpus"]), _fmt(r["gpu_hours_per_1000_tasks"]),
-                 _fmt(r["run_gpu_hours_per_1000_tasks"]),
-                 *(x for m in metrics for x in (_fmt(r[m]), r[f"{m} band"], _fmt(r[f"{m} meets at band edge"]))),
-                 _fmt(r["feasible"]), r["why_not"] or "", _fmt(r["wall_s"], 3) + (" (reused)" if r["reused"] else "")]
+        cells = [
+            _fmt(r["round"]),
+            r["label"],
+            _fmt(r["gpus"]),
+            _fmt(r["gpu_hours_per_1000_tasks"]),
+            _fmt(r["run_gpu_hours_per_1000_tasks"]),
+            *(x for m in metrics for x in (_fmt(r[m]), r[f"{m} band"], _fmt(r[f"{m} meets at band edge"]))),
+            _fmt(r["feasible"]),
+            r["why_not"] or "",
+            _fmt(r["wall_s"], 3) + (" (reused)" if r["reused"] else ""),
+        ]
         out.append("| " + " | ".join(cells) + " |")
     return out

@@ -48,8 +48,17 @@ from agentreplay.sweep.spec import RESERVED_COLUMNS
 from agentreplay.sweep.store import ResultStore
 
 #: the swept config paths (one [[zip]] group; the same in every round, so every round is the same sweep)
-PATHS = ("hardware.gpu", "hardware.model", "hardware.tp", "hardware.instances", "router.policy", "policy.queue",
-         "policy.victim", "policy.retention", "tiers.dram_gib")
+PATHS = (
+    "hardware.gpu",
+    "hardware.model",
+    "hardware.tp",
+    "hardware.instances",
+    "router.policy",
+    "policy.queue",
+    "policy.victim",
+    "policy.retention",
+    "tiers.dram_gib",
+)
 #: a metric counts as worse at more instances only beyond this relative change (routing ties shift a little)
 MONOTONE_TOLERANCE = 0.01
 
@@ -190,10 +199,13 @@ def base_config(req: PlanRequest) -> dict[str, Any]:
 
     base = {k: (dict(v) if isinstance(v, dict) else v) for k, v in req.base.items()}
     if (base.get("hardware") or {}).get("groups"):
-        raise PlanError("--config: hardware.groups (a heterogeneous cluster) cannot be planned; the plan sets "
-                        "gpu, tp and instances itself")
-    base.setdefault("workload", {}).update(arrival="poisson", rate_per_s=float(req.load_per_s),
-                                          max_programs=req.max_programs)
+        raise PlanError(
+            "--config: hardware.groups (a heterogeneous cluster) cannot be planned; the plan sets "
+            "gpu, tp and instances itself"
+        )
+    base.setdefault("workload", {}).update(
+        arrival="poisson", rate_per_s=float(req.load_per_s), max_programs=req.max_programs
+    )
     base["seed"] = req.seeds[0]
     try:
         from_dict(base)
@@ -208,9 +220,13 @@ def preset_values(base: dict[str, Any], preset: str) -> dict[str, Any]:
     from agentreplay.sim.config import from_dict
 
     cfg = apply_preset(from_dict(base), preset)
-    return {"router.policy": cfg.router.policy, "policy.queue": cfg.policy.queue,
-            "policy.victim": cfg.policy.victim, "policy.retention": cfg.policy.retention,
-            "tiers.dram_gib": float(cfg.tiers.dram_gib)}
+    return {
+        "router.policy": cfg.router.policy,
+        "policy.queue": cfg.policy.queue,
+        "policy.victim": cfg.policy.victim,
+        "policy.retention": cfg.policy.retention,
+        "tiers.dram_gib": float(cfg.tiers.dram_gib),
+    }
 
 
 def next_probe(st: FamilyState, bound_gpus: float, max_instances: int) -> int | None:
@@ -291,10 +307,23 @@ def plan(req: PlanRequest, executor: Any, out: str | Path, progress: Progress | 
     def run(probes: list[tuple[FamilyState, int]], tag: int, check: bool = False) -> list[Trial]:
         if progress:
             progress("check" if check else tag, [(st.family, n) for st, n in probes])
-        rows = [{**{"hardware.gpu": st.family.gpu, "hardware.model": st.family.model, "hardware.tp": st.family.tp,
-                    "hardware.instances": n}, **presets[st.family.preset]} for st, n in probes]
-        spec_data = {"sweep": {"trace": str(req.trace), "seeds": list(req.seeds)}, "base": base,
-                     "zip": [{p: [r[p] for r in rows] for p in PATHS}]}
+        rows = [
+            {
+                **{
+                    "hardware.gpu": st.family.gpu,
+                    "hardware.model": st.family.model,
+                    "hardware.tp": st.family.tp,
+                    "hardware.instances": n,
+                },
+                **presets[st.family.preset],
+            }
+            for st, n in probes
+        ]
+        spec_data = {
+            "sweep": {"trace": str(req.trace), "seeds": list(req.seeds)},
+            "base": base,
+            "zip": [{p: [r[p] for r in rows] for p in PATHS}],
+        }
         try:
             spec = parse_spec(spec_data)
         except SpecError as exc:
@@ -309,12 +338,23 @@ def plan(req: PlanRequest, executor: Any, out: str | Path, progress: Progress | 
         new = []
         k = len(req.seeds)  # the spec expands each probe into one cell per seed, in seed order
         for i, (st, n) in enumerate(probes):
-            cells = spec.cells[i * k:(i + 1) * k]
+            cells = spec.cells[i * k : (i + 1) * k]
             rows = [_row(sweep_dir, c.cell_id) for c in cells]
             status, error, figures, per_seed = combine(rows, req.slo)
-            t = Trial(st.family, n, tag, "+".join(c.cell_id for c in cells), status, error,
-                      sum(float(r["wall_s"]) for r in rows), all(c.cell_id in before for c in cells), figures,
-                      req.cost(n * st.family.tp), check=check, per_seed=per_seed)
+            t = Trial(
+                st.family,
+                n,
+                tag,
+                "+".join(c.cell_id for c in cells),
+                status,
+                error,
+                sum(float(r["wall_s"]) for r in rows),
+                all(c.cell_id in before for c in cells),
+                figures,
+                req.cost(n * st.family.tp),
+                check=check,
+                per_seed=per_seed,
+            )
             judge(t, req.slo)
             trials.append(t)
             tried[(st.family, n)] = t
@@ -337,16 +377,28 @@ def plan(req: PlanRequest, executor: Any, out: str | Path, progress: Progress | 
                 st.lo = n
     feasible = sorted((t for t in trials if t.feasible), key=lambda t: rank_key(t, req.slo))
     chosen = feasible[0] if feasible else None
-    if chosen is not None and chosen.instances < req.max_instances and (chosen.family, chosen.instances + 1) \
-            not in tried:
+    if (
+        chosen is not None
+        and chosen.instances < req.max_instances
+        and (chosen.family, chosen.instances + 1) not in tried
+    ):
         st = next(s for s in states if s.family == chosen.family)
         run([(st, chosen.instances + 1)], rounds + 1, check=True)
     best: dict[Family, Trial] = {}
     for t in feasible:
         best.setdefault(t.family, t)
     runners = [t for t in best.values() if t is not chosen][: req.runners_up]
-    return PlanResult(req, trials, states, chosen, runners, monotonicity(trials, req.slo), rounds,
-                      time.perf_counter() - t0, executor.description)
+    return PlanResult(
+        req,
+        trials,
+        states,
+        chosen,
+        runners,
+        monotonicity(trials, req.slo),
+        rounds,
+        time.perf_counter() - t0,
+        executor.description,
+    )
 
 
 def monotonicity(trials: Sequence[Trial], slo: Sequence[Term]) -> list[str]:
@@ -361,8 +413,7 @@ def monotonicity(trials: Sequence[Trial], slo: Sequence[Term]) -> list[str]:
         ts = sorted({t.instances: t for t in ts}.values(), key=lambda t: t.instances)
         for a, b in itertools.combinations(ts, 2):
             if a.feasible and not b.feasible:
-                out.append(f"{fam.label}: n={a.instances} meets the objective but n={b.instances} does not "
-                           f"({b.why})")
+                out.append(f"{fam.label}: n={a.instances} meets the objective but n={b.instances} does not ({b.why})")
             for term in slo:
                 va, vb = a.value(term), b.value(term)
                 if va is None or vb is None or not (math.isfinite(va) and math.isfinite(vb)):
@@ -370,13 +421,16 @@ def monotonicity(trials: Sequence[Trial], slo: Sequence[Term]) -> list[str]:
                 scale = abs(va) or 1.0  # a goodput of 0 at the smaller n: compare absolutely
                 worse = ((vb - va) if term.op == "<=" else (va - vb)) / scale
                 if worse > MONOTONE_TOLERANCE:
-                    out.append(f"{fam.label}: {term.metric} {va:.4g} at n={a.instances} -> {vb:.4g} at "
-                               f"n={b.instances} ({worse:+.1%} worse)")
+                    out.append(
+                        f"{fam.label}: {term.metric} {va:.4g} at n={a.instances} -> {vb:.4g} at "
+                        f"n={b.instances} ({worse:+.1%} worse)"
+                    )
     return out
 
 
-def combine(rows: Sequence[dict[str, Any]], slo: Sequence[Term]) -> tuple[
-        str, str | None, dict[str, Any], dict[str, list[float | None]]]:
+def combine(
+    rows: Sequence[dict[str, Any]], slo: Sequence[Term]
+) -> tuple[str, str | None, dict[str, Any], dict[str, list[float | None]]]:
     """One configuration's result from its per-seed rows: failed if any seed failed; else the first seed's
     figures with each objective term's worst value over the seeds and the most programs removed by admission
     (and, with several seeds, each term's value per seed)."""

@@ -30,9 +30,11 @@ from typing import Final
 LATENCY_FAMILIES: Final = ("jct", "ttft", "tpot", "queued")
 STATS: Final = ("p50", "p90", "p99", "mean")
 LATENCY_METRICS: Final = tuple(f"{f}_{s}" for f in LATENCY_FAMILIES for s in STATS)
-GRAMMAR: Final = ("TERM[,TERM...] with TERM = METRIC<=SECONDS (METRIC one of jct|ttft|tpot|queued _ p50|p90|p99|mean)"
-                  " or goodput@SECONDS>=FRACTION; e.g. \"jct_p90<=600\", \"jct_p99<=1800,ttft_p90<=5\", "
-                  "\"goodput@900>=0.95\"")
+GRAMMAR: Final = (
+    "TERM[,TERM...] with TERM = METRIC<=SECONDS (METRIC one of jct|ttft|tpot|queued _ p50|p90|p99|mean)"
+    ' or goodput@SECONDS>=FRACTION; e.g. "jct_p90<=600", "jct_p99<=1800,ttft_p90<=5", '
+    '"goodput@900>=0.95"'
+)
 
 _TERM = re.compile(r"^(?P<metric>[A-Za-z0-9_@.+-]+?)\s*(?P<op><=|>=|==|=<|=>|<|>|=)\s*(?P<value>\S+)$")
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
@@ -120,8 +122,10 @@ def _term(raw: str, i: int, whole: str) -> Term:
         if not (math.isfinite(deadline) and deadline > 0):
             raise SloError(f"{where}: goodput deadline {g.group('d')!r} s must be > 0")
         if op != ">=":
-            raise SloError(f"{where}: goodput must be bounded from below (goodput@{deadline:g}>=FRACTION); "
-                           "the search assumes more capacity never lowers goodput")
+            raise SloError(
+                f"{where}: goodput must be bounded from below (goodput@{deadline:g}>=FRACTION); "
+                "the search assumes more capacity never lowers goodput"
+            )
         bound = _number(value, where, unit_ok=False)
         if not 0 < bound <= 1:
             raise SloError(f"{where}: goodput bound {value!r} must be a fraction in (0, 1]")
@@ -129,8 +133,10 @@ def _term(raw: str, i: int, whole: str) -> Term:
     if metric not in LATENCY_METRICS:
         raise SloError(f"{where}: unknown metric {metric!r}; known: {', '.join(LATENCY_METRICS)}, goodput@SECONDS")
     if op != "<=":
-        raise SloError(f"{where}: a latency must be bounded from above ({metric}<=SECONDS); the search assumes "
-                       "more capacity never raises latency")
+        raise SloError(
+            f"{where}: a latency must be bounded from above ({metric}<=SECONDS); the search assumes "
+            "more capacity never raises latency"
+        )
     bound = _number(value, where, unit_ok=True)
     if not bound > 0:
         raise SloError(f"{where}: bound {value!r} must be > 0 seconds")
@@ -140,8 +146,9 @@ def _term(raw: str, i: int, whole: str) -> Term:
 def _number(value: str, where: str, *, unit_ok: bool) -> float:
     text = value[:-1] if unit_ok and value.endswith("s") else value
     if not _NUMBER.match(text):
-        raise SloError(f"{where}: {value!r} is not a number" + (" (seconds, optionally with an 's')" if unit_ok
-                                                                 else ""))
+        raise SloError(
+            f"{where}: {value!r} is not a number" + (" (seconds, optionally with an 's')" if unit_ok else "")
+        )
     x = float(text)
     if not math.isfinite(x):
         raise SloError(f"{where}: {value!r} is not a finite number")

@@ -26,20 +26,34 @@ from agentreplay.sim.config import SimConfig
 DEFAULT_HOST_DRAM_GIB = 256.0
 
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
-    "vllm": {"router": {"policy": "least-loaded"},
-             "policy": {"queue": "fcfs", "victim": "most-recent", "retention": "lru"}},
-    "sglang": {"router": {"policy": "cache-aware"},
-               "policy": {"queue": "fcfs", "victim": "most-recent", "retention": "lru"}},
-    "autellix": {"router": {"policy": "autellix"},
-                 "policy": {"queue": "plas", "victim": "lowest-priority", "retention": "lru"}},
-    "continuum": {"router": {"policy": "session-affinity"},
-                  "policy": {"queue": "continuum", "victim": "most-recent", "retention": "continuum"}},
-    "infercept": {"router": {"policy": "least-loaded"},
-                  "policy": {"queue": "fcfs", "victim": "most-recent", "retention": "infercept"}},
-    "lmcache-offload": {"router": {"policy": "least-loaded"},
-                        "policy": {"queue": "fcfs", "victim": "most-recent", "retention": "offload"}},
-    "agent-affinity": {"router": {"policy": "session-affinity"},
-                       "policy": {"queue": "fcfs", "victim": "most-recent", "retention": "ttl"}},
+    "vllm": {
+        "router": {"policy": "least-loaded"},
+        "policy": {"queue": "fcfs", "victim": "most-recent", "retention": "lru"},
+    },
+    "sglang": {
+        "router": {"policy": "cache-aware"},
+        "policy": {"queue": "fcfs", "victim": "most-recent", "retention": "lru"},
+    },
+    "autellix": {
+        "router": {"policy": "autellix"},
+        "policy": {"queue": "plas", "victim": "lowest-priority", "retention": "lru"},
+    },
+    "continuum": {
+        "router": {"policy": "session-affinity"},
+        "policy": {"queue": "continuum", "victim": "most-recent", "retention": "continuum"},
+    },
+    "infercept": {
+        "router": {"policy": "least-loaded"},
+        "policy": {"queue": "fcfs", "victim": "most-recent", "retention": "infercept"},
+    },
+    "lmcache-offload": {
+        "router": {"policy": "least-loaded"},
+        "policy": {"queue": "fcfs", "victim": "most-recent", "retention": "offload"},
+    },
+    "agent-affinity": {
+        "router": {"policy": "session-affinity"},
+        "policy": {"queue": "fcfs", "victim": "most-recent", "retention": "ttl"},
+    },
 }
 NEEDS_HOST_TIER = frozenset({"infercept", "lmcache-offload"})
 

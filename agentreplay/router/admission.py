@@ -40,6 +40,9 @@ class AdmitAll:
         return True
 
 
-ADMISSIONS: Registry[AdmissionPolicy] = Registry("admission", [
-    Entry("admit-all", AdmitAll, NoParams, "every released call enters the cluster at once (vLLM, SGLang)"),
-])
+ADMISSIONS: Registry[AdmissionPolicy] = Registry(
+    "admission",
+    [
+        Entry("admit-all", AdmitAll, NoParams, "every released call enters the cluster at once (vLLM, SGLang)"),
+    ],
+)

@@ -299,11 +299,14 @@ class VllmDP:
         return best
 
 
-ROUTERS: Registry[Router] = Registry("router", [
-    Entry("round-robin", RoundRobin, NoParams, "instances in turn"),
-    Entry("least-loaded", LeastLoaded, LoadParams, "fewest outstanding requests (or tokens)"),
-    Entry("session-affinity", SessionAffinity, AffinityParams, "a program's calls go home unless it is full"),
-    Entry("cache-aware", CacheAware, CacheAwareParams, "longest prefix match unless imbalanced (SGLang router)"),
-    Entry("autellix", Autellix, AutellixParams, "long prompts go home, short ones least-loaded (Autellix)"),
-    Entry("vllm-dp", VllmDP, NoParams, "vLLM's front-end balancer over DP ranks"),
-])
+ROUTERS: Registry[Router] = Registry(
+    "router",
+    [
+        Entry("round-robin", RoundRobin, NoParams, "instances in turn"),
+        Entry("least-loaded", LeastLoaded, LoadParams, "fewest outstanding requests (or tokens)"),
+        Entry("session-affinity", SessionAffinity, AffinityParams, "a program's calls go home unless it is full"),
+        Entry("cache-aware", CacheAware, CacheAwareParams, "longest prefix match unless imbalanced (SGLang router)"),
+        Entry("autellix", Autellix, AutellixParams, "long prompts go home, short ones least-loaded (Autellix)"),
+        Entry("vllm-dp", VllmDP, NoParams, "vLLM's front-end balancer over DP ranks"),
+    ],
+)

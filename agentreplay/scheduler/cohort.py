@@ -52,8 +52,9 @@ class DecodeCohort:
 
     def join(self, r: Request) -> None:
         """Add a decoding request (``computed == prompt + generated - 1``, ``1 <= generated < target_out``)."""
-        assert r.generated >= 1 and r.computed == r.prompt + r.generated - 1 < r.prompt + r.target_out - 1, \
+        assert r.generated >= 1 and r.computed == r.prompt + r.generated - 1 < r.prompt + r.target_out - 1, (
             "only a decoding request that has not finished joins the cohort"
+        )
         assert r.computed >= r.base * self.bs, "a decoding request holds its whole shared prefix"
         t = self.tick
         r.c_off = c = r.computed - t

@@ -57,8 +57,12 @@ class PlasParams:
 
     def __post_init__(self) -> None:
         q = tuple(self.plas_quanta_tokens)
-        check(len(q) >= 1 and all(a < b for a, b in itertools.pairwise(q)) and q[0] > 0, "plas_quanta_tokens",
-              self.plas_quanta_tokens, "a strictly increasing list of positive integers")
+        check(
+            len(q) >= 1 and all(a < b for a, b in itertools.pairwise(q)) and q[0] > 0,
+            "plas_quanta_tokens",
+            self.plas_quanta_tokens,
+            "a strictly increasing list of positive integers",
+        )
         object.__setattr__(self, "plas_quanta_tokens", q)
         check(self.plas_starvation_s > 0, "plas_starvation_s", self.plas_starvation_s, "> 0")
 
@@ -108,9 +112,12 @@ class ContinuumOrder:
         return (0 if r.pinned else 1, r.info.arrival_s, r.program, r.release_s)
 
 
-QUEUE_ORDERS: Registry[QueueOrder] = Registry("queue", [
-    Entry("fcfs", Fcfs, NoParams, "arrival order, preempted calls back at the head (vLLM)"),
-    Entry("program-fcfs", ProgramFcfs, NoParams, "calls of earlier programs first"),
-    Entry("plas", Plas, PlasParams, "program-level attained service, multi-level feedback (Autellix)"),
-    Entry("continuum", ContinuumOrder, NoParams, "calls of programs holding a pin first (Continuum)"),
-])
+QUEUE_ORDERS: Registry[QueueOrder] = Registry(
+    "queue",
+    [
+        Entry("fcfs", Fcfs, NoParams, "arrival order, preempted calls back at the head (vLLM)"),
+        Entry("program-fcfs", ProgramFcfs, NoParams, "calls of earlier programs first"),
+        Entry("plas", Plas, PlasParams, "program-level attained service, multi-level feedback (Autellix)"),
+        Entry("continuum", ContinuumOrder, NoParams, "calls of programs holding a pin first (Continuum)"),
+    ],
+)

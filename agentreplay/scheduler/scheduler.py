@@ -85,11 +85,20 @@ class Scheduler:
     ``index`` and ``log`` name the instance in the decision log (admissions, preemptions, retention);
     ``recompute_s(tokens)`` prices a prefill of ``tokens`` (retention policies weigh it)."""
 
-    def __init__(self, kv: KVManager, max_num_seqs: int, max_num_batched_tokens: int, *,
-                 order: QueueOrder | None = None, victim: VictimPolicy | None = None,
-                 reserve_full_isl: bool = False, lazy_decode: bool = True, index: int = 0,
-                 log: Callable[[dict[str, Any]], None] | None = None,
-                 recompute_s: Callable[[int], float] | None = None) -> None:
+    def __init__(
+        self,
+        kv: KVManager,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        *,
+        order: QueueOrder | None = None,
+        victim: VictimPolicy | None = None,
+        reserve_full_isl: bool = False,
+        lazy_decode: bool = True,
+        index: int = 0,
+        log: Callable[[dict[str, Any]], None] | None = None,
+        recompute_s: Callable[[int], float] | None = None,
+    ) -> None:
         self.kv = kv
         self.pool = kv.pool
         self.bs = kv.bs
@@ -212,15 +221,32 @@ class Scheduler:
         log = self.log
         if log is not None:
             for r in plan.preempted:
-                log({"t": now, "event": "preempt", "instance": self.index, "program": r.program,
-                     "turn": r.turn_idx, "victim_policy": self.victim.name})
+                log(
+                    {
+                        "t": now,
+                        "event": "preempt",
+                        "instance": self.index,
+                        "program": r.program,
+                        "turn": r.turn_idx,
+                        "victim_policy": self.victim.name,
+                    }
+                )
         for r in plan.admitted:
             if r.first_sched_s < 0:
                 r.first_sched_s = now
             if log is not None:
-                log({"t": now, "event": "admit", "instance": self.index, "program": r.program,
-                     "turn": r.turn_idx, "cached_tokens": r.cached_tokens, "preemptions": r.preemptions,
-                     "queue_policy": self.order.name})
+                log(
+                    {
+                        "t": now,
+                        "event": "admit",
+                        "instance": self.index,
+                        "program": r.program,
+                        "turn": r.turn_idx,
+                        "cached_tokens": r.cached_tokens,
+                        "preemptions": r.preemptions,
+                        "queue_policy": self.order.name,
+                    }
+                )
         return plan
 
     def _admit(self, plan: StepPlan, budget: int) -> StopReason:
@@ -240,8 +266,10 @@ class Scheduler:
         # only for an admission that starts an async KV load (``Scheduler.schedule``: ``reserved_blocks =
         # _inflight_prefill_reserved_blocks()`` when ``load_kv_async``); its full-sequence gate
         # (``KVCacheManager.allocate_slots(full_sequence_must_fit)``) checks the request alone.
-        inflight = sum(held_blocks(x.total_tokens, x.base, bs) - held_blocks(before + n, x.base, bs)
-                       for x, n, before in plan.prefill)
+        inflight = sum(
+            held_blocks(x.total_tokens, x.base, bs) - held_blocks(before + n, x.base, bs)
+            for x, n, before in plan.prefill
+        )
         i = 0
         while i < len(waiting):
             if len(running) >= self.max_num_seqs:
@@ -334,8 +362,10 @@ class Scheduler:
         if waiting and self.relieve():
             return True
         if waiting:
-            raise RuntimeError(f"instance {self.index}: {len(waiting)} waiting requests cannot be admitted into an "
-                               f"empty engine ({self.pool.num_blocks} blocks)")
+            raise RuntimeError(
+                f"instance {self.index}: {len(waiting)} waiting requests cannot be admitted into an "
+                f"empty engine ({self.pool.num_blocks} blocks)"
+            )
         return False
 
     # ---- applying a step ---------------------------------------------------------------------------------------
@@ -381,9 +411,20 @@ class Scheduler:
         if done is not None and self.log is not None:
             d, action = done
             assert self.kv.retention is not None
-            self.log({"t": now, "event": "retention", "instance": self.index, "program": r.program,
-                      "turn": r.turn_idx, "policy": self.kv.retention.name, "action": action, "ttl_s": d.ttl_s,
-                      "reason": d.reason, "tool_class": r.tool_class})
+            self.log(
+                {
+                    "t": now,
+                    "event": "retention",
+                    "instance": self.index,
+                    "program": r.program,
+                    "turn": r.turn_idx,
+                    "policy": self.kv.retention.name,
+                    "action": action,
+                    "ttl_s": d.ttl_s,
+                    "reason": d.reason,
+                    "tool_class": r.tool_class,
+                }
+            )
 
 
 def _emit(r: Request, now: float, finished: list[Request], decoding: list[Request]) -> None:

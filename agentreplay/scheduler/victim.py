@@ -67,8 +67,11 @@ class AgeAware:
         return running[best_i]
 
 
-VICTIMS: Registry[VictimPolicy] = Registry("victim", [
-    Entry("most-recent", MostRecent, NoParams, "the latest admitted running call (vLLM)"),
-    Entry("lowest-priority", LowestPriority, NoParams, "the running call with the worst queue key (vLLM priority)"),
-    Entry("age-aware", AgeAware, NoParams, "the running call with the shortest context"),
-])
+VICTIMS: Registry[VictimPolicy] = Registry(
+    "victim",
+    [
+        Entry("most-recent", MostRecent, NoParams, "the latest admitted running call (vLLM)"),
+        Entry("lowest-priority", LowestPriority, NoParams, "the running call with the worst queue key (vLLM priority)"),
+        Entry("age-aware", AgeAware, NoParams, "the running call with the shortest context"),
+    ],
+)

@@ -39,13 +39,19 @@ class Rejections:
     examples: list[str] = field(default_factory=list)  #: "program_id turn N: P prompt tokens", at most 5
 
     def summary(self) -> dict[str, object]:
-        return {"max_model_len": self.max_model_len, "rejected_requests": self.rejected_requests,
-                "rejected_prompt_tokens": self.rejected_prompt_tokens, "programs_removed": self.programs_removed,
-                "programs_cut": self.programs_cut, "calls_not_run": self.calls_not_run,
-                "length_capped_requests": self.length_capped, "output_tokens_cut": self.output_tokens_cut,
-                "examples": list(self.examples),
-                "rule": "vLLM InputProcessor._validate_prompt_len: prompt >= max_model_len rejected; "
-                        "check_stop caps output at max_model_len - prompt"}
+        return {
+            "max_model_len": self.max_model_len,
+            "rejected_requests": self.rejected_requests,
+            "rejected_prompt_tokens": self.rejected_prompt_tokens,
+            "programs_removed": self.programs_removed,
+            "programs_cut": self.programs_cut,
+            "calls_not_run": self.calls_not_run,
+            "length_capped_requests": self.length_capped,
+            "output_tokens_cut": self.output_tokens_cut,
+            "examples": list(self.examples),
+            "rule": "vLLM InputProcessor._validate_prompt_len: prompt >= max_model_len rejected; "
+            "check_stop caps output at max_model_len - prompt",
+        }
 
 
 def apply_max_model_len(w: Workload, max_model_len: int | None) -> tuple[Workload, Rejections]:
@@ -88,8 +94,10 @@ def apply_max_model_len(w: Workload, max_model_len: int | None) -> tuple[Workloa
             keep_prog.append(p)
             keep_turns.append(np.arange(a, a + first))
     if not keep_prog:
-        raise ValueError(f"max_model_len = {max_model_len}: every program's first request is rejected "
-                         f"(prompt >= max_model_len); nothing to simulate")
+        raise ValueError(
+            f"max_model_len = {max_model_len}: every program's first request is rejected "
+            f"(prompt >= max_model_len); nothing to simulate"
+        )
     idx = np.concatenate(keep_turns)
     counts = np.array([len(t) for t in keep_turns], dtype=np.int64)
     start = np.zeros(len(keep_prog) + 1, dtype=np.int64)
@@ -97,5 +105,14 @@ def apply_max_model_len(w: Workload, max_model_len: int | None) -> tuple[Workloa
     out = np.minimum(w.output_tokens[idx], np.maximum(room[idx], 1))
     cap_mask = capped[idx]
     kept = w.select(keep_prog, idx, start, out)
-    return kept, Rejections(max_model_len, n_rejected, rejected_tokens, removed, cut, not_run,
-                            int(cap_mask.sum()), int((w.output_tokens[idx] - out).sum()), examples)
+    return kept, Rejections(
+        max_model_len,
+        n_rejected,
+        rejected_tokens,
+        removed,
+        cut,
+        not_run,
+        int(cap_mask.sum()),
+        int((w.output_tokens[idx] - out).sum()),
+        examples,
+    )

@@ -27,8 +27,9 @@ PerfName = Literal["roofline", "refined", "table"]
 KvCacheDtype = Literal["auto", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2"]
 CudagraphMode = Literal["FULL_AND_PIECEWISE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "NONE"]
 MixedAttention = Literal["apart", "one_kernel"]
-All2AllName = Literal["allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency",
-                      "flashinfer_nvlink_two_sided"]
+All2AllName = Literal[
+    "allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency", "flashinfer_nvlink_two_sided"
+]
 
 
 class ConfigError(ValueError):
@@ -105,39 +106,84 @@ class HardwareConfig:
         _literal("hardware", "kv_cache_dtype", self.kv_cache_dtype, KvCacheDtype)
         _check(isinstance(self.enforce_eager, bool), "hardware", "enforce_eager", self.enforce_eager, "true or false")
         _literal("hardware", "cudagraph_mode", self.cudagraph_mode, CudagraphMode)
-        _check(isinstance(self.disable_custom_all_reduce, bool), "hardware", "disable_custom_all_reduce",
-               self.disable_custom_all_reduce, "true or false")
+        _check(
+            isinstance(self.disable_custom_all_reduce, bool),
+            "hardware",
+            "disable_custom_all_reduce",
+            self.disable_custom_all_reduce,
+            "true or false",
+        )
         object.__setattr__(self, "cudagraph_capture_sizes", tuple(self.cudagraph_capture_sizes))
-        _check(all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in self.cudagraph_capture_sizes),
-               "hardware", "cudagraph_capture_sizes", list(self.cudagraph_capture_sizes), "integers >= 1")
-        _check(isinstance(self.deployment_kernels, bool), "hardware", "deployment_kernels", self.deployment_kernels,
-               "true or false")
-        for name, unset in (("cudagraph_mode", "FULL_AND_PIECEWISE"), ("cudagraph_capture_sizes", ()),
-                            ("disable_custom_all_reduce", False)):
+        _check(
+            all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in self.cudagraph_capture_sizes),
+            "hardware",
+            "cudagraph_capture_sizes",
+            list(self.cudagraph_capture_sizes),
+            "integers >= 1",
+        )
+        _check(
+            isinstance(self.deployment_kernels, bool),
+            "hardware",
+            "deployment_kernels",
+            self.deployment_kernels,
+            "true or false",
+        )
+        for name, unset in (
+            ("cudagraph_mode", "FULL_AND_PIECEWISE"),
+            ("cudagraph_capture_sizes", ()),
+            ("disable_custom_all_reduce", False),
+        ):
             value = getattr(self, name)
-            _check(self.deployment_kernels or value == unset, "hardware", name,
-                   list(value) if isinstance(value, tuple) else value,
-                   "its default unless deployment_kernels = true (without it no batch is padded and every TP "
-                   "all-reduce is NCCL's ring)")
+            _check(
+                self.deployment_kernels or value == unset,
+                "hardware",
+                name,
+                list(value) if isinstance(value, tuple) else value,
+                "its default unless deployment_kernels = true (without it no batch is padded and every TP "
+                "all-reduce is NCCL's ring)",
+            )
         _literal("hardware", "perf", self.perf, PerfName)
         _literal("hardware", "mixed_attention", self.mixed_attention, MixedAttention)
         _check(self.tp in (1, 2, 4, 8, 16), "hardware", "tp", self.tp, "1, 2, 4, 8 or 16")
-        _check(isinstance(self.instances, int) and 1 <= self.instances <= 4096, "hardware", "instances",
-               self.instances, "an integer in [1, 4096]")
+        _check(
+            isinstance(self.instances, int) and 1 <= self.instances <= 4096,
+            "hardware",
+            "instances",
+            self.instances,
+            "an integer in [1, 4096]",
+        )
         _check(isinstance(self.dp, int) and 1 <= self.dp <= 64, "hardware", "dp", self.dp, "an integer in [1, 64]")
         _check(isinstance(self.ep, bool), "hardware", "ep", self.ep, "true or false")
         _literal("hardware", "all2all_backend", self.all2all_backend, All2AllName)
-        _check(self.dp == 1 or (self.instances == 1 and not self.groups), "hardware", "dp", self.dp,
-               "dp > 1 describes one deployment: use it with instances = 1 and no groups")
-        _check(not self.ep or self.dp > 1, "hardware", "ep", self.ep, "expert parallelism is modelled with dp >= 2 "
-               "(vLLM --data-parallel-size); EP over the TP group alone is not")
+        _check(
+            self.dp == 1 or (self.instances == 1 and not self.groups),
+            "hardware",
+            "dp",
+            self.dp,
+            "dp > 1 describes one deployment: use it with instances = 1 and no groups",
+        )
+        _check(
+            not self.ep or self.dp > 1,
+            "hardware",
+            "ep",
+            self.ep,
+            "expert parallelism is modelled with dp >= 2 "
+            "(vLLM --data-parallel-size); EP over the TP group alone is not",
+        )
         object.__setattr__(self, "groups", tuple(self.groups))
         for g in self.groups:
             parts = str(g).split(":")
-            ok = len(parts) in (3, 4) and parts[1].isdigit() and int(parts[1]) in (1, 2, 4, 8, 16) \
-                and parts[2].isdigit() and int(parts[2]) >= 1 and (len(parts) == 3 or parts[3] in get_args(Dtype))
-            _check(ok, "hardware", "groups", g, "entries 'GPU:TP:COUNT[:DTYPE]' with TP in 1, 2, 4, 8, 16 and "
-                   "COUNT >= 1")
+            ok = (
+                len(parts) in (3, 4)
+                and parts[1].isdigit()
+                and int(parts[1]) in (1, 2, 4, 8, 16)
+                and parts[2].isdigit()
+                and int(parts[2]) >= 1
+                and (len(parts) == 3 or parts[3] in get_args(Dtype))
+            )
+            _check(
+                ok, "hardware", "groups", g, "entries 'GPU:TP:COUNT[:DTYPE]' with TP in 1, 2, 4, 8, 16 and COUNT >= 1"
+            )
 
     def instance_specs(self) -> list[tuple[str, int, str]]:
         """``(gpu, tp, dtype)`` of every instance, in index order."""
@@ -161,12 +207,27 @@ class CacheConfig:
     enable_prefix_caching: bool = True  #: vLLM v1 default
 
     def __post_init__(self) -> None:
-        _check(self.block_size in (1, 8, 16, 32, 64, 128), "cache", "block_size", self.block_size,
-               "one of 1, 8, 16, 32, 64, 128")
-        _check(0.0 < self.gpu_memory_utilization <= 1.0, "cache", "gpu_memory_utilization",
-               self.gpu_memory_utilization, "in (0, 1]")
-        _check(self.num_gpu_blocks is None or self.num_gpu_blocks >= 1, "cache", "num_gpu_blocks",
-               self.num_gpu_blocks, ">= 1 or unset")
+        _check(
+            self.block_size in (1, 8, 16, 32, 64, 128),
+            "cache",
+            "block_size",
+            self.block_size,
+            "one of 1, 8, 16, 32, 64, 128",
+        )
+        _check(
+            0.0 < self.gpu_memory_utilization <= 1.0,
+            "cache",
+            "gpu_memory_utilization",
+            self.gpu_memory_utilization,
+            "in (0, 1]",
+        )
+        _check(
+            self.num_gpu_blocks is None or self.num_gpu_blocks >= 1,
+            "cache",
+            "num_gpu_blocks",
+            self.num_gpu_blocks,
+            ">= 1 or unset",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,12 +254,27 @@ class SchedulerConfig:
     max_model_len: int | None = None
 
     def __post_init__(self) -> None:
-        _check(self.max_model_len is None or self.max_model_len >= 2, "scheduler", "max_model_len",
-               self.max_model_len, ">= 2 tokens or unset")
-        _check(self.max_num_seqs is None or self.max_num_seqs >= 1, "scheduler", "max_num_seqs",
-               self.max_num_seqs, ">= 1 or unset")
-        _check(self.max_num_batched_tokens is None or self.max_num_batched_tokens >= 1, "scheduler",
-               "max_num_batched_tokens", self.max_num_batched_tokens, ">= 1 or unset")
+        _check(
+            self.max_model_len is None or self.max_model_len >= 2,
+            "scheduler",
+            "max_model_len",
+            self.max_model_len,
+            ">= 2 tokens or unset",
+        )
+        _check(
+            self.max_num_seqs is None or self.max_num_seqs >= 1,
+            "scheduler",
+            "max_num_seqs",
+            self.max_num_seqs,
+            ">= 1 or unset",
+        )
+        _check(
+            self.max_num_batched_tokens is None or self.max_num_batched_tokens >= 1,
+            "scheduler",
+            "max_num_batched_tokens",
+            self.max_num_batched_tokens,
+            ">= 1 or unset",
+        )
 
     def resolved(self, gpu_memory_gib: float, gpu_name: str) -> tuple[int, int]:
         """``(max_num_seqs, max_num_batched_tokens)`` with vLLM's hardware-dependent defaults filled in."""
@@ -224,8 +300,13 @@ class WorkloadConfig:
         _literal("workload", "arrival", self.arrival, Arrival)
         _check(self.concurrency >= 1, "workload", "concurrency", self.concurrency, ">= 1")
         _check(self.rate_per_s > 0, "workload", "rate_per_s", self.rate_per_s, "> 0")
-        _check(self.max_programs is None or self.max_programs >= 1, "workload", "max_programs",
-               self.max_programs, ">= 1 or unset")
+        _check(
+            self.max_programs is None or self.max_programs >= 1,
+            "workload",
+            "max_programs",
+            self.max_programs,
+            ">= 1 or unset",
+        )
         _check(0.0 <= self.reuse_scale <= 1.0, "workload", "reuse_scale", self.reuse_scale, "in [0, 1]")
 
 
@@ -245,8 +326,13 @@ class ToolConfig:
         _literal("tools", "mode", self.mode, ToolMode)
         _check(self.fixed_s >= 0, "tools", "fixed_s", self.fixed_s, ">= 0")
         _check(self.scale >= 0, "tools", "scale", self.scale, ">= 0")
-        _check(self.mode != "generative" or bool(self.model_path), "tools", "model_path", self.model_path,
-               "a tool-model JSON path when mode = 'generative'")
+        _check(
+            self.mode != "generative" or bool(self.model_path),
+            "tools",
+            "model_path",
+            self.model_path,
+            "a tool-model JSON path when mode = 'generative'",
+        )
         for cls, k in (self.class_scale or {}).items():
             _check(isinstance(k, int | float) and k >= 0, "tools", f"class_scale.{cls}", k, ">= 0")
 
@@ -333,8 +419,7 @@ class MetricsConfig:
     timeseries_interval_s: float = 1.0  #: minimum simulated time between instance time-series samples
 
     def __post_init__(self) -> None:
-        _check(self.timeseries_interval_s > 0, "metrics", "timeseries_interval_s", self.timeseries_interval_s,
-               "> 0")
+        _check(self.timeseries_interval_s > 0, "metrics", "timeseries_interval_s", self.timeseries_interval_s, "> 0")
 
 
 @dataclass(frozen=True, slots=True)

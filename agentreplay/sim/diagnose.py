@@ -49,8 +49,13 @@ def reusable_tokens(trace_turns: Any, sim_turns: Any, reuse_scale: float = 1.0) 
     :meth:`agentreplay.sim.run.SimResult.columns` and :meth:`agentreplay.sim.workload.Workload.trace_turns`):
     ``program_id``, ``turn_idx`` and ``reused_tokens`` of the trace, ``program_id``, ``turn_idx`` and
     ``input_tokens`` of the run. A simulated turn the trace lacks counts 0."""
-    reused = dict(zip(zip(_col(trace_turns, "program_id").tolist(), _col(trace_turns, "turn_idx").tolist(),
-                          strict=True), _col(trace_turns, "reused_tokens").tolist(), strict=True))
+    reused = dict(
+        zip(
+            zip(_col(trace_turns, "program_id").tolist(), _col(trace_turns, "turn_idx").tolist(), strict=True),
+            _col(trace_turns, "reused_tokens").tolist(),
+            strict=True,
+        )
+    )
     keys = zip(_col(sim_turns, "program_id").tolist(), _col(sim_turns, "turn_idx").tolist(), strict=True)
     got = np.fromiter((reused.get(k, 0) for k in keys), dtype=np.int64, count=len(_col(sim_turns, "turn_idx")))
     return int(np.minimum(got, _col(sim_turns, "input_tokens")).sum() * reuse_scale)
@@ -72,21 +77,35 @@ def diagnose(summary: dict[str, Any], turns: Any, reusable: int | None = None) -
     ttft, queued = float(summary["ttft_s"]["mean"]), float(summary["queued_s"]["mean"])
     if ttft > 0 and queued >= MIN_QUEUED_S and queued >= QUEUE_SHARE_OF_TTFT * ttft:
         share = queued / ttft
-        found.append(Finding("queue-bound", (
-            f"saturated: queueing is {queued:,.1f} s of the {ttft:,.1f} s mean TTFT ({share:.0%}); calls wait "
-            "for a batch slot or KV blocks, so TTFT and JCT measure the queue. More instances, or fewer programs "
-            "in flight (--concurrency) or a lower --rate, would change that."),
-            {"queued_mean_s": queued, "ttft_mean_s": ttft, "queued_share_of_ttft": share}))
+        found.append(
+            Finding(
+                "queue-bound",
+                (
+                    f"saturated: queueing is {queued:,.1f} s of the {ttft:,.1f} s mean TTFT ({share:.0%}); calls wait "
+                    "for a batch slot or KV blocks, so TTFT and JCT measure the queue. More instances, "
+                    "or fewer programs "
+                    "in flight (--concurrency) or a lower --rate, would change that."
+                ),
+                {"queued_mean_s": queued, "ttft_mean_s": ttft, "queued_share_of_ttft": share},
+            )
+        )
     inp = int(summary.get("input_tokens", 0))
     if reusable is not None and inp > 0:
         can, hit = reusable / inp, float(summary["prefix_hit_rate"])
         if can >= MIN_REUSABLE_SHARE and hit < HIT_RATE_SHARE * can:
             moved = _moved_share(turns)
             router = summary.get("policy", {}).get("router", "?")
-            found.append(Finding("reuse-collapse", (
-                f"prefix reuse collapsed: hit rate {hit:.3f} where the trace's follow-up turns could reuse "
-                f"{can:.3f} of the prompt tokens; router {router} sent {moved:.0%} of follow-up turns to another "
-                f"instance than the previous turn's; {int(summary.get('preemptions', 0)):,} preemptions, "
-                f"{int(summary.get('recomputed_tokens', 0)):,} recomputed tokens."),
-                {"prefix_hit_rate": hit, "reusable_share": can, "moved_turn_share": moved}))
+            found.append(
+                Finding(
+                    "reuse-collapse",
+                    (
+                        f"prefix reuse collapsed: hit rate {hit:.3f} where the trace's follow-up turns could reuse "
+                        f"{can:.3f} of the prompt tokens; router {router} sent {moved:.0%} of follow-up "
+                        "turns to another "
+                        f"instance than the previous turn's; {int(summary.get('preemptions', 0)):,} preemptions, "
+                        f"{int(summary.get('recomputed_tokens', 0)):,} recomputed tokens."
+                    ),
+                    {"prefix_hit_rate": hit, "reusable_share": can, "moved_turn_share": moved},
+                )
+            )
     return found

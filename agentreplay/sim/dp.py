@@ -84,4 +84,3 @@ class LockstepGroup:
             r.complete_lockstep()
         if any(r.sched.running or r.sched.waiting for r in self.ranks):
             self.wake()
-

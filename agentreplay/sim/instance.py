@@ -67,7 +67,8 @@ class _Run:
                 self._ends = ends
             else:
                 steps = self.a + self.c * (self.sum_ctx + self.n * np.arange(self.steps, dtype=np.int64)).astype(
-                    np.float64)
+                    np.float64
+                )
                 self._ends = np.add.accumulate(np.concatenate(([self.t0], steps)))[1:]
         return self._ends
 
@@ -91,9 +92,17 @@ class InstanceStats:
 
 
 class Instance(InstanceView):
-    def __init__(self, index: int, engine: Engine, perf: IterationPricer, scheduler: Scheduler,
-                 on_finish: Callable[[Request], None], *, fast_decode: bool = True,
-                 on_sample: Callable[[Instance], None] | None = None) -> None:
+    def __init__(
+        self,
+        index: int,
+        engine: Engine,
+        perf: IterationPricer,
+        scheduler: Scheduler,
+        on_finish: Callable[[Request], None],
+        *,
+        fast_decode: bool = True,
+        on_sample: Callable[[Instance], None] | None = None,
+    ) -> None:
         self.index = index
         self.engine = engine
         self.perf = perf
@@ -129,8 +138,9 @@ class Instance(InstanceView):
 
     def outstanding_tokens(self) -> int:
         self.sched.cohort.sync(self.sched.running)
-        return sum(r.total_tokens - r.computed + r.target_out - r.generated
-                   for r in (*self.sched.waiting, *self.sched.running))
+        return sum(
+            r.total_tokens - r.computed + r.target_out - r.generated for r in (*self.sched.waiting, *self.sched.running)
+        )
 
     def queue_lengths(self) -> tuple[int, int]:
         return len(self.sched.waiting), len(self.sched.running)
@@ -173,8 +183,14 @@ class Instance(InstanceView):
         co = self.sched.cohort
         # a run needs the next steps to schedule the same: not after a step that started KV loads (the next
         # step's admission no longer reserves their blocks, so it may admit what this one could not)
-        if self.fast_decode and not plan.prefill and not plan.decode and plan.stop in _STABLE_STOPS \
-                and plan.cohort == len(self.sched.running) and not plan.loading:
+        if (
+            self.fast_decode
+            and not plan.prefill
+            and not plan.decode
+            and plan.stop in _STABLE_STOPS
+            and plan.cohort == len(self.sched.running)
+            and not plan.loading
+        ):
             self._start_run(plan)
             return
         n_dec = len(plan.decode) + plan.cohort
@@ -183,7 +199,7 @@ class Instance(InstanceView):
             prefill = [(n, before, before + n == r.total_tokens) for r, n, before in plan.prefill]
             if self._contexts:  # the cohort (a prefix of the running list) first, in running order
                 tick = co.tick
-                ctxs = [r.c_off + tick for r in self.sched.running[:plan.cohort]] + [r.computed for r in plan.decode]
+                ctxs = [r.c_off + tick for r in self.sched.running[: plan.cohort]] + [r.computed for r in plan.decode]
                 dt = self.perf.iteration_time_s(prefill, ctxs)
             else:  # the count and the sum are all such a pricer reads (IterationPricer)
                 dt = self.perf.iteration_time_s(prefill, [sum_ctx] + [0] * (n_dec - 1) if n_dec else ())
@@ -205,7 +221,7 @@ class Instance(InstanceView):
         co = self.sched.cohort
         prefill = [(n, before, before + n == r.total_tokens) for r, n, before in plan.prefill]
         tick = co.tick
-        ctxs = [r.c_off + tick for r in self.sched.running[:plan.cohort]] + [r.computed for r in plan.decode]
+        ctxs = [r.c_off + tick for r in self.sched.running[: plan.cohort]] + [r.computed for r in plan.decode]
         self._run = None
         return prefill, ctxs
 

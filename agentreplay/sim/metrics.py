@@ -99,8 +99,9 @@ class Recorder:
             return
         self._next_sample[inst.index] = now + self.interval_s
         pool = inst.pool
-        self.samples.append((now, inst.index, pool.used_blocks, pool.num_blocks, len(inst.sched.running),
-                             len(inst.sched.waiting)))
+        self.samples.append(
+            (now, inst.index, pool.used_blocks, pool.num_blocks, len(inst.sched.running), len(inst.sched.waiting))
+        )
 
     # ---- tables --------------------------------------------------------------------------------------------
     def turns_frame(self) -> pd.DataFrame:
@@ -113,52 +114,61 @@ class Recorder:
         ttft = self.turn_first_token_s - self.turn_release_s
         with np.errstate(invalid="ignore", divide="ignore"):
             tpot = np.where(out > 1, (self.turn_finish_s - self.turn_first_token_s) / (out - 1), np.nan)
-        return pd.DataFrame({
-            "program_id": np.asarray(w.program_ids, dtype=object)[prog],
-            "turn_idx": turn_idx.astype(np.int32),
-            "instance": self.turn_instance,
-            "release_s": self.turn_release_s,
-            "first_scheduled_s": self.turn_first_sched_s,
-            "first_token_s": self.turn_first_token_s,
-            "finish_s": self.turn_finish_s,
-            "queued_s": self.turn_first_sched_s - self.turn_release_s,
-            "ttft_s": ttft,
-            "tpot_s": tpot,
-            "input_tokens": w.input_tokens,
-            "output_tokens": out,
-            "cached_tokens": self.turn_cached,
-            "cached_prefix_tokens": self.turn_cached_prefix,
-            "reloaded_dram_tokens": self.turn_reloaded["dram"],
-            "reloaded_cxl_tokens": self.turn_reloaded["cxl"],
-            "reloaded_remote_tokens": self.turn_reloaded["remote"],
-            "computed_prompt_tokens": w.input_tokens - self.turn_cached - self.turn_reloaded["dram"]
-            - self.turn_reloaded["cxl"] - self.turn_reloaded["remote"],
-            "recomputed_tokens": self.turn_recomputed,
-            "preemptions": self.turn_preemptions,
-            "tool_s": self.turn_tool_s,
-        })
+        return pd.DataFrame(
+            {
+                "program_id": np.asarray(w.program_ids, dtype=object)[prog],
+                "turn_idx": turn_idx.astype(np.int32),
+                "instance": self.turn_instance,
+                "release_s": self.turn_release_s,
+                "first_scheduled_s": self.turn_first_sched_s,
+                "first_token_s": self.turn_first_token_s,
+                "finish_s": self.turn_finish_s,
+                "queued_s": self.turn_first_sched_s - self.turn_release_s,
+                "ttft_s": ttft,
+                "tpot_s": tpot,
+                "input_tokens": w.input_tokens,
+                "output_tokens": out,
+                "cached_tokens": self.turn_cached,
+                "cached_prefix_tokens": self.turn_cached_prefix,
+                "reloaded_dram_tokens": self.turn_reloaded["dram"],
+                "reloaded_cxl_tokens": self.turn_reloaded["cxl"],
+                "reloaded_remote_tokens": self.turn_reloaded["remote"],
+                "computed_prompt_tokens": w.input_tokens
+                - self.turn_cached
+                - self.turn_reloaded["dram"]
+                - self.turn_reloaded["cxl"]
+                - self.turn_reloaded["remote"],
+                "recomputed_tokens": self.turn_recomputed,
+                "preemptions": self.turn_preemptions,
+                "tool_s": self.turn_tool_s,
+            }
+        )
 
     def programs_frame(self, turns: pd.DataFrame) -> pd.DataFrame:
         import pandas as pd  # here, not at module level: the simulate path never loads pandas
 
         w = self.w
         g = turns.groupby("program_id", sort=False)
-        agg = pd.DataFrame({
-            "n_turns": g.size(),
-            "input_tokens": g["input_tokens"].sum(),
-            "output_tokens": g["output_tokens"].sum(),
-            "cached_tokens": g["cached_tokens"].sum(),
-            "tool_s": g["tool_s"].sum(),
-            "queued_s": g["queued_s"].sum(),
-            "preemptions": g["preemptions"].sum(),
-        }).reindex(w.program_ids)
-        df = pd.DataFrame({
-            "program_id": w.program_ids,
-            "task_id": w.task_ids,
-            "arrival_s": self.program_arrival_s,
-            "finish_s": self.program_finish_s,
-            "jct_s": self.program_finish_s - self.program_arrival_s,
-        })
+        agg = pd.DataFrame(
+            {
+                "n_turns": g.size(),
+                "input_tokens": g["input_tokens"].sum(),
+                "output_tokens": g["output_tokens"].sum(),
+                "cached_tokens": g["cached_tokens"].sum(),
+                "tool_s": g["tool_s"].sum(),
+                "queued_s": g["queued_s"].sum(),
+                "preemptions": g["preemptions"].sum(),
+            }
+        ).reindex(w.program_ids)
+        df = pd.DataFrame(
+            {
+                "program_id": w.program_ids,
+                "task_id": w.task_ids,
+                "arrival_s": self.program_arrival_s,
+                "finish_s": self.program_finish_s,
+                "jct_s": self.program_finish_s - self.program_arrival_s,
+            }
+        )
         for col in agg.columns:
             df[col] = agg[col].to_numpy()
         df["hit_rate"] = df["cached_tokens"] / df["input_tokens"]
@@ -168,16 +178,21 @@ class Recorder:
     def instances_frame(self) -> pd.DataFrame:
         import pandas as pd  # here, not at module level: the simulate path never loads pandas
 
-        return pd.DataFrame(self.samples, columns=["time_s", "instance", "kv_used_blocks", "kv_total_blocks",
-                                                   "running", "waiting"])
+        return pd.DataFrame(
+            self.samples, columns=["time_s", "instance", "kv_used_blocks", "kv_total_blocks", "running", "waiting"]
+        )
 
 
 def _q(x: np.ndarray) -> dict[str, float]:
     x = x[~np.isnan(x)]
     if len(x) == 0:
         return {"mean": float("nan"), "p50": float("nan"), "p90": float("nan"), "p99": float("nan")}
-    return {"mean": float(x.mean()), "p50": float(np.quantile(x, 0.5)), "p90": float(np.quantile(x, 0.9)),
-            "p99": float(np.quantile(x, 0.99))}
+    return {
+        "mean": float(x.mean()),
+        "p50": float(np.quantile(x, 0.5)),
+        "p90": float(np.quantile(x, 0.9)),
+        "p99": float(np.quantile(x, 0.99)),
+    }
 
 
 def summarize(turns: pd.DataFrame, programs: pd.DataFrame) -> dict[str, Any]:

@@ -28,11 +28,23 @@ from agentreplay.sim.workload import Workload
 
 
 class Orchestrator:
-    def __init__(self, engine: Engine, workload: Workload, cfg: WorkloadConfig, tools: ToolModel, router: Router,
-                 instances: Sequence[Instance], recorder: Recorder, rng_arrivals: np.random.Generator,
-                 rng_tools: np.random.Generator, block_size: int, tool_stats: ToolStats | None = None,
-                 log: Callable[[dict[str, Any]], None] | None = None, *,
-                 admission: AdmissionPolicy | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        workload: Workload,
+        cfg: WorkloadConfig,
+        tools: ToolModel,
+        router: Router,
+        instances: Sequence[Instance],
+        recorder: Recorder,
+        rng_arrivals: np.random.Generator,
+        rng_tools: np.random.Generator,
+        block_size: int,
+        tool_stats: ToolStats | None = None,
+        log: Callable[[dict[str, Any]], None] | None = None,
+        *,
+        admission: AdmissionPolicy | None = None,
+    ) -> None:
         self.engine = engine
         self.w = workload
         self.cfg = cfg
@@ -93,8 +105,9 @@ class Orchestrator:
     def _arrive(self, p: int) -> None:
         self.rec.program_arrived(p, self.engine.now)
         pid = self.w.prefix_ids[p]
-        self.infos[p] = ProgramInfo(self.engine.now, prefix_key=pid,
-                                    prefix_tokens=self._prefix_tokens[p] if pid is not None else 0)
+        self.infos[p] = ProgramInfo(
+            self.engine.now, prefix_key=pid, prefix_tokens=self._prefix_tokens[p] if pid is not None else 0
+        )
         self._release(self._turn_start[p], p)
 
     def _segments(self, inst: Instance, p: int) -> tuple[Segment | None, Segment, int]:
@@ -131,10 +144,21 @@ class Orchestrator:
         assert info is not None
         starts = self._turn_start
         last = turn == starts[p + 1] - 1
-        r = Request(turn=turn, program=p, turn_idx=turn - starts[p], prompt=self._input[turn],
-                    target_out=self._output[turn], reuse=self._reused[turn], pfx=None,
-                    prog=self._unrouted, base=0, release_s=now, info=info, tool_class=w.tool_class[turn],
-                    last=last)
+        r = Request(
+            turn=turn,
+            program=p,
+            turn_idx=turn - starts[p],
+            prompt=self._input[turn],
+            target_out=self._output[turn],
+            reuse=self._reused[turn],
+            pfx=None,
+            prog=self._unrouted,
+            base=0,
+            release_s=now,
+            info=info,
+            tool_class=w.tool_class[turn],
+            last=last,
+        )
         if not last:
             r.next_gap_s = self.tools.gap_s(turn, self.rng_tools)
         chains = w.chains
@@ -159,8 +183,18 @@ class Orchestrator:
             info.affinity_breaks += 1
             self.affinity_breaks += 1
         if self.log is not None:
-            self.log({"t": now, "event": "route", "program": p, "turn": r.turn_idx, "instance": i,
-                      "router": self.router.name, "home": info.home, "prompt": r.prompt})
+            self.log(
+                {
+                    "t": now,
+                    "event": "route",
+                    "program": p,
+                    "turn": r.turn_idx,
+                    "instance": i,
+                    "router": self.router.name,
+                    "home": info.home,
+                    "prompt": r.prompt,
+                }
+            )
         info.home = i
         inst = self.instances[i]
         if ids is not None:
@@ -193,8 +227,7 @@ class Orchestrator:
             return
         gap = r.next_gap_s
         self.rec.tool_gap(r.turn, gap)
-        self.engine.at(self.engine.now + gap, PHASE_RELEASE, self._tool_done,
-                       (r.turn, r.program, r.tool_class, gap))
+        self.engine.at(self.engine.now + gap, PHASE_RELEASE, self._tool_done, (r.turn, r.program, r.tool_class, gap))
 
     def _tool_done(self, arg: tuple[int, int, str, float]) -> None:
         turn, p, tool_class, gap = arg

@@ -36,8 +36,9 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def build_chains(hash_ids: Sequence[Sequence[int] | None], input_tokens: Sequence[int],
-                 block_tokens: Sequence[int | None]) -> tuple[list[tuple[int, ...] | None], np.ndarray]:
+def build_chains(
+    hash_ids: Sequence[Sequence[int] | None], input_tokens: Sequence[int], block_tokens: Sequence[int | None]
+) -> tuple[list[tuple[int, ...] | None], np.ndarray]:
     """Chains of segment ids per turn and the ``(start, end)`` token bounds of each segment ([n, 2] int64).
 
     ``hash_ids[t]`` None (or a turn with no whole block) gives chain None. Ids are matched as full paths, and

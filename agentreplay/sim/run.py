@@ -71,8 +71,14 @@ class SimResult:
 
     __slots__ = ("_columns", "_frames", "_migrations", "_rec", "config", "decisions", "summary")
 
-    def __init__(self, rec: Recorder, migrations: list[int], summary: dict[str, Any], config: SimConfig,
-                 decisions: list[dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        rec: Recorder,
+        migrations: list[int],
+        summary: dict[str, Any],
+        config: SimConfig,
+        decisions: list[dict[str, Any]] | None = None,
+    ) -> None:
         self.summary, self.config, self.decisions = summary, config, decisions
         self._rec, self._migrations = rec, migrations
         self._columns: dict[str, tables.Columns | None] = {}
@@ -122,16 +128,21 @@ class SimResult:
         out = {}
         for name in ("turns", "programs", "instances"):
             cols = self.columns(name)
-            out[name] = (tables.to_arrow(cols) if cols is not None
-                         else pa.Table.from_pandas(self._frame(name), preserve_index=False))
+            out[name] = (
+                tables.to_arrow(cols)
+                if cols is not None
+                else pa.Table.from_pandas(self._frame(name), preserve_index=False)
+            )
         return out
 
     def write(self, out_dir: str | os.PathLike[str]) -> dict[str, Path]:
         """Write turns/programs/instances.parquet, summary.json and config.toml (Parquet atomically)."""
         out = Path(out_dir)
         paths = write_tables(out, self.tables())
-        texts = [("summary.json", json.dumps(self.summary, indent=2, sort_keys=True) + "\n"),
-                 ("config.toml", to_toml(self.config))]
+        texts = [
+            ("summary.json", json.dumps(self.summary, indent=2, sort_keys=True) + "\n"),
+            ("config.toml", to_toml(self.config)),
+        ]
         if self.decisions is not None:
             texts.append(("decisions.jsonl", "".join(json.dumps(d, sort_keys=True) + "\n" for d in self.decisions)))
         for name, text in texts:
@@ -166,8 +177,15 @@ def plan_instance(cfg: SimConfig, gpu_name: str, tp: int, dtype: str, workload: 
         blocks, source = cfg.cache.num_gpu_blocks, "config"
     else:
         try:
-            cap = kv_capacity(gpu, model, hw.dtype, hw.tp, cfg.cache.gpu_memory_utilization, cfg.cache.block_size,
-                              kv_dtype=kv_cache_dtype(hw.kv_cache_dtype))
+            cap = kv_capacity(
+                gpu,
+                model,
+                hw.dtype,
+                hw.tp,
+                cfg.cache.gpu_memory_utilization,
+                cfg.cache.block_size,
+                kv_dtype=kv_cache_dtype(hw.kv_cache_dtype),
+            )
         except ValueError as exc:
             raise CapacityError(str(exc)) from None
         blocks, source = cap.blocks, "memory model"
@@ -181,8 +199,9 @@ def plan_instance(cfg: SimConfig, gpu_name: str, tp: int, dtype: str, workload: 
         raise CapacityError(
             f"{model.name} on {hw.tp}x {gpu.name}: max_model_len {mml:,} needs {math.ceil(mml / cfg.cache.block_size)} "
             f"KV blocks of {cfg.cache.block_size} tokens, only {blocks} available (from the {source}); vLLM "
-            f"refuses to start (\"To serve at least one request with the model's max seq len\"): lower "
-            f"--max-model-len to at most {blocks * cfg.cache.block_size:,}")
+            f'refuses to start ("To serve at least one request with the model\'s max seq len"): lower '
+            f"--max-model-len to at most {blocks * cfg.cache.block_size:,}"
+        )
     if workload is not None and workload.n_turns:
         longest = int((workload.input_tokens + workload.output_tokens).max())
         need = math.ceil(longest / cfg.cache.block_size)
@@ -191,7 +210,8 @@ def plan_instance(cfg: SimConfig, gpu_name: str, tp: int, dtype: str, workload: 
                 f"{model.name} on {hw.tp}x {gpu.name}: {blocks} KV blocks of {cfg.cache.block_size} tokens "
                 f"({blocks * cfg.cache.block_size:,} tokens, from the {source}) leave no room for the longest "
                 f"request of the trace ({longest:,} tokens = {need} blocks); set --max-model-len (vLLM rejects "
-                f"longer requests and runs the rest) to at most {blocks * cfg.cache.block_size:,}")
+                f"longer requests and runs the rest) to at most {blocks * cfg.cache.block_size:,}"
+            )
     return ClusterPlan(blocks, seqs, tokens, source)
 
 
@@ -217,8 +237,9 @@ def graph_sizes(cfg: SimConfig, gpu_name: str, plan: ClusterPlan) -> tuple[int, 
     return default_cudagraph_sizes(load_gpu(gpu_name), plan.max_num_seqs, plan.max_num_batched_tokens)
 
 
-def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
-             perf: IterationPricer | None = None, progress: Any = None) -> SimResult:
+def simulate(
+    trace: Trace | Workload, cfg: SimConfig | None = None, *, perf: IterationPricer | None = None, progress: Any = None
+) -> SimResult:
     """Replay ``trace`` on the cluster of ``cfg``; ``perf`` overrides the catalog performance model (tests,
     measured profiles). ``progress`` is an optional callable ``(done_programs, total)`` called as programs end.
     """
@@ -241,10 +262,17 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
     for spec, plan in zip(specs, plans, strict=True):
         if spec not in pricers:
             pricers[spec] = perf or pricer_from_names(
-                hw.perf, spec[0], hw.model, spec[2], spec[1], mixed_attention=hw.mixed_attention,  # type: ignore[arg-type]
-                kv_dtype=kv_dtype, cudagraph_sizes=graph_sizes(cfg, spec[0], plan),
+                hw.perf,
+                spec[0],
+                hw.model,
+                spec[2],  # type: ignore[arg-type]
+                spec[1],
+                mixed_attention=hw.mixed_attention,
+                kv_dtype=kv_dtype,
+                cudagraph_sizes=graph_sizes(cfg, spec[0], plan),
                 graph_mixed=graph_padding(hw.cudagraph_mode)[1],
-                custom_allreduce=hw.deployment_kernels and not hw.disable_custom_all_reduce)
+                custom_allreduce=hw.deployment_kernels and not hw.disable_custom_all_reduce,
+            )
     seeds = np.random.SeedSequence(cfg.seed).spawn(2)
     rng_arrivals, rng_tools = (np.random.default_rng(s) for s in seeds)
     engine = Engine()
@@ -265,8 +293,7 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
     pc = cfg.policy
     order, victim = QUEUE_ORDERS.build(pc.queue, pc), VICTIMS.build(pc.victim, pc)
     retention = RETENTIONS.build(pc.retention, pc, tool_stats)
-    fabric = Link("fabric", engine, cfg.router.inter_instance_gbps, 0.0) if cfg.router.inter_instance_gbps > 0 \
-        else None
+    fabric = Link("fabric", engine, cfg.router.inter_instance_gbps, 0.0) if cfg.router.inter_instance_gbps > 0 else None
     links: list[Link] = [] if fabric is None else [fabric]
 
     def remote(r: Any) -> tuple[SegmentPool, Link] | None:
@@ -281,27 +308,49 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
         plan, pricer = plans[i], pricers[spec]
         pool = SegmentPool(plan.num_gpu_blocks, cfg.cache.block_size)
         tiers: list[HostTier] = []
-        for name, gib, gbps, lat_us in (("dram", tc.dram_gib, tc.dram_gbps, tc.dram_latency_us),
-                                        ("cxl", tc.cxl_gib, tc.cxl_gbps, tc.cxl_latency_us)):
+        for name, gib, gbps, lat_us in (
+            ("dram", tc.dram_gib, tc.dram_gbps, tc.dram_latency_us),
+            ("cxl", tc.cxl_gib, tc.cxl_gbps, tc.cxl_latency_us),
+        ):
             if gib > 0:
                 link = Link(f"{name}{i}", engine, gbps, lat_us * 1e-6)
                 links.append(link)
                 tiers.append(HostTier(name, int(gib * GIB) // block_bytes, link))
         residency = Residency(engine, pool, block_bytes, tiers, remote, cfg.policy.unpin_on_pressure)
         kv = KVManager(pool, cfg.cache.enable_prefix_caching, residency, retention)
-        sched = Scheduler(kv, plan.max_num_seqs, plan.max_num_batched_tokens, order=order, victim=victim,
-                          reserve_full_isl=cfg.scheduler.reserve_full_isl, lazy_decode=cfg.scheduler.lazy_decode,
-                          index=i, log=log)
-        instances.append(Instance(i, engine, pricer, sched, on_finish, fast_decode=cfg.scheduler.fast_decode,
-                                  on_sample=rec.sample))
+        sched = Scheduler(
+            kv,
+            plan.max_num_seqs,
+            plan.max_num_batched_tokens,
+            order=order,
+            victim=victim,
+            reserve_full_isl=cfg.scheduler.reserve_full_isl,
+            lazy_decode=cfg.scheduler.lazy_decode,
+            index=i,
+            log=log,
+        )
+        instances.append(
+            Instance(i, engine, pricer, sched, on_finish, fast_decode=cfg.scheduler.fast_decode, on_sample=rec.sample)
+        )
     group: LockstepGroup | None = None
     if lockstep(model_spec, hw.dp):
         comm = EPComm.build(load_gpu(specs[0][0]), model_spec, hw.dp, specs[0][1], hw.all2all_backend)
         group = LockstepGroup(engine, instances, DPStepPricer(pricers[specs[0]], comm))
-    orch = Orchestrator(engine, workload, cfg.workload, make_tools(cfg.tools, workload),
-                        ROUTERS.build(cfg.router.policy, cfg.router),
-                        instances, rec, rng_arrivals, rng_tools, cfg.cache.block_size, tool_stats, log,
-                        admission=ADMISSIONS.build("admit-all", cfg.policy))
+    orch = Orchestrator(
+        engine,
+        workload,
+        cfg.workload,
+        make_tools(cfg.tools, workload),
+        ROUTERS.build(cfg.router.policy, cfg.router),
+        instances,
+        rec,
+        rng_arrivals,
+        rng_tools,
+        cfg.cache.block_size,
+        tool_stats,
+        log,
+        admission=ADMISSIONS.build("admit-all", cfg.policy),
+    )
     orch_ref.append(orch)
     orch.start()
     engine.run()
@@ -316,8 +365,12 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
     turns, programs = result.columns("turns"), result.columns("programs")
     assert turns is not None and programs is not None
     summary.update(summarize(tables.FrameView(turns), tables.FrameView(programs)))
-    summary["policy"] = {"router": cfg.router.policy, "queue": cfg.policy.queue, "victim": cfg.policy.victim,
-                         "retention": cfg.policy.retention}
+    summary["policy"] = {
+        "router": cfg.router.policy,
+        "queue": cfg.policy.queue,
+        "victim": cfg.policy.victim,
+        "retention": cfg.policy.retention,
+    }
     summary["rejected"] = rejections.summary()
     if workload.single_turn:
         request_view(summary)
@@ -327,19 +380,33 @@ def simulate(trace: Trace | Workload, cfg: SimConfig | None = None, *,
     summary["pinned_block_s"] = sum(inst.residency.pinned_block_s for inst in instances if inst.residency)
     summary["unpins_on_pressure"] = sum(inst.residency.unpins_on_pressure for inst in instances if inst.residency)
     plan = plans[0]
-    summary["cluster"] = {"instances": len(specs), "gpu": specs[0][0], "model": hw.model, "dtype": specs[0][2],
-                          "tp": specs[0][1], "num_gpu_blocks": plan.num_gpu_blocks, "kv_blocks_from": plan.kv_source,
-                          "max_num_seqs": plan.max_num_seqs, "max_num_batched_tokens": plan.max_num_batched_tokens,
-                          "groups": list(hw.groups), "kv_cache_dtype": kv_dtype,
-                          "per_instance": [{"gpu": g, "tp": t, "dtype": d, "num_gpu_blocks": p.num_gpu_blocks}
-                                           for (g, t, d), p in zip(specs, plans, strict=True)]}
-    summary["engine"] = {"events": engine.events_processed,
-                         "iterations": sum(i.stats.iterations for i in instances),
-                         "decode_runs": sum(i.stats.decode_runs for i in instances),
-                         "busy_s_per_instance": [i.stats.busy_s for i in instances]}
+    summary["cluster"] = {
+        "instances": len(specs),
+        "gpu": specs[0][0],
+        "model": hw.model,
+        "dtype": specs[0][2],
+        "tp": specs[0][1],
+        "num_gpu_blocks": plan.num_gpu_blocks,
+        "kv_blocks_from": plan.kv_source,
+        "max_num_seqs": plan.max_num_seqs,
+        "max_num_batched_tokens": plan.max_num_batched_tokens,
+        "groups": list(hw.groups),
+        "kv_cache_dtype": kv_dtype,
+        "per_instance": [
+            {"gpu": g, "tp": t, "dtype": d, "num_gpu_blocks": p.num_gpu_blocks}
+            for (g, t, d), p in zip(specs, plans, strict=True)
+        ],
+    }
+    summary["engine"] = {
+        "events": engine.events_processed,
+        "iterations": sum(i.stats.iterations for i in instances),
+        "decode_runs": sum(i.stats.decode_runs for i in instances),
+        "busy_s_per_instance": [i.stats.busy_s for i in instances],
+    }
     if hw.dp > 1:  # (absent otherwise: summaries of other deployments keep their exact form)
-        summary["cluster"].update({"dp": hw.dp, "ep": hw.ep, "all2all_backend": hw.all2all_backend,
-                                   "lockstep": group is not None})
+        summary["cluster"].update(
+            {"dp": hw.dp, "ep": hw.ep, "all2all_backend": hw.all2all_backend, "lockstep": group is not None}
+        )
     if group is not None:
         summary["dp_group"] = dataclasses.asdict(group.stats)
     return result

@@ -50,7 +50,10 @@ def turn_columns(rec: Any) -> Columns:
         "reloaded_dram_tokens": reloaded["dram"],
         "reloaded_cxl_tokens": reloaded["cxl"],
         "reloaded_remote_tokens": reloaded["remote"],
-        "computed_prompt_tokens": w.input_tokens - rec.turn_cached - reloaded["dram"] - reloaded["cxl"]
+        "computed_prompt_tokens": w.input_tokens
+        - rec.turn_cached
+        - reloaded["dram"]
+        - reloaded["cxl"]
         - reloaded["remote"],
         "recomputed_tokens": rec.turn_recomputed,
         "preemptions": rec.turn_preemptions,
@@ -95,8 +98,10 @@ def program_columns(rec: Any, turns: Columns, migrations: list[int]) -> Columns:
             "finish_s": rec.program_finish_s,
             "jct_s": rec.program_finish_s - rec.program_arrival_s,
             "n_turns": np.diff(start),
-            **{c: group_sum(turns[c], start) for c in ("input_tokens", "output_tokens", "cached_tokens", "tool_s",
-                                                       "queued_s", "preemptions")},
+            **{
+                c: group_sum(turns[c], start)
+                for c in ("input_tokens", "output_tokens", "cached_tokens", "tool_s", "queued_s", "preemptions")
+            },
         }
         cols["hit_rate"] = cols["cached_tokens"] / cols["input_tokens"]
     cols["migrations"] = np.asarray(migrations, dtype=np.int64)
@@ -110,8 +115,10 @@ def instance_columns(rec: Any) -> Columns | None:
         return None
     cols = list(zip(*rec.samples, strict=True))
     names = ("time_s", "instance", "kv_used_blocks", "kv_total_blocks", "running", "waiting")
-    return {name: np.asarray(c, dtype=np.float64 if name == "time_s" else np.int64)
-            for name, c in zip(names, cols, strict=True)}
+    return {
+        name: np.asarray(c, dtype=np.float64 if name == "time_s" else np.int64)
+        for name, c in zip(names, cols, strict=True)
+    }
 
 
 class FrameView(dict[str, np.ndarray]):
@@ -133,8 +140,11 @@ class _Column(np.ndarray):
 
 # ---- Arrow ---------------------------------------------------------------------------------------------------
 #: NumPy dtype -> (Arrow type, pandas_type, numpy_type of the pandas metadata pyarrow writes)
-_TYPES = {np.dtype(np.float64): (pa.float64(), "float64", "float64"),
-          np.dtype(np.int64): (pa.int64(), "int64", "int64"), np.dtype(np.int32): (pa.int32(), "int32", "int32")}
+_TYPES = {
+    np.dtype(np.float64): (pa.float64(), "float64", "float64"),
+    np.dtype(np.int64): (pa.int64(), "int64", "int64"),
+    np.dtype(np.int32): (pa.int32(), "int32", "int32"),
+}
 
 
 def _array(x: np.ndarray) -> tuple[pa.Array, str, str]:
@@ -160,12 +170,21 @@ def to_arrow(columns: Columns) -> pa.Table:
     for name, x in columns.items():
         arr, pandas_type, numpy_type = _array(np.asarray(x))
         arrays.append(arr)
-        meta.append({"name": name, "field_name": name, "pandas_type": pandas_type, "numpy_type": numpy_type,
-                     "metadata": None})
-    pandas_meta = {"index_columns": [], "column_indexes": [], "columns": meta, "attributes": {},
-                   "creator": {"library": "pyarrow", "version": pa.__version__}, "pandas_version": _pandas_version()}
-    schema = pa.schema([pa.field(n, a.type) for n, a in zip(columns, arrays, strict=True)],
-                       metadata={b"pandas": json.dumps(pandas_meta).encode()})
+        meta.append(
+            {"name": name, "field_name": name, "pandas_type": pandas_type, "numpy_type": numpy_type, "metadata": None}
+        )
+    pandas_meta = {
+        "index_columns": [],
+        "column_indexes": [],
+        "columns": meta,
+        "attributes": {},
+        "creator": {"library": "pyarrow", "version": pa.__version__},
+        "pandas_version": _pandas_version(),
+    }
+    schema = pa.schema(
+        [pa.field(n, a.type) for n, a in zip(columns, arrays, strict=True)],
+        metadata={b"pandas": json.dumps(pandas_meta).encode()},
+    )
     return pa.Table.from_arrays(arrays, schema=schema)
 
 

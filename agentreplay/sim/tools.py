@@ -69,6 +69,8 @@ def make_tools(cfg: ToolConfig, workload: Workload) -> ToolModel:
     if missing.any():
         i = int(np.argmax(missing))
         p = int(np.searchsorted(workload.turn_start, i, side="right") - 1)
-        raise ValueError(f"tools mode {cfg.mode!r}: program {workload.program_ids[p]!r} turn "
-                         f"{i - int(workload.turn_start[p])} has no tool_duration_s; use --tools fixed")
+        raise ValueError(
+            f"tools mode {cfg.mode!r}: program {workload.program_ids[p]!r} turn "
+            f"{i - int(workload.turn_start[p])} has no tool_duration_s; use --tools fixed"
+        )
     return ReplayTools(workload) if cfg.mode == "replay" else ScaledTools(workload, cfg.scale)

@@ -91,8 +91,9 @@ def _ln_logpdf(x: Arr, mu: float, sigma: float) -> Arr:
 
 def _mix_cdf(p: Params, x: Arr) -> Arr:
     lx = np.log(np.maximum(x, 1e-300))
-    c = (p["w"] * special.ndtr((lx - p["mu1"]) / p["sigma1"])
-         + (1 - p["w"]) * special.ndtr((lx - p["mu2"]) / p["sigma2"]))
+    c = p["w"] * special.ndtr((lx - p["mu1"]) / p["sigma1"]) + (1 - p["w"]) * special.ndtr(
+        (lx - p["mu2"]) / p["sigma2"]
+    )
     return np.where(x > 0, c, 0.0)
 
 
@@ -122,48 +123,88 @@ def _mix_logpdf(p: Params, x: Arr) -> Arr:
     return np.logaddexp(a, b)
 
 
-FAMILIES: Final[dict[str, Family]] = {f.name: f for f in (
-    Family("exponential", ("scale",), lambda p: _positive(p, "scale"),
-           lambda p, rng, n: rng.exponential(p["scale"], n),
-           lambda p, x: -np.expm1(-np.maximum(x, 0) / p["scale"]),
-           lambda p, q: -p["scale"] * np.log1p(-q),
-           lambda p, x: -x / p["scale"] - math.log(p["scale"]),
-           lambda p: p["scale"]),
-    Family("lognormal", ("mu", "sigma"), lambda p: _positive(p, "sigma"),
-           lambda p, rng, n: rng.lognormal(p["mu"], p["sigma"], n),
-           lambda p, x: np.where(x > 0, special.ndtr((np.log(np.maximum(x, 1e-300)) - p["mu"]) / p["sigma"]), 0.0),
-           lambda p, q: np.exp(p["mu"] + p["sigma"] * special.ndtri(q)),
-           lambda p, x: _ln_logpdf(x, p["mu"], p["sigma"]),
-           lambda p: math.exp(p["mu"] + p["sigma"] ** 2 / 2)),
-    Family("gamma", ("shape", "scale"), lambda p: _positive(p, "shape", "scale"),
-           lambda p, rng, n: rng.gamma(p["shape"], p["scale"], n),
-           lambda p, x: special.gammainc(p["shape"], np.maximum(x, 0) / p["scale"]),
-           lambda p, q: p["scale"] * special.gammaincinv(p["shape"], q),
-           lambda p, x: ((p["shape"] - 1) * np.log(x) - x / p["scale"] - special.gammaln(p["shape"])
-                         - p["shape"] * math.log(p["scale"])),
-           lambda p: p["shape"] * p["scale"]),
-    Family("weibull_min", ("c", "scale"), lambda p: _positive(p, "c", "scale"),
-           lambda p, rng, n: p["scale"] * rng.weibull(p["c"], n),
-           lambda p, x: -np.expm1(-((np.maximum(x, 0) / p["scale"]) ** p["c"])),
-           lambda p, q: p["scale"] * (-np.log1p(-q)) ** (1 / p["c"]),
-           lambda p, x: (math.log(p["c"] / p["scale"]) + (p["c"] - 1) * np.log(x / p["scale"])
-                         - (x / p["scale"]) ** p["c"]),
-           lambda p: p["scale"] * math.gamma(1 + 1 / p["c"])),
-    # numpy's pareto() is the Lomax (Pareto II) law; scale * (1 + Lomax) is the classical Pareto I.
-    Family("pareto", ("b", "scale"), lambda p: _positive(p, "b", "scale"),
-           lambda p, rng, n: p["scale"] * (1.0 + rng.pareto(p["b"], n)),
-           lambda p, x: np.where(x >= p["scale"], -np.expm1(-p["b"] * np.log(np.maximum(x, p["scale"]) / p["scale"])),
-                                 0.0),
-           lambda p, q: p["scale"] * (1 - q) ** (-1 / p["b"]),
-           lambda p, x: np.where(x >= p["scale"], math.log(p["b"]) + p["b"] * math.log(p["scale"])
-                                 - (p["b"] + 1) * np.log(np.maximum(x, p["scale"])), -np.inf),
-           lambda p: p["b"] * p["scale"] / (p["b"] - 1) if p["b"] > 1 else math.inf),
-    Family("lognormal_mix2", ("w", "mu1", "sigma1", "mu2", "sigma2"),
-           lambda p: "w must be in (0, 1)" if not 0 < p["w"] < 1 else _positive(p, "sigma1", "sigma2"),
-           _mix_draw, _mix_cdf, _mix_ppf, _mix_logpdf,
-           lambda p: (p["w"] * math.exp(p["mu1"] + p["sigma1"] ** 2 / 2)
-                      + (1 - p["w"]) * math.exp(p["mu2"] + p["sigma2"] ** 2 / 2))),
-)}
+FAMILIES: Final[dict[str, Family]] = {
+    f.name: f
+    for f in (
+        Family(
+            "exponential",
+            ("scale",),
+            lambda p: _positive(p, "scale"),
+            lambda p, rng, n: rng.exponential(p["scale"], n),
+            lambda p, x: -np.expm1(-np.maximum(x, 0) / p["scale"]),
+            lambda p, q: -p["scale"] * np.log1p(-q),
+            lambda p, x: -x / p["scale"] - math.log(p["scale"]),
+            lambda p: p["scale"],
+        ),
+        Family(
+            "lognormal",
+            ("mu", "sigma"),
+            lambda p: _positive(p, "sigma"),
+            lambda p, rng, n: rng.lognormal(p["mu"], p["sigma"], n),
+            lambda p, x: np.where(x > 0, special.ndtr((np.log(np.maximum(x, 1e-300)) - p["mu"]) / p["sigma"]), 0.0),
+            lambda p, q: np.exp(p["mu"] + p["sigma"] * special.ndtri(q)),
+            lambda p, x: _ln_logpdf(x, p["mu"], p["sigma"]),
+            lambda p: math.exp(p["mu"] + p["sigma"] ** 2 / 2),
+        ),
+        Family(
+            "gamma",
+            ("shape", "scale"),
+            lambda p: _positive(p, "shape", "scale"),
+            lambda p, rng, n: rng.gamma(p["shape"], p["scale"], n),
+            lambda p, x: special.gammainc(p["shape"], np.maximum(x, 0) / p["scale"]),
+            lambda p, q: p["scale"] * special.gammaincinv(p["shape"], q),
+            lambda p, x: (
+                (p["shape"] - 1) * np.log(x)
+                - x / p["scale"]
+                - special.gammaln(p["shape"])
+                - p["shape"] * math.log(p["scale"])
+            ),
+            lambda p: p["shape"] * p["scale"],
+        ),
+        Family(
+            "weibull_min",
+            ("c", "scale"),
+            lambda p: _positive(p, "c", "scale"),
+            lambda p, rng, n: p["scale"] * rng.weibull(p["c"], n),
+            lambda p, x: -np.expm1(-((np.maximum(x, 0) / p["scale"]) ** p["c"])),
+            lambda p, q: p["scale"] * (-np.log1p(-q)) ** (1 / p["c"]),
+            lambda p, x: (
+                math.log(p["c"] / p["scale"]) + (p["c"] - 1) * np.log(x / p["scale"]) - (x / p["scale"]) ** p["c"]
+            ),
+            lambda p: p["scale"] * math.gamma(1 + 1 / p["c"]),
+        ),
+        # numpy's pareto() is the Lomax (Pareto II) law; scale * (1 + Lomax) is the classical Pareto I.
+        Family(
+            "pareto",
+            ("b", "scale"),
+            lambda p: _positive(p, "b", "scale"),
+            lambda p, rng, n: p["scale"] * (1.0 + rng.pareto(p["b"], n)),
+            lambda p, x: np.where(
+                x >= p["scale"], -np.expm1(-p["b"] * np.log(np.maximum(x, p["scale"]) / p["scale"])), 0.0
+            ),
+            lambda p, q: p["scale"] * (1 - q) ** (-1 / p["b"]),
+            lambda p, x: np.where(
+                x >= p["scale"],
+                math.log(p["b"]) + p["b"] * math.log(p["scale"]) - (p["b"] + 1) * np.log(np.maximum(x, p["scale"])),
+                -np.inf,
+            ),
+            lambda p: p["b"] * p["scale"] / (p["b"] - 1) if p["b"] > 1 else math.inf,
+        ),
+        Family(
+            "lognormal_mix2",
+            ("w", "mu1", "sigma1", "mu2", "sigma2"),
+            lambda p: "w must be in (0, 1)" if not 0 < p["w"] < 1 else _positive(p, "sigma1", "sigma2"),
+            _mix_draw,
+            _mix_cdf,
+            _mix_ppf,
+            _mix_logpdf,
+            lambda p: (
+                p["w"] * math.exp(p["mu1"] + p["sigma1"] ** 2 / 2)
+                + (1 - p["w"]) * math.exp(p["mu2"] + p["sigma2"] ** 2 / 2)
+            ),
+        ),
+    )
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,8 +369,12 @@ class ToolSampler:
     Classes the model has no fit for use ``overall`` (their ``class_scale`` still applies).
     """
 
-    def __init__(self, model: str | os.PathLike[str] | Mapping[str, Any] | ToolModelSpec, scale: float = 1.0,
-                 class_scale: Mapping[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | Mapping[str, Any] | ToolModelSpec,
+        scale: float = 1.0,
+        class_scale: Mapping[str, float] | None = None,
+    ) -> None:
         self.model = load_tool_model(model)
         self.scale = _factor("scale", scale)
         unknown = sorted(set(class_scale or {}) - set(TOOL_CLASSES))
@@ -359,11 +404,18 @@ class GenerativeTools:
     the orchestrator passes, so a run is reproducible from its seed.
     """
 
-    def __init__(self, workload: Workload, model: str | os.PathLike[str] | Mapping[str, Any] | ToolModelSpec
-                 | ToolSampler, scale: float = 1.0, class_scale: dict[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        model: str | os.PathLike[str] | Mapping[str, Any] | ToolModelSpec | ToolSampler,
+        scale: float = 1.0,
+        class_scale: dict[str, float] | None = None,
+    ) -> None:
         if isinstance(model, ToolSampler):
-            merged = {c: model.class_scale.get(c, 1.0) * (class_scale or {}).get(c, 1.0)
-                      for c in set(model.class_scale) | set(class_scale or {})}
+            merged = {
+                c: model.class_scale.get(c, 1.0) * (class_scale or {}).get(c, 1.0)
+                for c in set(model.class_scale) | set(class_scale or {})
+            }
             self.sampler = ToolSampler(model.model, model.scale * scale, merged)
         else:
             self.sampler = ToolSampler(model, scale, class_scale)

@@ -60,37 +60,62 @@ class Workload:
     def trace_turns(self) -> dict[str, np.ndarray]:
         """``program_id``, ``turn_idx`` and ``reused_tokens`` of every turn, as the trace gives them."""
         prog = np.repeat(np.arange(self.n_programs), np.diff(self.turn_start))
-        return {"program_id": np.asarray(self.program_ids, dtype=object)[prog],
-                "turn_idx": np.arange(self.n_turns) - self.turn_start[prog], "reused_tokens": self.reused_tokens}
+        return {
+            "program_id": np.asarray(self.program_ids, dtype=object)[prog],
+            "turn_idx": np.arange(self.n_turns) - self.turn_start[prog],
+            "reused_tokens": self.reused_tokens,
+        }
 
     def head(self, n: int) -> Workload:
         """The first ``n`` programs."""
         if n >= self.n_programs:
             return self
         end = int(self.turn_start[n])
-        return Workload(self.program_ids[:n], self.task_ids[:n], self.turn_start[: n + 1].copy(),
-                        self.input_tokens[:end], self.output_tokens[:end], self.reused_tokens[:end],
-                        self.tool_s[:end], self.tool_class[:end], self.arrival_s[:n], self.prefix_ids[:n],
-                        self.prefix_tokens[:n], None if self.chains is None else self.chains[:end],
-                        self.seg_bounds)
+        return Workload(
+            self.program_ids[:n],
+            self.task_ids[:n],
+            self.turn_start[: n + 1].copy(),
+            self.input_tokens[:end],
+            self.output_tokens[:end],
+            self.reused_tokens[:end],
+            self.tool_s[:end],
+            self.tool_class[:end],
+            self.arrival_s[:n],
+            self.prefix_ids[:n],
+            self.prefix_tokens[:n],
+            None if self.chains is None else self.chains[:end],
+            self.seg_bounds,
+        )
 
-    def select(self, programs: list[int], turns: np.ndarray, turn_start: np.ndarray,
-               output_tokens: np.ndarray) -> Workload:
+    def select(
+        self, programs: list[int], turns: np.ndarray, turn_start: np.ndarray, output_tokens: np.ndarray
+    ) -> Workload:
         """A sub-workload: ``programs`` (indices, in order), their ``turns`` (global indices, grouped by program
         as ``turn_start`` says) with ``output_tokens`` replacing theirs. The last kept turn's tool gap is
         dropped (the program ends there)."""
         tool_s = self.tool_s[turns].copy()
         tool_s[turn_start[1:] - 1] = np.nan
         ids = turns.tolist()
-        return Workload([self.program_ids[p] for p in programs], [self.task_ids[p] for p in programs],
-                        turn_start, self.input_tokens[turns], output_tokens, self.reused_tokens[turns], tool_s,
-                        [self.tool_class[t] for t in ids], self.arrival_s[programs],
-                        [self.prefix_ids[p] for p in programs], self.prefix_tokens[programs],
-                        None if self.chains is None else [self.chains[t] for t in ids], self.seg_bounds)
+        return Workload(
+            [self.program_ids[p] for p in programs],
+            [self.task_ids[p] for p in programs],
+            turn_start,
+            self.input_tokens[turns],
+            output_tokens,
+            self.reused_tokens[turns],
+            tool_s,
+            [self.tool_class[t] for t in ids],
+            self.arrival_s[programs],
+            [self.prefix_ids[p] for p in programs],
+            self.prefix_tokens[programs],
+            None if self.chains is None else [self.chains[t] for t in ids],
+            self.seg_bounds,
+        )
 
 
 def compile_trace(trace: Trace) -> Workload:
     """Flatten a validated trace (:func:`compile_columns` on its frames' columns)."""
+
     def col(df: Any, name: str, kind: str) -> np.ndarray:
         if name not in df.columns:  # optional (prefix_hash_ids, hash_block_tokens)
             return np.full(len(df), None, dtype=object)
@@ -100,8 +125,10 @@ def compile_trace(trace: Trace) -> Workload:
             return df[name].to_numpy(dtype=np.float64, na_value=np.nan)
         return np.asarray([*df[name].tolist(), None], dtype=object)[:-1]  # (a list per row stays one object)
 
-    return compile_columns({c: col(trace.programs, c, k) for c, k in _PROGRAM_COLUMNS.items()},
-                           {c: col(trace.turns, c, k) for c, k in _TURN_COLUMNS.items()})
+    return compile_columns(
+        {c: col(trace.programs, c, k) for c, k in _PROGRAM_COLUMNS.items()},
+        {c: col(trace.turns, c, k) for c, k in _TURN_COLUMNS.items()},
+    )
 
 
 def load_workload(trace_dir: str | os.PathLike[str]) -> Workload:
@@ -119,10 +146,24 @@ def load_workload(trace_dir: str | os.PathLike[str]) -> Workload:
 
 
 #: the columns the simulator uses, and how a frame's column is read: i int64, f float64 (NaN), o objects
-_PROGRAM_COLUMNS = {"program_id": "o", "task_id": "o", "shared_prefix_tokens": "i", "arrival_s": "f",
-                    "shared_prefix_id": "o"}
-_TURN_COLUMNS = {"program_id": "o", "turn_idx": "i", "input_tokens": "i", "output_tokens": "i", "reused_tokens": "i",
-                 "tool_duration_s": "f", "tool_class": "o", "prefix_hash_ids": "o", "hash_block_tokens": "f"}
+_PROGRAM_COLUMNS = {
+    "program_id": "o",
+    "task_id": "o",
+    "shared_prefix_tokens": "i",
+    "arrival_s": "f",
+    "shared_prefix_id": "o",
+}
+_TURN_COLUMNS = {
+    "program_id": "o",
+    "turn_idx": "i",
+    "input_tokens": "i",
+    "output_tokens": "i",
+    "reused_tokens": "i",
+    "tool_duration_s": "f",
+    "tool_class": "o",
+    "prefix_hash_ids": "o",
+    "hash_block_tokens": "f",
+}
 
 
 def _missing(v: object) -> bool:
@@ -155,9 +196,11 @@ def compile_columns(programs: dict[str, np.ndarray], turns: dict[str, np.ndarray
     chains, bounds = None, None
     hash_ids = turns["prefix_hash_ids"][order].tolist()
     if any(not _missing(v) for v in hash_ids):
-        chains, bounds = build_chains([None if _missing(v) else v for v in hash_ids], inp.tolist(),
-                                      [None if _missing(v) else int(v)
-                                       for v in turns["hash_block_tokens"][order].tolist()])
+        chains, bounds = build_chains(
+            [None if _missing(v) else v for v in hash_ids],
+            inp.tolist(),
+            [None if _missing(v) else int(v) for v in turns["hash_block_tokens"][order].tolist()],
+        )
     return Workload(
         program_ids=pids.tolist(),
         task_ids=programs["task_id"].tolist(),

@@ -48,8 +48,11 @@ def draw_lines(ax: Any, s: pd.DataFrame, label_of: str = "group_name") -> list[A
 
 
 def _xaxis(ax: Any, exp: Experiment, values: np.ndarray) -> None:
-    labels = {"workload_rate_per_s": "program arrival rate (programs/s)", "tools_scale": "tool-duration scale (x)",
-              "workload_reuse_scale": "prefix reuse ratio eta"}
+    labels = {
+        "workload_rate_per_s": "program arrival rate (programs/s)",
+        "tools_scale": "tool-duration scale (x)",
+        "workload_reuse_scale": "prefix reuse ratio eta",
+    }
     ax.set_xlabel(labels.get(exp.x, exp.x))
     if exp.x == "tools_scale":
         ax.set_xscale("log")
@@ -59,13 +62,13 @@ def _xaxis(ax: Any, exp: Experiment, values: np.ndarray) -> None:
     ax.grid(True, alpha=0.3)
 
 
-def experiment_figure(df: pd.DataFrame, exp: Experiment, panels: list[tuple[str, str]], path: Path,
-                      baseline: str | None = None) -> Path:
+def experiment_figure(
+    df: pd.DataFrame, exp: Experiment, panels: list[tuple[str, str]], path: Path, baseline: str | None = None
+) -> Path:
     """Panels of ``(metric, y label)`` against the experiment's x, one row per facet value. A metric named
     ``gain`` plots :func:`gains` over ``baseline``."""
     facets = sorted(df[exp.facet].unique()) if exp.facet else [None]
-    fig, axes = plt.subplots(len(facets), len(panels), figsize=(4.6 * len(panels), 3.5 * len(facets)),
-                             squeeze=False)
+    fig, axes = plt.subplots(len(facets), len(panels), figsize=(4.6 * len(panels), 3.5 * len(facets)), squeeze=False)
     for i, fv in enumerate(facets):
         d = df if fv is None else df[df[exp.facet] == fv]
         for j, (metric, ylabel) in enumerate(panels):
@@ -101,8 +104,7 @@ def grid_heatmap(df: pd.DataFrame, path: Path, baseline: str = "vllm") -> tuple[
     d["cell"] = cell_labels(d)
     piv = d.pivot_table(index="cell", columns="group_name", values="jct_mean_s", sort=False)
     rows = [f"{g} {m.replace('llama-3.1-', '')} tp{t}" for g, m, t, _ in GRID_HARDWARE]
-    piv = piv.reindex(index=[r for r in rows if r in piv.index],
-                      columns=[c for c in GRID_POLICIES if c in piv.columns])
+    piv = piv.reindex(index=[r for r in rows if r in piv.index], columns=[c for c in GRID_POLICIES if c in piv.columns])
     gain = piv[[baseline]].to_numpy() / piv
     fig, ax = plt.subplots(figsize=(11, 4.6))
     im = ax.imshow(np.log2(gain.to_numpy(dtype=float)), cmap="RdBu", vmin=-1.5, vmax=1.5, aspect="auto")
@@ -128,8 +130,11 @@ def probe_figure(probe: pd.DataFrame, path: Path) -> Path:
         axes[1].plot(g["tool_scale"], g["unpins_on_pressure"] / g["decisions"], marker="o", label=name)
     for name, g in probe.groupby("policy", sort=False):
         axes[2].plot(g["tool_scale"], g["prefix_hit_rate"], marker="o", label=name)
-    titles = ("share of tool gaps pinned / pins that expired before the tool returned",
-              "pins released under memory pressure, per gap", "prefix hit rate")
+    titles = (
+        "share of tool gaps pinned / pins that expired before the tool returned",
+        "pins released under memory pressure, per gap",
+        "prefix hit rate",
+    )
     for ax, t in zip(axes, titles, strict=True):
         ax.set_xscale("log")
         ax.set_xticks(sorted(probe["tool_scale"].unique()))
@@ -139,8 +144,9 @@ def probe_figure(probe: pd.DataFrame, path: Path) -> Path:
         ax.set_title(t, fontsize="small")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="x-small")
-    fig.suptitle("Decision log: Continuum's retention vs tool scale (1 x H100, Llama-3.1-8B, 0.1 programs/s)",
-                 fontsize="medium")
+    fig.suptitle(
+        "Decision log: Continuum's retention vs tool scale (1 x H100, Llama-3.1-8B, 0.1 programs/s)", fontsize="medium"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

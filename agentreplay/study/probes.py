@@ -20,8 +20,7 @@ from agentreplay.sim.workload import Workload
 from agentreplay.study.experiments import TOOL_SCALES, base_config
 from agentreplay.study.spec import POLICIES, StudyOptions, tool_s_per_program
 
-PROBE_POLICIES = ("vllm", "continuum", "continuum-nocap", "continuum-strict", "vllm+program-fcfs",
-                  "vllm+continuum-ttl")
+PROBE_POLICIES = ("vllm", "continuum", "continuum-nocap", "continuum-strict", "vllm+program-fcfs", "vllm+continuum-ttl")
 
 
 def to_dict(cfg: SimConfig) -> dict[str, Any]:
@@ -50,8 +49,11 @@ def retention_breakdown(decisions: list[dict[str, Any]], turns: pd.DataFrame, pr
     pins = df[df["action"] == "pin"].copy()
     gaps = turns.set_index(["program_id", "turn_idx"])["tool_s"]
     keys = list(zip([program_ids[p] for p in pins["program"]], pins["turn"], strict=True))
-    pins["gap_s"] = gaps.reindex(pd.MultiIndex.from_tuples(keys, names=["program_id", "turn_idx"])).to_numpy() \
-        if keys else np.array([])
+    pins["gap_s"] = (
+        gaps.reindex(pd.MultiIndex.from_tuples(keys, names=["program_id", "turn_idx"])).to_numpy()
+        if keys
+        else np.array([])
+    )
     n = len(df)
     return {
         "decisions": n,
@@ -64,8 +66,13 @@ def retention_breakdown(decisions: list[dict[str, Any]], turns: pd.DataFrame, pr
     }
 
 
-def probe_tool_scale(workload: Workload, opts: StudyOptions, scales: list[float] | None = None,
-                     policies: tuple[str, ...] = PROBE_POLICIES, rate_per_s: float = 0.1) -> pd.DataFrame:
+def probe_tool_scale(
+    workload: Workload,
+    opts: StudyOptions,
+    scales: list[float] | None = None,
+    policies: tuple[str, ...] = PROBE_POLICIES,
+    rate_per_s: float = 0.1,
+) -> pd.DataFrame:
     """One row per (policy, scale): JCT (and JCT less the program's tool time), hit rate, re-prefilled tokens,
     queueing, pins and their fate (seed = the study's first seed)."""
     out = []
@@ -74,14 +81,22 @@ def probe_tool_scale(workload: Workload, opts: StudyOptions, scales: list[float]
             cfg = probe_config(opts.programs, policy, scale, opts.seeds[0], rate_per_s)
             res = simulate(workload, cfg)
             s = res.summary
-            row = {"policy": policy, "rate_per_s": rate_per_s, "seed": cfg.seed, "tool_scale": scale,
-                   "jct_mean_s": s["jct_s"]["mean"],
-                   "jct_serving_mean_s": s["jct_s"]["mean"] - tool_s_per_program(workload, to_dict(cfg)),
-                   "jct_p99_s": s["jct_s"]["p99"], "prefix_hit_rate": s["prefix_hit_rate"],
-                   "recomputed_tokens": s["recomputed_tokens"], "queued_mean_s": s["queued_s"]["mean"],
-                   "preemptions": s["preemptions"], "unpins_on_pressure": s["unpins_on_pressure"],
-                   "pinned_block_s": s["pinned_block_s"],
-                   "tool_s_mean": float(np.nanmean(res.turns["tool_s"].to_numpy(dtype=float)))}
+            row = {
+                "policy": policy,
+                "rate_per_s": rate_per_s,
+                "seed": cfg.seed,
+                "tool_scale": scale,
+                "jct_mean_s": s["jct_s"]["mean"],
+                "jct_serving_mean_s": s["jct_s"]["mean"] - tool_s_per_program(workload, to_dict(cfg)),
+                "jct_p99_s": s["jct_s"]["p99"],
+                "prefix_hit_rate": s["prefix_hit_rate"],
+                "recomputed_tokens": s["recomputed_tokens"],
+                "queued_mean_s": s["queued_s"]["mean"],
+                "preemptions": s["preemptions"],
+                "unpins_on_pressure": s["unpins_on_pressure"],
+                "pinned_block_s": s["pinned_block_s"],
+                "tool_s_mean": float(np.nanmean(res.turns["tool_s"].to_numpy(dtype=float))),
+            }
             row.update(retention_breakdown(res.decisions or [], res.turns, workload.program_ids))
             out.append(row)
     return pd.DataFrame(out)

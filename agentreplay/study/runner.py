@@ -46,8 +46,14 @@ def plan(opts: StudyOptions, work: str | Path) -> list[Experiment]:
     return experiments(opts, load_workload(opts.trace), model.resolve())
 
 
-def run_study(opts: StudyOptions, work: str | Path, executor: Executor, *, only: list[str] | None = None,
-              progress: Callable[[Experiment], SweepProgress | None] | None = None) -> StudyRun:
+def run_study(
+    opts: StudyOptions,
+    work: str | Path,
+    executor: Executor,
+    *,
+    only: list[str] | None = None,
+    progress: Callable[[Experiment], SweepProgress | None] | None = None,
+) -> StudyRun:
     """Run every experiment (or those named in ``only``) on ``executor``; returns the joined results."""
     work = Path(work)
     exps = plan(opts, work)
@@ -63,12 +69,18 @@ def run_study(opts: StudyOptions, work: str | Path, executor: Executor, *, only:
         try:
             outcome = run_sweep(spec, work / exp.name, executor, progress=progress(exp) if progress else None)
         except SpecError as exc:
-            raise SpecError(f"{exc}. The study's {exp.name} experiment changed since that folder was written: "
-                            f"delete {work / exp.name} or use another --work") from None
+            raise SpecError(
+                f"{exc}. The study's {exp.name} experiment changed since that folder was written: "
+                f"delete {work / exp.name} or use another --work"
+            ) from None
         ran = outcome.ok + outcome.failed
         if ran:  # keep the timing of the run that ran the cells
-            timings[exp.name] = {"cells": outcome.total, "ran": ran, "wall_s": outcome.wall_s,
-                                 "executor": executor.description}
+            timings[exp.name] = {
+                "cells": outcome.total,
+                "ran": ran,
+                "wall_s": outcome.wall_s,
+                "executor": executor.description,
+            }
         failed += [{**f, "experiment": exp.name} for f in outcome.failures]
         frames.append(_frame(exp, spec, work / exp.name, load_workload(opts.trace)))
     _write_json(work / TIMINGS, timings)

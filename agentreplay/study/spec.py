@@ -36,8 +36,16 @@ TRACE = ROOT / "datasets" / "swebench-verified"
 MEASURED_TOOLS = ROOT / "datasets" / "tool-models" / "claude-code-measured.json"
 
 #: the config paths a policy sets (every policy sets all of them, so policies can be one [[zip]] group)
-POLICY_KEYS = ("router.policy", "policy.queue", "policy.victim", "policy.retention", "policy.continuum_variant",
-               "policy.continuum_max_ttl_s", "policy.unpin_on_pressure", "tiers.dram_gib")
+POLICY_KEYS = (
+    "router.policy",
+    "policy.queue",
+    "policy.victim",
+    "policy.retention",
+    "policy.continuum_variant",
+    "policy.continuum_max_ttl_s",
+    "policy.unpin_on_pressure",
+    "tiers.dram_gib",
+)
 #: "no cap" for Continuum's TTL: longer than any simulated run (a TOML-safe stand-in for infinity), seconds
 NO_CAP_S = 1.0e6
 
@@ -116,8 +124,10 @@ def reuse_scale_for(workload: Workload, eta: float) -> float:
     """``workload.reuse_scale`` that sets the trace's eta to ``eta`` (fails if ``eta`` exceeds the trace's own)."""
     natural = eta_of(workload)
     if not 0 <= eta <= natural + 1e-12:
-        raise ValueError(f"eta = {eta} is invalid: in [0, {natural:.4f}] (the trace's own reuse ratio; the "
-                         f"transform only removes reuse)")
+        raise ValueError(
+            f"eta = {eta} is invalid: in [0, {natural:.4f}] (the trace's own reuse ratio; the "
+            f"transform only removes reuse)"
+        )
     return min(1.0, eta / natural)
 
 
@@ -137,8 +147,9 @@ def tool_s_per_program(workload: Workload, config: dict[str, Any]) -> float:
     elif mode == "fixed":
         total = float((~last).sum()) * float(config_value(config, "tools.fixed_s") or 1.0)
     else:
-        sampler = ToolSampler(config_value(config, "tools.model_path"), scale,
-                              config_value(config, "tools.class_scale"))
+        sampler = ToolSampler(
+            config_value(config, "tools.model_path"), scale, config_value(config, "tools.class_scale")
+        )
         means = {c: sampler.mean(c) for c in set(w.tool_class)}
         total = float(sum(means[c] for c, is_last in zip(w.tool_class, last, strict=True) if not is_last))
     return total / w.n_programs
@@ -160,26 +171,56 @@ def bimodal_tool_model(measured: str | Path = MEASURED_TOOLS, *, draws: int = 20
     modes: dict[str, dict[str, Any]] = {}
     for mode, classes in groups.items():
         n = sum(spec.classes[c].n for c in classes)
-        xs = np.concatenate([spec.classes[c].draw(rng, max(1, round(draws * spec.classes[c].n / n)))
-                             for c in classes])
+        xs = np.concatenate([spec.classes[c].draw(rng, max(1, round(draws * spec.classes[c].n / n))) for c in classes])
         xs = xs[xs > 0]
         logs = np.log(xs)
         mu, sigma = float(logs.mean()), float(logs.std())
-        modes[mode] = {"family": "lognormal", "params": {"mu": mu, "sigma": sigma}, "p_zero": 0.0, "n": n,
-                       "aic": None, "bic": None, "ks": None, "ks_p": None, "ad": None,
-                       "median_s": math.exp(mu), "p90_s": math.exp(mu + 1.2815515655446004 * sigma),
-                       "mode": mode, "classes": classes}
+        modes[mode] = {
+            "family": "lognormal",
+            "params": {"mu": mu, "sigma": sigma},
+            "p_zero": 0.0,
+            "n": n,
+            "aic": None,
+            "bic": None,
+            "ks": None,
+            "ks_p": None,
+            "ad": None,
+            "median_s": math.exp(mu),
+            "p90_s": math.exp(mu + 1.2815515655446004 * sigma),
+            "mode": mode,
+            "classes": classes,
+        }
     w = modes["fast"]["n"] / (modes["fast"]["n"] + modes["slow"]["n"])
     f, s = modes["fast"]["params"], modes["slow"]["params"]
-    overall = {"family": "lognormal_mix2", "n": modes["fast"]["n"] + modes["slow"]["n"], "p_zero": 0.0,
-               "params": {"w": w, "mu1": f["mu"], "sigma1": f["sigma"], "mu2": s["mu"], "sigma2": s["sigma"]},
-               "aic": None, "bic": None, "ks": None, "ks_p": None, "ad": None, "median_s": None, "p90_s": None}
+    overall = {
+        "family": "lognormal_mix2",
+        "n": modes["fast"]["n"] + modes["slow"]["n"],
+        "p_zero": 0.0,
+        "params": {"w": w, "mu1": f["mu"], "sigma1": f["sigma"], "mu2": s["mu"], "sigma2": s["sigma"]},
+        "aic": None,
+        "bic": None,
+        "ks": None,
+        "ks_p": None,
+        "ad": None,
+        "median_s": None,
+        "p90_s": None,
+    }
     by_class = {c: modes[mode] for mode, cs in groups.items() for c in cs}
-    return {"format": FORMAT, "version": VERSION, "default_source": "study:bimodal",
-            "provenance": {"derived_from": str(Path(measured).name), "method": "agentreplay.study.spec."
-                           "bimodal_tool_model", "fast_median_below_s": FAST_MEDIAN_S, "draws": draws,
-                           "seed": seed, "modes": {m: modes[m]["classes"] for m in modes}},
-            "classes": by_class, "overall": overall}
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "default_source": "study:bimodal",
+        "provenance": {
+            "derived_from": str(Path(measured).name),
+            "method": "agentreplay.study.spec.bimodal_tool_model",
+            "fast_median_below_s": FAST_MEDIAN_S,
+            "draws": draws,
+            "seed": seed,
+            "modes": {m: modes[m]["classes"] for m in modes},
+        },
+        "classes": by_class,
+        "overall": overall,
+    }
 
 
 def write_bimodal(path: str | Path, measured: str | Path = MEASURED_TOOLS) -> Path:
@@ -200,5 +241,9 @@ class StudyOptions:
         n_seeds = seeds if seeds is not None else (1 if quick else 3)
         if n_seeds < 1:
             raise ValueError(f"--seeds {n_seeds} is invalid: >= 1")
-        return cls(tuple(range(1, n_seeds + 1)), 60 if quick else 200, 40 if quick else 100,
-                   Path(trace).resolve() if trace else TRACE)
+        return cls(
+            tuple(range(1, n_seeds + 1)),
+            60 if quick else 200,
+            40 if quick else 100,
+            Path(trace).resolve() if trace else TRACE,
+        )

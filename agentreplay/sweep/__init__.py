@@ -13,5 +13,18 @@ from agentreplay.sweep.executors import DaskExecutor, Executor, LocalExecutor, m
 from agentreplay.sweep.runner import SweepOutcome, SweepProgress, run_sweep
 from agentreplay.sweep.spec import Cell, Param, SpecError, SweepSpec, load_spec, parse_spec
 
-__all__ = ["Cell", "DaskExecutor", "Executor", "LocalExecutor", "Param", "SpecError", "SweepOutcome",
-           "SweepProgress", "SweepSpec", "load_spec", "make_executor", "parse_spec", "run_sweep"]
+__all__ = [
+    "Cell",
+    "DaskExecutor",
+    "Executor",
+    "LocalExecutor",
+    "Param",
+    "SpecError",
+    "SweepOutcome",
+    "SweepProgress",
+    "SweepSpec",
+    "load_spec",
+    "make_executor",
+    "parse_spec",
+    "run_sweep",
+]

@@ -46,8 +46,9 @@ def line_plot(ax: Any, data: LineData) -> list[Any]:
     """One line per series, markers at the cells."""
     artists: list[Any] = []
     for s in data.series:
-        (line,) = ax.plot(s.x, s.y, marker="o", linestyle="--" if s.dashed else "-", color=f"C{s.colour % 10}",
-                          label=s.name)
+        (line,) = ax.plot(
+            s.x, s.y, marker="o", linestyle="--" if s.dashed else "-", color=f"C{s.colour % 10}", label=s.name
+        )
         artists.append(line)
     if data.zero_line:
         artists.append(ax.axhline(0.0, color="0.5", linewidth=0.8))

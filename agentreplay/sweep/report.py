@@ -30,9 +30,15 @@ import pandas as pd
 from agentreplay.sweep.plots import BarData, LineData, Series, data_uri, render_png
 from agentreplay.sweep.spec import Param, fmt
 
-TABLE_FIGURES = [("jct_mean_s", "JCT mean (s)"), ("jct_p99_s", "JCT p99 (s)"), ("ttft_p99_s", "TTFT p99 (s)"),
-                 ("throughput_programs_per_s", "programs/s"), ("prefix_hit_rate", "hit rate"),
-                 ("preemptions", "preemptions"), ("wall_s", "wall (s)")]
+TABLE_FIGURES = [
+    ("jct_mean_s", "JCT mean (s)"),
+    ("jct_p99_s", "JCT p99 (s)"),
+    ("ttft_p99_s", "TTFT p99 (s)"),
+    ("throughput_programs_per_s", "programs/s"),
+    ("prefix_hit_rate", "hit rate"),
+    ("preemptions", "preemptions"),
+    ("wall_s", "wall (s)"),
+]
 MAX_SERIES = 8
 
 
@@ -91,8 +97,12 @@ def detect_axes(params: list[Param]) -> Axes:
 
     load = first(lambda p: p.path.endswith(("concurrency", "rate_per_s")), numeric)
     tier = first(lambda p: p.path.startswith("tiers.") or any(w in p.path for w in ("dram", "cxl", "offload", "tier")))
-    group = (first(lambda p: p.path == "preset") or first(lambda p: p.path.startswith("policy."))
-             or first(lambda p: "policy" in p.path) or first(lambda p: p.kind == "str" and p is not tier))
+    group = (
+        first(lambda p: p.path == "preset")
+        or first(lambda p: p.path.startswith("policy."))
+        or first(lambda p: "policy" in p.path)
+        or first(lambda p: p.kind == "str" and p is not tier)
+    )
     rest = [p for p in numeric if p not in (load, group)]
     factor = first(lambda p: p.path.endswith("scale"), rest) or (rest[0] if rest else load)
     router = first(lambda p: p.path.startswith("router."))
@@ -130,8 +140,12 @@ def _averaged(ax: Axes, shown: Sequence[Param | None]) -> str:
 def jct_vs_load(ok: pd.DataFrame, ax: Axes) -> ReportFigure:
     title = "JCT vs load"
     if ax.load is None:
-        return ReportFigure("jct-vs-load", title, "", skipped="no load axis (workload.concurrency or "
-                            "workload.rate_per_s with two or more values) in the grid")
+        return ReportFigure(
+            "jct-vs-load",
+            title,
+            "",
+            skipped="no load axis (workload.concurrency or workload.rate_per_s with two or more values) in the grid",
+        )
     others = [p for p in ax.varying if p is not ax.load]
     series_ps = others if len(_combos(others)) <= MAX_SERIES else [p for p in (ax.group,) if p is not None]
     agg = _mean_by(ok, [*series_ps, ax.load], ["jct_mean_s", "jct_p99_s"])
@@ -146,7 +160,8 @@ def jct_vs_load(ok: pd.DataFrame, ax: Axes) -> ReportFigure:
     logx = ax.load.kind == "int" and min(ax.load.values) > 0 and max(ax.load.values) / min(ax.load.values) >= 8
     panels: list[LineData | BarData] = [
         LineData("mean JCT", ax.load.path, "JCT mean (s)", means, logx=logx),
-        LineData("p99 JCT", ax.load.path, "JCT p99 (s)", tails, logx=logx)]
+        LineData("p99 JCT", ax.load.path, "JCT p99 (s)", tails, logx=logx),
+    ]
     caption = f"Program JCT against {ax.load.path}, one line per {' x '.join(p.short for p in series_ps) or 'sweep'}."
     return ReportFigure("jct-vs-load", title, caption + _averaged(ax, [ax.load, *series_ps]), panels)
 
@@ -155,11 +170,21 @@ def gain_vs_factor(ok: pd.DataFrame, ax: Axes) -> ReportFigure:
     title = "JCT gain over the baseline"
     g, f = ax.group, ax.factor
     if g is None:
-        return ReportFigure("gain", title, "", skipped="no grouping axis (preset, a policy or another text "
-                            "parameter with two or more values) to compare against a baseline")
+        return ReportFigure(
+            "gain",
+            title,
+            "",
+            skipped="no grouping axis (preset, a policy or another text "
+            "parameter with two or more values) to compare against a baseline",
+        )
     if f is None or f is g:
-        return ReportFigure("gain", title, "", skipped=f"no numeric factor besides {g.path} to plot the gain "
-                            "against (e.g. tools.scale or workload.concurrency)")
+        return ReportFigure(
+            "gain",
+            title,
+            "",
+            skipped=f"no numeric factor besides {g.path} to plot the gain "
+            "against (e.g. tools.scale or workload.concurrency)",
+        )
     base = g.values[0]
     keys = [p.column for p in ax.varying if p is not g] + ["seed"]
     b = ok[ok[g.column] == _col(g, base)][[*keys, "jct_mean_s", "jct_p99_s"]]
@@ -176,8 +201,10 @@ def gain_vs_factor(ok: pd.DataFrame, ax: Axes) -> ReportFigure:
         series.append(Series(f"{fmt(v)} p99", x, by["gain_jct_p99_s"].tolist(), dashed=True, colour=i))
     if not series:
         return ReportFigure("gain", title, "", skipped=f"no finished cell pairs differ only in {g.path}")
-    caption = (f"Relative JCT gain of each {g.short} over {g.short}={fmt(base)} (positive = faster; solid mean, "
-               f"dashed p99), cell pairs matched on every other parameter and seed, against {f.path}.")
+    caption = (
+        f"Relative JCT gain of each {g.short} over {g.short}={fmt(base)} (positive = faster; solid mean, "
+        f"dashed p99), cell pairs matched on every other parameter and seed, against {f.path}."
+    )
     panel = LineData(f"gain over {g.short}={fmt(base)}", f.path, "JCT gain (%)", series, zero_line=True)
     return ReportFigure("gain", title, caption + _averaged(ax, [g, f]), [panel])
 
@@ -186,15 +213,19 @@ def hit_rate_vs_router(ok: pd.DataFrame, ax: Axes) -> ReportFigure:
     title = "Prefix hit rate vs router"
     r = ax.router
     if r is None:
-        return ReportFigure("hit-rate-router", title, "", skipped="no router parameter (router.*) with two or "
-                            "more values in the grid")
+        return ReportFigure(
+            "hit-rate-router", title, "", skipped="no router parameter (router.*) with two or more values in the grid"
+        )
     cols = ["prefix_hit_rate_shared_prefix", "prefix_hit_rate_own_history"]
     agg = _mean_by(ok, [r], cols)
     cats = [v for v in r.values if not _select(agg, [r], (v,)).empty]
-    stacks = [(name, [float(_select(agg, [r], (v,))[c].iloc[0]) for v in cats])
-              for name, c in (("shared prefix", cols[0]), ("own history", cols[1]))]
-    panel = BarData("prefix hit rate", r.path, "prompt tokens served from cache", [fmt(v) for v in cats], stacks,
-                    ymax=1.15)
+    stacks = [
+        (name, [float(_select(agg, [r], (v,))[c].iloc[0]) for v in cats])
+        for name, c in (("shared prefix", cols[0]), ("own history", cols[1]))
+    ]
+    panel = BarData(
+        "prefix hit rate", r.path, "prompt tokens served from cache", [fmt(v) for v in cats], stacks, ymax=1.15
+    )
     caption = f"Share of prompt tokens served from the prefix cache, by {r.path}, split by where the hit came from."
     return ReportFigure("hit-rate-router", title, caption + _averaged(ax, [r]), [panel])
 
@@ -203,23 +234,40 @@ def tail_vs_tier(ok: pd.DataFrame, ax: Axes) -> ReportFigure:
     title = "Tail JCT with and without a memory tier"
     t = ax.tier
     if t is None:
-        return ReportFigure("tier-tail", title, "", skipped="no tier parameter (tiers.*, or a path naming dram, "
-                            "cxl, offload or tier) with two or more values in the grid")
+        return ReportFigure(
+            "tier-tail",
+            title,
+            "",
+            skipped="no tier parameter (tiers.*, or a path naming dram, "
+            "cxl, offload or tier) with two or more values in the grid",
+        )
 
     def name(v: Any) -> str:
         return f"{t.short}={fmt(v)}" + (" (off)" if v in (0, 0.0, False) else "")
 
     if ax.load is not None and ax.load is not t:
         agg = _mean_by(ok, [t, ax.load], ["jct_p99_s"])
-        series = [Series(name(v), (s := _select(agg, [t], (v,)).sort_values(ax.load.column))[ax.load.column].tolist(),
-                         s["jct_p99_s"].tolist(), colour=i) for i, v in enumerate(t.values)]
+        series = [
+            Series(
+                name(v),
+                (s := _select(agg, [t], (v,)).sort_values(ax.load.column))[ax.load.column].tolist(),
+                s["jct_p99_s"].tolist(),
+                colour=i,
+            )
+            for i, v in enumerate(t.values)
+        ]
         panel: LineData | BarData = LineData("p99 JCT", ax.load.path, "JCT p99 (s)", series)
         shown = [t, ax.load]
     else:
         agg = _mean_by(ok, [t], ["jct_p99_s"])
         cats = [v for v in t.values if not _select(agg, [t], (v,)).empty]
-        panel = BarData("p99 JCT", t.path, "JCT p99 (s)", [name(v) for v in cats],
-                        [("p99 JCT", [float(_select(agg, [t], (v,))["jct_p99_s"].iloc[0]) for v in cats])])
+        panel = BarData(
+            "p99 JCT",
+            t.path,
+            "JCT p99 (s)",
+            [name(v) for v in cats],
+            [("p99 JCT", [float(_select(agg, [t], (v,))["jct_p99_s"].iloc[0]) for v in cats])],
+        )
         shown = [t]
     caption = f"p99 program JCT by {t.path}."
     return ReportFigure("tier-tail", title, caption + _averaged(ax, shown), [panel])
@@ -234,15 +282,27 @@ def build_report(sweep_dir: str | Path) -> Report:
     if ok.empty:
         figures = [ReportFigure(f.name, f.title, "", skipped="no cell finished ok") for f in figures]
     n_cells = len(manifest["cells"])
-    facts = [("trace", manifest["trace"]), ("seeds", ", ".join(map(str, manifest["seeds"]))),
-             ("cells", f"{n_cells} ({len(ok)} ok, {int((rows['status'] == 'failed').sum())} failed, "
-                       f"{n_cells - len(rows)} not run)"),
-             *((f"parameter {p.path}", ", ".join(fmt(v) for v in p.values)) for p in params),
-             ("simulation time", f"{rows['wall_s'].sum():,.1f} s over all cells"),
-             ("base config", "base-config.toml beside the results")]
-    cells = pd.DataFrame({"cell": rows["cell_id"], "label": rows["label"], "status": rows["status"],
-                          "attempts": rows["attempts"],
-                          **{name: rows[c].map(_num) for c, name in TABLE_FIGURES if c in rows}})
+    facts = [
+        ("trace", manifest["trace"]),
+        ("seeds", ", ".join(map(str, manifest["seeds"]))),
+        (
+            "cells",
+            f"{n_cells} ({len(ok)} ok, {int((rows['status'] == 'failed').sum())} failed, "
+            f"{n_cells - len(rows)} not run)",
+        ),
+        *((f"parameter {p.path}", ", ".join(fmt(v) for v in p.values)) for p in params),
+        ("simulation time", f"{rows['wall_s'].sum():,.1f} s over all cells"),
+        ("base config", "base-config.toml beside the results"),
+    ]
+    cells = pd.DataFrame(
+        {
+            "cell": rows["cell_id"],
+            "label": rows["label"],
+            "status": rows["status"],
+            "attempts": rows["attempts"],
+            **{name: rows[c].map(_num) for c, name in TABLE_FIGURES if c in rows},
+        }
+    )
     failed = rows.loc[rows["status"] == "failed", ["cell_id", "label", "attempts", "error"]]
     return Report(f"Sweep report: {Path(sweep_dir).resolve().name}", facts, figures, cells, failed)
 
@@ -278,29 +338,40 @@ def to_markdown(report: Report, images: dict[str, str]) -> str:
 
 def _html_table(df: pd.DataFrame) -> str:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
-                   for row in df.itertuples(index=False))
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>" for row in df.itertuples(index=False)
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def to_html(report: Report, pngs: dict[str, bytes]) -> str:
     """One self-contained page: the figures are embedded as base64 PNGs."""
     e = html.escape
-    parts = [f"<h1>{e(report.title)}</h1><ul>"
-             + "".join(f"<li><b>{e(k)}</b>: {e(v)}</li>" for k, v in report.facts) + "</ul><h2>Figures</h2>"]
+    parts = [
+        f"<h1>{e(report.title)}</h1><ul>"
+        + "".join(f"<li><b>{e(k)}</b>: {e(v)}</li>" for k, v in report.facts)
+        + "</ul><h2>Figures</h2>"
+    ]
     for f in report.figures:
         parts.append(f"<h3>{e(f.title)}</h3>")
-        parts.append(f"<p class='skip'>Skipped: {e(f.skipped)}.</p>" if f.skipped else
-                     f"<figure><img alt='{e(f.title)}' src='{data_uri(pngs[f.name])}'>"
-                     f"<figcaption>{e(f.caption)}</figcaption></figure>")
+        parts.append(
+            f"<p class='skip'>Skipped: {e(f.skipped)}.</p>"
+            if f.skipped
+            else f"<figure><img alt='{e(f.title)}' src='{data_uri(pngs[f.name])}'>"
+            f"<figcaption>{e(f.caption)}</figcaption></figure>"
+        )
     parts.append("<h2>Cells</h2>" + _html_table(report.cells))
     if len(report.failed):
         parts.append("<h2>Failed cells</h2>" + _html_table(report.failed))
-    style = ("body{font-family:system-ui,sans-serif;max-width:1300px;margin:2em auto;padding:0 1em}"
-             "table{border-collapse:collapse;font-size:0.85em}td,th{border:1px solid #ccc;padding:2px 6px;"
-             "text-align:right}td:nth-child(2){text-align:left}img{max-width:100%}.skip{color:#777}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{e(report.title)}</title>"
-            f"<style>{style}</style></head><body>{''.join(parts)}</body></html>\n")
+    style = (
+        "body{font-family:system-ui,sans-serif;max-width:1300px;margin:2em auto;padding:0 1em}"
+        "table{border-collapse:collapse;font-size:0.85em}td,th{border:1px solid #ccc;padding:2px 6px;"
+        "text-align:right}td:nth-child(2){text-align:left}img{max-width:100%}.skip{color:#777}"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{e(report.title)}</title>"
+        f"<style>{style}</style></head><body>{''.join(parts)}</body></html>\n"
+    )
 
 
 def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None) -> tuple[Report, dict[str, Path]]:

@@ -64,8 +64,10 @@ def prepare(spec: SweepSpec, out: str | Path) -> tuple[ResultStore, list[Cell]]:
         except (OSError, ValueError) as exc:
             raise SpecError(f"{manifest}: unreadable ({exc})") from None
         if old != spec.fingerprint:
-            raise SpecError(f"{out} holds results of a different sweep (trace, base config or swept parameters "
-                            f"differ: fingerprint {old} != {spec.fingerprint}); choose another --out")
+            raise SpecError(
+                f"{out} holds results of a different sweep (trace, base config or swept parameters "
+                f"differ: fingerprint {old} != {spec.fingerprint}); choose another --out"
+            )
     out.mkdir(parents=True, exist_ok=True)
     _write_text(manifest, json.dumps(manifest_of(spec), indent=2, default=str) + "\n")
     _write_text(out / "base-config.toml", to_toml(from_dict(spec.base)))
@@ -80,16 +82,26 @@ def manifest_of(spec: SweepSpec) -> dict[str, Any]:
         "fingerprint": spec.fingerprint,
         "trace": str(spec.trace),
         "seeds": list(spec.seeds),
-        "params": [{"path": p.path, "column": p.column, "short": p.short, "kind": p.kind, "values": list(p.values)}
-                   for p in spec.params],
-        "cells": [{"cell_id": c.cell_id, "label": c.label, "seed": c.seed, "group": c.group,
-                   "overrides": c.overrides} for c in spec.cells],
+        "params": [
+            {"path": p.path, "column": p.column, "short": p.short, "kind": p.kind, "values": list(p.values)}
+            for p in spec.params
+        ],
+        "cells": [
+            {"cell_id": c.cell_id, "label": c.label, "seed": c.seed, "group": c.group, "overrides": c.overrides}
+            for c in spec.cells
+        ],
         "spec": spec.raw,
     }
 
 
-def run_sweep(spec: SweepSpec, out: str | Path, executor: Executor, *, progress: SweepProgress | None = None,
-              max_attempts: int = 2) -> SweepOutcome:
+def run_sweep(
+    spec: SweepSpec,
+    out: str | Path,
+    executor: Executor,
+    *,
+    progress: SweepProgress | None = None,
+    max_attempts: int = 2,
+) -> SweepOutcome:
     """Run every unfinished cell of ``spec`` on ``executor``, writing ``out/results/``; returns the counts."""
     t0 = time.perf_counter()
     store, todo = prepare(spec, out)
@@ -132,11 +144,21 @@ def run_sweep(spec: SweepSpec, out: str | Path, executor: Executor, *, progress:
 
 def row_of(spec: SweepSpec, cell: Cell, result: dict[str, Any], attempts: int) -> dict[str, Any]:
     """One results row: identity, the swept parameters as columns, then the figures."""
-    row: dict[str, Any] = {"cell_id": cell.cell_id, "label": cell.label, "seed": cell.seed,
-                           "status": result["status"], "error": result["error"], "attempts": attempts,
-                           "wall_s": result["wall_s"]}
-    row.update({p.column: json.dumps(cell.overrides[p.path]) if p.kind == "list" else cell.overrides[p.path]
-                for p in spec.params})
+    row: dict[str, Any] = {
+        "cell_id": cell.cell_id,
+        "label": cell.label,
+        "seed": cell.seed,
+        "status": result["status"],
+        "error": result["error"],
+        "attempts": attempts,
+        "wall_s": result["wall_s"],
+    }
+    row.update(
+        {
+            p.column: json.dumps(cell.overrides[p.path]) if p.kind == "list" else cell.overrides[p.path]
+            for p in spec.params
+        }
+    )
     row.update({k: v for k, v in result["figures"].items() if k not in row})
     return row
 

@@ -110,7 +110,7 @@ def parse_spec(data: dict[str, Any], base_dir: str | Path = ".") -> SweepSpec:
     if bad:
         raise SpecError(f"[sweep] unknown key(s) {bad}; known: {sorted(_SWEEP_KEYS)}")
     if not isinstance(sweep.get("trace"), str):
-        raise SpecError("[sweep] trace = \"<canonical trace folder>\" is required")
+        raise SpecError('[sweep] trace = "<canonical trace folder>" is required')
     trace = _resolve_trace(sweep["trace"], Path(base_dir))
     base = copy.deepcopy(_table(data, "base"))
     if "max_programs" in sweep:
@@ -164,8 +164,9 @@ Axis = tuple[tuple[str, ...], list[tuple[Any, ...]]]  #: (paths, rows of values)
 
 def _axes(data: dict[str, Any]) -> list[Axis]:
     """One axis per grid key, one per zip group."""
-    axes: list[Axis] = [((path,), [(v,) for v in values])
-                        for path, values in _flatten(_table(data, "grid"), "[grid]").items()]
+    axes: list[Axis] = [
+        ((path,), [(v,) for v in values]) for path, values in _flatten(_table(data, "grid"), "[grid]").items()
+    ]
     zips = data.get("zip", [])
     if not isinstance(zips, list):
         raise SpecError("zip must be an array of tables: [[zip]]")
@@ -217,8 +218,11 @@ def _field_type(path: str) -> Any:
 
 def _is_float_field(path: str) -> bool:
     hint = _field_type(path)
-    args = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union \
+    args = (
+        typing.get_args(hint)
+        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
         else (hint,)
+    )
     return float in args and int not in args
 
 

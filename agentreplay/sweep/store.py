@@ -24,19 +24,38 @@ import pyarrow.parquet as pq
 from agentreplay.sweep.spec import Param
 
 PARTITION = "cell_group"
-IDENTITY = [("cell_id", pa.string()), ("label", pa.string()), ("seed", pa.int64()), ("status", pa.string()),
-            ("error", pa.string()), ("attempts", pa.int64()), ("wall_s", pa.float64())]
+IDENTITY = [
+    ("cell_id", pa.string()),
+    ("label", pa.string()),
+    ("seed", pa.int64()),
+    ("status", pa.string()),
+    ("error", pa.string()),
+    ("attempts", pa.int64()),
+    ("wall_s", pa.float64()),
+]
 _I, _F = pa.int64(), pa.float64()
 #: what ``simulate().summary`` holds today, flattened (agentreplay.sweep.worker.flatten_summary)
 CORE_FIGURES = [
-    ("programs", _I), ("turns", _I), ("makespan_s", _F),
+    ("programs", _I),
+    ("turns", _I),
+    ("makespan_s", _F),
     *((f"{m}_{q}_s", _F) for m in ("jct", "ttft", "tpot", "queued") for q in ("mean", "p50", "p90", "p99")),
-    ("throughput_programs_per_s", _F), ("throughput_output_tokens_per_s", _F),
-    ("input_tokens", _I), ("output_tokens", _I),
-    ("prefix_hit_rate", _F), ("prefix_hit_rate_shared_prefix", _F), ("prefix_hit_rate_own_history", _F),
-    ("recomputed_tokens", _I), ("preemptions", _I),
-    ("cluster_instances", _I), ("cluster_tp", _I), ("cluster_num_gpu_blocks", _I), ("cluster_max_num_seqs", _I),
-    ("cluster_max_num_batched_tokens", _I), ("engine_events", _I), ("engine_iterations", _I),
+    ("throughput_programs_per_s", _F),
+    ("throughput_output_tokens_per_s", _F),
+    ("input_tokens", _I),
+    ("output_tokens", _I),
+    ("prefix_hit_rate", _F),
+    ("prefix_hit_rate_shared_prefix", _F),
+    ("prefix_hit_rate_own_history", _F),
+    ("recomputed_tokens", _I),
+    ("preemptions", _I),
+    ("cluster_instances", _I),
+    ("cluster_tp", _I),
+    ("cluster_num_gpu_blocks", _I),
+    ("cluster_max_num_seqs", _I),
+    ("cluster_max_num_batched_tokens", _I),
+    ("engine_events", _I),
+    ("engine_iterations", _I),
     ("engine_decode_runs", _I),
 ]
 KIND_TYPES = {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64(), "str": pa.string(), "list": pa.string()}
@@ -86,8 +105,10 @@ class ResultStore:
             if pq.read_schema(f).remove_metadata() == schema:
                 continue
             t = pq.read_table(f, partitioning=None)
-            cols = [t[name].cast(typ) if name in t.column_names else pa.nulls(t.num_rows, typ) for name, typ in
-                    zip(schema.names, schema.types, strict=True)]
+            cols = [
+                t[name].cast(typ) if name in t.column_names else pa.nulls(t.num_rows, typ)
+                for name, typ in zip(schema.names, schema.types, strict=True)
+            ]
             _write_atomic(pa.Table.from_arrays(cols, schema=schema), f)
             n += 1
         return n

@@ -63,5 +63,9 @@ def run_cell(trace: str, config: dict[str, Any]) -> dict[str, Any]:
         result = simulate(workload, cfg)
     except Exception as exc:  # a cell's failure is data for the runner (retried, then recorded)
         return failure(exc, time.perf_counter() - t0)
-    return {"status": "ok", "error": None, "wall_s": time.perf_counter() - t0,
-            "figures": flatten_summary(result.summary)}
+    return {
+        "status": "ok",
+        "error": None,
+        "wall_s": time.perf_counter() - t0,
+        "figures": flatten_summary(result.summary),
+    }

@@ -26,10 +26,25 @@ Columns = dict[str, np.ndarray]
 
 
 #: the columns the simulator and :func:`columns_valid` read (the others are checked for nulls only)
-USED = {"programs": ("program_id", "task_id", "n_turns", "shared_prefix_tokens", "arrival_s", "shared_prefix_id"),
-        "turns": ("program_id", "turn_idx", "input_tokens", "output_tokens", "reused_tokens", "provider_cached_tokens",
-                  "reasoning_tokens", "tokens_kind", "tool_class", "tool_duration_s", "tool_duration_kind",
-                  "llm_latency_s", "prefix_hash_ids", "hash_block_tokens")}
+USED = {
+    "programs": ("program_id", "task_id", "n_turns", "shared_prefix_tokens", "arrival_s", "shared_prefix_id"),
+    "turns": (
+        "program_id",
+        "turn_idx",
+        "input_tokens",
+        "output_tokens",
+        "reused_tokens",
+        "provider_cached_tokens",
+        "reasoning_tokens",
+        "tokens_kind",
+        "tool_class",
+        "tool_duration_s",
+        "tool_duration_kind",
+        "llm_latency_s",
+        "prefix_hash_ids",
+        "hash_block_tokens",
+    ),
+}
 _NUMBERS = {pa.int32(): np.int32, pa.int64(): np.int64, pa.float64(): np.float64}
 
 
@@ -40,21 +55,21 @@ def _chunk(arr: pa.Array) -> np.ndarray:
     n, off, bufs = len(arr), arr.offset, arr.buffers()
     valid = None
     if arr.null_count:
-        valid = np.unpackbits(np.frombuffer(bufs[0], np.uint8), bitorder="little")[off:off + n].astype(bool)
+        valid = np.unpackbits(np.frombuffer(bufs[0], np.uint8), bitorder="little")[off : off + n].astype(bool)
     typ = arr.type
     if typ in _NUMBERS:
-        x = np.frombuffer(bufs[1], _NUMBERS[typ])[off:off + n]
+        x = np.frombuffer(bufs[1], _NUMBERS[typ])[off : off + n]
         if valid is not None:
             x = x.astype(np.float64)
             x[~valid] = np.nan
         return x
     if typ in (pa.string(), pa.large_string()):
-        o = np.frombuffer(bufs[1], np.int32 if typ == pa.string() else np.int64)[off:off + n + 1].tolist()
+        o = np.frombuffer(bufs[1], np.int32 if typ == pa.string() else np.int64)[off : off + n + 1].tolist()
         data = bytes(bufs[2]) if bufs[2] is not None else b""
         out = np.empty(n, dtype=object)
         out[:] = [data[a:b].decode() for a, b in itertools.pairwise(o)]
     elif typ == pa.list_(pa.int64()):
-        o = np.frombuffer(bufs[1], np.int32)[off:off + n + 1]
+        o = np.frombuffer(bufs[1], np.int32)[off : off + n + 1]
         values = _chunk(arr.values)
         out = np.empty(n, dtype=object)
         out[:] = [values[a:b] for a, b in zip(o[:-1].tolist(), o[1:].tolist(), strict=True)]
@@ -71,8 +86,11 @@ def _column(table: pa.Table, name: str) -> np.ndarray:
         return np.full(table.num_rows, None, dtype=object)
     chunks = [_chunk(c) for c in table.column(name).chunks]
     if not chunks:
-        return np.full(0, None, dtype=object) if table.schema.field(name).type not in _NUMBERS else \
-            np.zeros(0, dtype=_NUMBERS[table.schema.field(name).type])
+        return (
+            np.full(0, None, dtype=object)
+            if table.schema.field(name).type not in _NUMBERS
+            else np.zeros(0, dtype=_NUMBERS[table.schema.field(name).type])
+        )
     return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
 
@@ -100,8 +118,9 @@ def read_columns(trace_dir: str | os.PathLike[str]) -> tuple[Columns, Columns, d
 def program_index(program_ids: np.ndarray, turn_program_ids: np.ndarray) -> np.ndarray:
     """Each turn's program as a row index into ``program_ids`` (-1: no such program)."""
     index = {pid: i for i, pid in enumerate(program_ids.tolist())}
-    return np.fromiter((index.get(pid, -1) for pid in turn_program_ids.tolist()), dtype=np.int64,
-                       count=len(turn_program_ids))
+    return np.fromiter(
+        (index.get(pid, -1) for pid in turn_program_ids.tolist()), dtype=np.int64, count=len(turn_program_ids)
+    )
 
 
 def columns_valid(programs: Columns, turns: Columns, nulls: dict[str, int]) -> bool:
@@ -120,15 +139,25 @@ def columns_valid(programs: Columns, turns: Columns, nulls: dict[str, int]) -> b
     if (p < 0).any():
         return False
     with np.errstate(invalid="ignore"):
-        for col in ("input_tokens", "output_tokens", "reused_tokens", "provider_cached_tokens", "reasoning_tokens",
-                    "tool_duration_s", "llm_latency_s"):
+        for col in (
+            "input_tokens",
+            "output_tokens",
+            "reused_tokens",
+            "provider_cached_tokens",
+            "reasoning_tokens",
+            "tool_duration_s",
+            "llm_latency_s",
+        ):
             x = turns[col]
             if x.dtype == object or (x < 0).any():  # object: an all-null numeric column; let validate judge it
                 return False
         if (turns["reused_tokens"] > turns["input_tokens"]).any() or (programs["shared_prefix_tokens"] < 0).any():
             return False
-    for col, vocab in (("tool_class", TOOL_CLASSES), ("tokens_kind", TOKENS_KINDS),
-                       ("tool_duration_kind", TOOL_DURATION_KINDS)):
+    for col, vocab in (
+        ("tool_class", TOOL_CLASSES),
+        ("tokens_kind", TOKENS_KINDS),
+        ("tool_duration_kind", TOOL_DURATION_KINDS),
+    ):
         if not set(turns[col].tolist()) <= {*vocab, None}:
             return False
     idx = turns["turn_idx"].astype(np.int64)

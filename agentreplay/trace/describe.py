@@ -15,9 +15,11 @@ QUANTILES = (0.5, 0.9, 0.99)
 def _q(values: np.ndarray) -> dict[str, float]:
     if len(values) == 0:
         return {"mean": float("nan"), **{f"p{int(q * 100)}": float("nan") for q in QUANTILES}, "max": float("nan")}
-    return {"mean": float(np.mean(values)),
-            **{f"p{int(q * 100)}": float(np.quantile(values, q)) for q in QUANTILES},
-            "max": float(np.max(values))}
+    return {
+        "mean": float(np.mean(values)),
+        **{f"p{int(q * 100)}": float(np.quantile(values, q)) for q in QUANTILES},
+        "max": float(np.max(values)),
+    }
 
 
 def describe(trace: Trace) -> dict[str, Any]:

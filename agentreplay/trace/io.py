@@ -53,8 +53,13 @@ def to_table(name: str, df: pd.DataFrame) -> pa.Table:
 
     schema = SCHEMAS[name]
     if name == "turns":  # optional columns: absent or all-null (NaN from a frame built without them) -> None
-        df = df.assign(**{c: pd.Series([None] * len(df), index=df.index, dtype=object)
-                          for c in READABLE_VERSIONS["1"] if c not in df.columns or not df[c].notna().any()})
+        df = df.assign(
+            **{
+                c: pd.Series([None] * len(df), index=df.index, dtype=object)
+                for c in READABLE_VERSIONS["1"]
+                if c not in df.columns or not df[c].notna().any()
+            }
+        )
     missing = [f.name for f in schema if f.name not in df.columns]
     if missing:
         raise TraceError(f"table {name!r}: missing columns {missing}")
@@ -112,8 +117,9 @@ def open_table(path: str | os.PathLike[str], name: str) -> pa.Table:
         raise TraceError(f"{p}: no {SCHEMA_VERSION_KEY.decode()} in the Parquet metadata (not a canonical trace)")
     v = version.decode()
     if v != SCHEMA_VERSION and v not in READABLE_VERSIONS:
-        raise TraceError(f"{p}: schema version {v!r}, this agentreplay reads "
-                         f"{sorted([SCHEMA_VERSION, *READABLE_VERSIONS])}")
+        raise TraceError(
+            f"{p}: schema version {v!r}, this agentreplay reads {sorted([SCHEMA_VERSION, *READABLE_VERSIONS])}"
+        )
     added = READABLE_VERSIONS.get(v, ()) if v != SCHEMA_VERSION else ()
     schema = SCHEMAS[name]
     got = pf.schema_arrow
@@ -182,55 +188,73 @@ def validate(trace: Trace, *, where: str = "<memory>") -> None:
             if field.name not in df.columns:
                 raise TraceError(f"{where}: {name}: required column {field.name!r} missing")
             if not field.nullable and df[field.name].isna().any():
-                raise TraceError(f"{where}: {name}.{field.name} is null for "
-                                 f"{_first_bad(df, df[field.name].isna())}")
+                raise TraceError(f"{where}: {name}.{field.name} is null for {_first_bad(df, df[field.name].isna())}")
     dup = progs["program_id"].duplicated()
     if dup.any():
         raise TraceError(f"{where}: programs.program_id duplicated: {progs.loc[dup, 'program_id'].iloc[0]!r}")
     orphan = ~turns["program_id"].isin(progs["program_id"])
     if orphan.any():
         raise TraceError(f"{where}: turns.program_id has no program row: {_first_bad(turns, orphan)}")
-    for col in ("input_tokens", "output_tokens", "reused_tokens", "provider_cached_tokens", "reasoning_tokens",
-                "tool_duration_s", "llm_latency_s"):
+    for col in (
+        "input_tokens",
+        "output_tokens",
+        "reused_tokens",
+        "provider_cached_tokens",
+        "reasoning_tokens",
+        "tool_duration_s",
+        "llm_latency_s",
+    ):
         bad = turns[col] < 0
         if bad.any():
-            raise TraceError(f"{where}: turns.{col} negative ({turns.loc[bad, col].iloc[0]}) at "
-                             f"{_first_bad(turns, bad)}")
+            raise TraceError(
+                f"{where}: turns.{col} negative ({turns.loc[bad, col].iloc[0]}) at {_first_bad(turns, bad)}"
+            )
     bad = turns["reused_tokens"] > turns["input_tokens"]
     if bad.any():
         raise TraceError(f"{where}: turns.reused_tokens exceeds input_tokens at {_first_bad(turns, bad)}")
     bad = progs["shared_prefix_tokens"] < 0
     if bad.any():
-        raise TraceError(f"{where}: programs.shared_prefix_tokens negative for program "
-                         f"{progs.loc[bad, 'program_id'].iloc[0]!r}")
-    for col, vocab in (("tool_class", TOOL_CLASSES), ("tokens_kind", TOKENS_KINDS),
-                       ("tool_duration_kind", TOOL_DURATION_KINDS)):
+        raise TraceError(
+            f"{where}: programs.shared_prefix_tokens negative for program {progs.loc[bad, 'program_id'].iloc[0]!r}"
+        )
+    for col, vocab in (
+        ("tool_class", TOOL_CLASSES),
+        ("tokens_kind", TOKENS_KINDS),
+        ("tool_duration_kind", TOOL_DURATION_KINDS),
+    ):
         bad = turns[col].notna() & ~turns[col].isin(vocab)
         if bad.any():
-            raise TraceError(f"{where}: turns.{col} = {turns.loc[bad, col].iloc[0]!r} not in {list(vocab)} at "
-                             f"{_first_bad(turns, bad)}")
+            raise TraceError(
+                f"{where}: turns.{col} = {turns.loc[bad, col].iloc[0]!r} not in {list(vocab)} at "
+                f"{_first_bad(turns, bad)}"
+            )
     if len(turns):
         order = turns.sort_values(["program_id", "turn_idx"], kind="stable")
         expected = order.groupby("program_id", sort=False).cumcount()
         bad_idx = order["turn_idx"].to_numpy() != expected.to_numpy()
         if bad_idx.any():
             row = order[bad_idx].iloc[0]
-            raise TraceError(f"{where}: turns.turn_idx not contiguous from 0: program {row['program_id']!r} "
-                             f"has turn {int(row['turn_idx'])} where {int(expected[bad_idx].iloc[0])} was expected")
+            raise TraceError(
+                f"{where}: turns.turn_idx not contiguous from 0: program {row['program_id']!r} "
+                f"has turn {int(row['turn_idx'])} where {int(expected[bad_idx].iloc[0])} was expected"
+            )
     counts = turns.groupby("program_id").size()
     n = progs.set_index("program_id")["n_turns"]
     mismatch = n != counts.reindex(n.index).fillna(0).astype(int)
     if mismatch.any():
         pid = mismatch[mismatch].index[0]
-        raise TraceError(f"{where}: programs.n_turns = {int(n[pid])} for program {pid!r} but it has "
-                         f"{int(counts.get(pid, 0))} turns")
+        raise TraceError(
+            f"{where}: programs.n_turns = {int(n[pid])} for program {pid!r} but it has {int(counts.get(pid, 0))} turns"
+        )
     _validate_hash_ids(turns, where)
     tc = trace.tool_calls
     if tc is not None and len(tc):
         bad = tc["duration_s"] < 0
         if bad.any():
-            raise TraceError(f"{where}: tool_calls.duration_s negative for program "
-                             f"{tc.loc[bad, 'program_id'].iloc[0]!r}, call {int(tc.loc[bad, 'call_idx'].iloc[0])}")
+            raise TraceError(
+                f"{where}: tool_calls.duration_s negative for program "
+                f"{tc.loc[bad, 'program_id'].iloc[0]!r}, call {int(tc.loc[bad, 'call_idx'].iloc[0])}"
+            )
 
 
 def _validate_hash_ids(turns: pd.DataFrame, where: str) -> None:
@@ -244,14 +268,18 @@ def _validate_hash_ids(turns: pd.DataFrame, where: str) -> None:
     hbt = turns["hash_block_tokens"] if "hash_block_tokens" in turns.columns else pd.Series(None, index=turns.index)
     bad = has & (hbt.isna() | (hbt.fillna(0) < 1))
     if bad.any():
-        raise TraceError(f"{where}: turns.hash_block_tokens must be >= 1 where prefix_hash_ids is set, got "
-                         f"{hbt[bad].iloc[0]!r} at {_first_bad(turns, bad)}")
+        raise TraceError(
+            f"{where}: turns.hash_block_tokens must be >= 1 where prefix_hash_ids is set, got "
+            f"{hbt[bad].iloc[0]!r} at {_first_bad(turns, bad)}"
+        )
     n_ids = turns.loc[has, "prefix_hash_ids"].map(len)
     limit = -(-turns.loc[has, "input_tokens"] // hbt[has].astype("int64"))
     over = n_ids > limit
     if over.any():
         sub = turns.loc[has][over.to_numpy()]
         row = sub.iloc[0]
-        raise TraceError(f"{where}: turns.prefix_hash_ids names {len(row['prefix_hash_ids'])} blocks of "
-                         f"{int(row['hash_block_tokens'])} tokens, more than the {int(row['input_tokens'])}-token "
-                         f"prompt has, at {_first_bad(sub, pd.Series(True, index=sub.index))}")
+        raise TraceError(
+            f"{where}: turns.prefix_hash_ids names {len(row['prefix_hash_ids'])} blocks of "
+            f"{int(row['hash_block_tokens'])} tokens, more than the {int(row['input_tokens'])}-token "
+            f"prompt has, at {_first_bad(sub, pd.Series(True, index=sub.index))}"
+        )

@@ -47,29 +47,136 @@ SUBMIT_MARKERS: Final = ("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "MINI_SWE_AGEN
 
 # Native tool names of agents that expose tools (Claude Code, SWE-agent, OpenHands), lower-cased.
 _TOOL_NAMES: Final[dict[str, str]] = {
-    "read": "read", "view": "read", "open": "read", "goto": "read", "scroll_up": "read",
-    "scroll_down": "read", "notebookread": "read", "cat": "read",
-    "edit": "edit", "multiedit": "edit", "write": "edit", "notebookedit": "edit", "create": "edit",
-    "str_replace": "edit", "insert": "edit", "undo_edit": "edit", "apply_patch": "edit",
-    "grep": "search", "glob": "search", "ls": "search", "find_file": "search", "search_dir": "search",
-    "search_file": "search", "websearch": "search", "webfetch": "search",
+    "read": "read",
+    "view": "read",
+    "open": "read",
+    "goto": "read",
+    "scroll_up": "read",
+    "scroll_down": "read",
+    "notebookread": "read",
+    "cat": "read",
+    "edit": "edit",
+    "multiedit": "edit",
+    "write": "edit",
+    "notebookedit": "edit",
+    "create": "edit",
+    "str_replace": "edit",
+    "insert": "edit",
+    "undo_edit": "edit",
+    "apply_patch": "edit",
+    "grep": "search",
+    "glob": "search",
+    "ls": "search",
+    "find_file": "search",
+    "search_dir": "search",
+    "search_file": "search",
+    "websearch": "search",
+    "webfetch": "search",
     "submit": "submit",
 }
 
-_WRAPPERS: Final = frozenset({"cd", "export", "env", "timeout", "time", "nohup", "sudo", "command", "exec",
-                              "source", ".", "set", "unset", "(", "{", "then", "do", "else", "!"})
-_TEST_WORDS: Final = frozenset({"pytest", "py.test", "tox", "nox", "unittest", "runtests.py", "nosetests",
-                                "trial", "behave", "manage.py", "bin/test", "pylint", "flake8", "mypy",
-                                "ruff", "pyright"})
-_BUILD_CMDS: Final = frozenset({"pip", "pip3", "make", "cmake", "ninja", "npm", "yarn", "cargo", "conda",
-                                "apt", "apt-get", "poetry", "uv", "mvn", "gradle", "go", "gcc", "cc", "g++",
-                                "meson", "bazel", "tsc", "sphinx-build", "sphinx-apidoc", "maturin"})
-_EDIT_CMDS: Final = frozenset({"rm", "mv", "cp", "mkdir", "touch", "ed", "patch", "tee", "truncate", "ln",
-                               "chmod", "rmdir", "dd"})
-_SEARCH_CMDS: Final = frozenset({"grep", "egrep", "fgrep", "rg", "ag", "ack", "find", "ls", "tree", "locate",
-                                 "which", "whereis", "fd", "du"})
-_READ_CMDS: Final = frozenset({"cat", "head", "tail", "nl", "less", "more", "wc", "od", "xxd", "hexdump",
-                               "file", "stat", "diff", "cmp", "awk", "sort", "uniq", "cut", "column", "bat"})
+_WRAPPERS: Final = frozenset(
+    {
+        "cd",
+        "export",
+        "env",
+        "timeout",
+        "time",
+        "nohup",
+        "sudo",
+        "command",
+        "exec",
+        "source",
+        ".",
+        "set",
+        "unset",
+        "(",
+        "{",
+        "then",
+        "do",
+        "else",
+        "!",
+    }
+)
+_TEST_WORDS: Final = frozenset(
+    {
+        "pytest",
+        "py.test",
+        "tox",
+        "nox",
+        "unittest",
+        "runtests.py",
+        "nosetests",
+        "trial",
+        "behave",
+        "manage.py",
+        "bin/test",
+        "pylint",
+        "flake8",
+        "mypy",
+        "ruff",
+        "pyright",
+    }
+)
+_BUILD_CMDS: Final = frozenset(
+    {
+        "pip",
+        "pip3",
+        "make",
+        "cmake",
+        "ninja",
+        "npm",
+        "yarn",
+        "cargo",
+        "conda",
+        "apt",
+        "apt-get",
+        "poetry",
+        "uv",
+        "mvn",
+        "gradle",
+        "go",
+        "gcc",
+        "cc",
+        "g++",
+        "meson",
+        "bazel",
+        "tsc",
+        "sphinx-build",
+        "sphinx-apidoc",
+        "maturin",
+    }
+)
+_EDIT_CMDS: Final = frozenset(
+    {"rm", "mv", "cp", "mkdir", "touch", "ed", "patch", "tee", "truncate", "ln", "chmod", "rmdir", "dd"}
+)
+_SEARCH_CMDS: Final = frozenset(
+    {"grep", "egrep", "fgrep", "rg", "ag", "ack", "find", "ls", "tree", "locate", "which", "whereis", "fd", "du"}
+)
+_READ_CMDS: Final = frozenset(
+    {
+        "cat",
+        "head",
+        "tail",
+        "nl",
+        "less",
+        "more",
+        "wc",
+        "od",
+        "xxd",
+        "hexdump",
+        "file",
+        "stat",
+        "diff",
+        "cmp",
+        "awk",
+        "sort",
+        "uniq",
+        "cut",
+        "column",
+        "bat",
+    }
+)
 _PY: Final = re.compile(r"^(?:.*/)?python[0-9.]*$")
 _ASSIGN: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _HEREDOC: Final = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
@@ -104,8 +211,12 @@ def _classify_simple(segment: str) -> str:
     """Class of one simple command (its pipeline's first command decides)."""
     first_stage = segment.split("|", 1)[0]
     words = _words(first_stage)
-    while words and (words[0] in _WRAPPERS or _ASSIGN.match(words[0]) or words[0].startswith("-")
-                     or re.fullmatch(r"[0-9]+[smh]?", words[0])):
+    while words and (
+        words[0] in _WRAPPERS
+        or _ASSIGN.match(words[0])
+        or words[0].startswith("-")
+        or re.fullmatch(r"[0-9]+[smh]?", words[0])
+    ):
         words = words[1:]
     if not words:
         return "other"
@@ -133,8 +244,16 @@ def _classify_simple(segment: str) -> str:
         return "test"
     if words[0] in _TEST_WORDS:
         return "test"
-    if base in ("pip", "pip3", "conda", "uv", "poetry") and not {"install", "uninstall", "download", "build",
-                                                                 "sync", "add", "create", "wheel"} & set(words):
+    if base in ("pip", "pip3", "conda", "uv", "poetry") and not {
+        "install",
+        "uninstall",
+        "download",
+        "build",
+        "sync",
+        "add",
+        "create",
+        "wheel",
+    } & set(words):
         return "other"  # pip list / freeze / show: inspects the environment, takes no build time
     if base in _BUILD_CMDS:
         if base in ("make",) and any(w in ("test", "check", "tests") for w in words[1:]):
@@ -143,8 +262,9 @@ def _classify_simple(segment: str) -> str:
     if base == "git":
         return "vcs"
     if base == "sed":
-        return "edit" if any(w == "-i" or w.startswith("-i") or w.startswith("--in-place") for w in words[1:]) \
-            else "read"
+        return (
+            "edit" if any(w == "-i" or w.startswith("-i") or w.startswith("--in-place") for w in words[1:]) else "read"
+        )
     if base == "perl" and "-i" in " ".join(words[1:3]):
         return "edit"
     if base in _EDIT_CMDS:

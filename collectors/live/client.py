@@ -76,8 +76,16 @@ class StreamResult:
 class CompletionClient:
     """Completions over one shared :class:`httpx.AsyncClient` (use as ``async with``)."""
 
-    def __init__(self, endpoint: str, clock: Clock, *, timeout_s: float = 600.0, max_retries: int = 3,
-                 backoff_s: float = 0.5, connect_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        clock: Clock,
+        *,
+        timeout_s: float = 600.0,
+        max_retries: int = 3,
+        backoff_s: float = 0.5,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
         self.endpoint = endpoint.rstrip("/").removesuffix("/v1")  # accept ".../v1" too
         self.url = f"{self.endpoint}/v1/completions"
         self.clock = clock
@@ -143,12 +151,16 @@ class CompletionClient:
                 async with asyncio.timeout(self.timeout_s):
                     res = await self._once(payload, send, keep_chunks)
             except (_Retryable, httpx.TransportError, TimeoutError) as exc:
-                why = f"{type(exc).__name__}: {exc}" if not isinstance(exc, TimeoutError) else \
-                    f"no complete answer within {self.timeout_s:g} s"
+                why = (
+                    f"{type(exc).__name__}: {exc}"
+                    if not isinstance(exc, TimeoutError)
+                    else f"no complete answer within {self.timeout_s:g} s"
+                )
                 if attempt >= self.max_retries:
-                    raise EndpointUnavailable(f"{self.url}: request failed after {attempt + 1} attempt(s): "
-                                              f"{why}") from exc
-                await asyncio.sleep(self.backoff_s * 2 ** attempt)
+                    raise EndpointUnavailable(
+                        f"{self.url}: request failed after {attempt + 1} attempt(s): {why}"
+                    ) from exc
+                await asyncio.sleep(self.backoff_s * 2**attempt)
                 attempt += 1
                 continue
             res.first_send_s, res.retries = first_send, attempt
@@ -215,13 +227,21 @@ class CompletionClient:
         u = usage or {}
         details = u.get("prompt_tokens_details") or {}
         return StreamResult(
-            first_send_s=send, send_s=send, first_token_s=first if first is not None else first_any,
-            last_token_s=last if last is not None else last_any, retries=0,
-            prompt_tokens=u.get("prompt_tokens"), completion_tokens=u.get("completion_tokens"),
+            first_send_s=send,
+            send_s=send,
+            first_token_s=first if first is not None else first_any,
+            last_token_s=last if last is not None else last_any,
+            retries=0,
+            prompt_tokens=u.get("prompt_tokens"),
+            completion_tokens=u.get("completion_tokens"),
             cached_tokens=details.get("cached_tokens") if isinstance(details, dict) else None,
-            stream_tokens=n_tok, output_ids=ids if got_ids else None, chunks=chunks, finish_reason=finish,
+            stream_tokens=n_tok,
+            output_ids=ids if got_ids else None,
+            chunks=chunks,
+            finish_reason=finish,
             engine_queue_s=_ms_to_s(metrics.get("queue_time_ms")),
-            engine_ttft_s=_ms_to_s(metrics.get("time_to_first_token_ms")))
+            engine_ttft_s=_ms_to_s(metrics.get("time_to_first_token_ms")),
+        )
 
 
 def _ms_to_s(v: object) -> float | None:

@@ -77,14 +77,24 @@ def check_fits(w: Workload, max_model_len: int | None) -> None:
     if (need > max_model_len).any():
         i = int(np.argmax(need > max_model_len))
         p = int(np.searchsorted(w.turn_start, i, side="right") - 1)
-        raise DriveError(f"program {w.program_ids[p]!r} turn {i - int(w.turn_start[p])} needs {int(need[i])} "
-                         f"tokens (input {int(w.input_tokens[i])} + output {int(w.output_tokens[i])}) but the "
-                         f"server's max_model_len is {max_model_len}; use --token-scale or --max-programs")
+        raise DriveError(
+            f"program {w.program_ids[p]!r} turn {i - int(w.turn_start[p])} needs {int(need[i])} "
+            f"tokens (input {int(w.input_tokens[i])} + output {int(w.output_tokens[i])}) but the "
+            f"server's max_model_len is {max_model_len}; use --token-scale or --max-programs"
+        )
 
 
 class _Run:
-    def __init__(self, client: CompletionClient, w: Workload, cfg: WorkloadConfig, tools: ToolConfig,
-                 opts: DriveOptions, info: EndpointInfo, progress: Progress | None) -> None:
+    def __init__(
+        self,
+        client: CompletionClient,
+        w: Workload,
+        cfg: WorkloadConfig,
+        tools: ToolConfig,
+        opts: DriveOptions,
+        info: EndpointInfo,
+        progress: Progress | None,
+    ) -> None:
         self.client, self.w, self.cfg, self.opts, self.info = client, w, cfg, opts, info
         self.clock = client.clock
         self.tools = make_tools(tools, w)
@@ -117,18 +127,30 @@ class _Run:
                 self.arrival_s[p] = release  # JCT counts from the program's first release
             ids, kept = state.next_prompt(int(w.input_tokens[g]), int(w.reused_tokens[g]))
             out_n = int(w.output_tokens[g])
-            res = await self.client.complete(payload(self.info.model, ids, out_n, self.info.prompt_format,
-                                                     self.opts))
+            res = await self.client.complete(payload(self.info.model, ids, out_n, self.info.prompt_format, self.opts))
             if res.output_ids is not None and self.info.prompt_format == "ids":
                 out_ids, src = res.output_ids, "server"
             else:
                 out_ids, src = state.placeholder_output(out_n), "placeholder"
             state.add_output(ids, out_ids)
             gap = self.tools.gap_s(g, self.rng_tools) if t < n - 1 else math.nan
-            self.records.append(TurnRecord(
-                program=p, turn_idx=t, planned_release_s=planned, release_s=release, result=res,
-                input_tokens=int(w.input_tokens[g]), prompt_ids_sent=len(ids), reused_tokens=int(w.reused_tokens[g]),
-                kept_tokens=kept, output_tokens=out_n, output_ids_source=src, tool_gap_s=gap, gap_before_s=gap_prev))
+            self.records.append(
+                TurnRecord(
+                    program=p,
+                    turn_idx=t,
+                    planned_release_s=planned,
+                    release_s=release,
+                    result=res,
+                    input_tokens=int(w.input_tokens[g]),
+                    prompt_ids_sent=len(ids),
+                    reused_tokens=int(w.reused_tokens[g]),
+                    kept_tokens=kept,
+                    output_tokens=out_n,
+                    output_ids_source=src,
+                    tool_gap_s=gap,
+                    gap_before_s=gap_prev,
+                )
+            )
             planned, gap_prev, last_token = res.last_token_s + (0.0 if math.isnan(gap) else gap), gap, res.last_token_s
         self.finish_s[p] = last_token
         if self.progress is not None:
@@ -159,8 +181,10 @@ class _Run:
         tasks: set[asyncio.Task[None]] = set()
         try:
             if self.cfg.arrival == "closed":
-                tasks = {asyncio.create_task(self._closed_worker())
-                         for _ in range(min(self.cfg.concurrency, self.w.n_programs))}
+                tasks = {
+                    asyncio.create_task(self._closed_worker())
+                    for _ in range(min(self.cfg.concurrency, self.w.n_programs))
+                }
             else:
                 t0 = self.clock()
                 for t_s, p in self.arrivals:
@@ -194,9 +218,16 @@ class _Run:
                 raise task.exception()  # type: ignore[misc]
 
 
-async def drive_async(endpoint: str, trace: Trace | Workload, cfg: WorkloadConfig | None,
-                      out_dir: str | os.PathLike[str], *, tools: ToolConfig | None = None,
-                      options: DriveOptions | None = None, progress: Progress | None = None) -> DriveResult:
+async def drive_async(
+    endpoint: str,
+    trace: Trace | Workload,
+    cfg: WorkloadConfig | None,
+    out_dir: str | os.PathLike[str],
+    *,
+    tools: ToolConfig | None = None,
+    options: DriveOptions | None = None,
+    progress: Progress | None = None,
+) -> DriveResult:
     """Replay ``trace`` against ``endpoint`` and write the measured dataset to ``out_dir``; see the module doc.
 
     Raises :class:`DriveError` (nothing written) when the endpoint is unreachable or rejects the probe, or when
@@ -207,8 +238,9 @@ async def drive_async(endpoint: str, trace: Trace | Workload, cfg: WorkloadConfi
     w = prepare_workload(trace, cfg, opts.token_scale)
     make_tools(tools, w)  # fail on missing tool durations before touching the endpoint
     clock = monotonic_clock()
-    async with CompletionClient(endpoint, clock, timeout_s=opts.timeout_s, max_retries=opts.max_retries,
-                                backoff_s=opts.backoff_s) as client:
+    async with CompletionClient(
+        endpoint, clock, timeout_s=opts.timeout_s, max_retries=opts.max_retries, backoff_s=opts.backoff_s
+    ) as client:
         info = await discover(client, opts)
         check_fits(w, info.max_model_len)
         poller = MetricsPoller(client, opts.metrics_interval_s)
@@ -226,10 +258,21 @@ async def drive_async(endpoint: str, trace: Trace | Workload, cfg: WorkloadConfi
             with contextlib.suppress(BaseException):
                 await poll_task
         after = await _scrape_quietly(poller)
-    facts = RunFacts(workload=w, cfg=cfg, tools=tools, opts=opts, info=info, t_start_s=t_start,
-                     arrival_s=run.arrival_s, finish_s=run.finish_s, before=before, after=after,
-                     samples=poller.samples, partial=error is not None,
-                     error=None if error is None else _describe(error))
+    facts = RunFacts(
+        workload=w,
+        cfg=cfg,
+        tools=tools,
+        opts=opts,
+        info=info,
+        t_start_s=t_start,
+        arrival_s=run.arrival_s,
+        finish_s=run.finish_s,
+        before=before,
+        after=after,
+        samples=poller.samples,
+        partial=error is not None,
+        error=None if error is None else _describe(error),
+    )
     tables, turns = build_tables(run.records, facts)
     paths = write_run(out_dir, tables, turns)
     if error is not None:
@@ -271,7 +314,8 @@ def run_interruptible(coro: Coroutine[Any, Any, T]) -> T:
         raise
 
 
-def drive(endpoint: str, trace: Trace | Workload, cfg: WorkloadConfig | None, out_dir: str | os.PathLike[str],
-          **kw: Any) -> DriveResult:
+def drive(
+    endpoint: str, trace: Trace | Workload, cfg: WorkloadConfig | None, out_dir: str | os.PathLike[str], **kw: Any
+) -> DriveResult:
     """Synchronous :func:`drive_async`; Ctrl-C writes the partial dataset, then raises KeyboardInterrupt."""
     return run_interruptible(drive_async(endpoint, trace, cfg, out_dir, **kw))

@@ -81,8 +81,12 @@ class EndpointInfo:
 def payload(model: str, ids: list[int], max_tokens: int, fmt: str, opts: DriveOptions) -> dict[str, Any]:
     """The completions request body for prompt ``ids`` (rendered as words in text mode)."""
     body: dict[str, Any] = {
-        "model": model, "prompt": list(ids) if fmt == "ids" else render_text(ids), "max_tokens": int(max_tokens),
-        "stream": True, "stream_options": {"include_usage": True}, "temperature": opts.temperature,
+        "model": model,
+        "prompt": list(ids) if fmt == "ids" else render_text(ids),
+        "max_tokens": int(max_tokens),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": opts.temperature,
     }
     if opts.ignore_eos:
         body["ignore_eos"] = True
@@ -101,8 +105,9 @@ async def discover(client: CompletionClient, opts: DriveOptions) -> EndpointInfo
         raise DriveError(f"{client.endpoint}/v1/models lists no model; pass --model")
     entry = next((m for m in models if m.get("id") == model), {})
     max_len = entry.get("max_model_len")
-    info = EndpointInfo(client.endpoint, model, "ids", max_model_len=int(max_len) if max_len else None,
-                        version=await client.version())
+    info = EndpointInfo(
+        client.endpoint, model, "ids", max_model_len=int(max_len) if max_len else None, version=await client.version()
+    )
     lo, _ = id_range(opts.vocab_size)
     ids = [lo + 101 + i for i in range(8)]
     formats = ["ids", "text"] if opts.prompt_format == "auto" else [opts.prompt_format]
@@ -119,21 +124,29 @@ async def discover(client: CompletionClient, opts: DriveOptions) -> EndpointInfo
     if res is None:
         if len(rejected) == 1:
             raise rejected[0][1]
-        raise DriveError(f"{client.url} rejected both prompt formats: "
-                         + "; ".join(f"{f}: HTTP {e.status}: {e.body[:200]}" for f, e in rejected))
+        raise DriveError(
+            f"{client.url} rejected both prompt formats: "
+            + "; ".join(f"{f}: HTTP {e.status}: {e.body[:200]}" for f, e in rejected)
+        )
     if rejected:
-        info.notes.append(f"token-id prompts rejected (HTTP {rejected[0][1].status}); using text prompts, whose "
-                          "token counts are approximate (server-reported prompt_tokens are recorded)")
+        info.notes.append(
+            f"token-id prompts rejected (HTTP {rejected[0][1].status}); using text prompts, whose "
+            "token counts are approximate (server-reported prompt_tokens are recorded)"
+        )
     info.returns_token_ids = res.output_ids is not None
     info.usage_in_stream = res.completion_tokens is not None
     got = res.completion_tokens if res.completion_tokens is not None else res.stream_tokens
     info.forced_length_ok = got == PROBE_OUTPUT_TOKENS
     if not info.forced_length_ok:
-        info.notes.append(f"probe asked for {PROBE_OUTPUT_TOKENS} tokens and got {got}: output lengths may not "
-                          "match the trace (does the server support ignore_eos / min_tokens?)")
+        info.notes.append(
+            f"probe asked for {PROBE_OUTPUT_TOKENS} tokens and got {got}: output lengths may not "
+            "match the trace (does the server support ignore_eos / min_tokens?)"
+        )
     if info.prompt_format == "ids" and not info.returns_token_ids:
-        info.notes.append("server does not return generated token ids: next-turn contexts use placeholder ids "
-                          "for the previous output, so the engine can reuse only the previous prompt")
+        info.notes.append(
+            "server does not return generated token ids: next-turn contexts use placeholder ids "
+            "for the previous output, so the engine can reuse only the previous prompt"
+        )
     return info
 
 

@@ -90,8 +90,10 @@ class ProfilePricer:
         dec = comp[comp["op"] == "decode_iteration"]
         pre = comp[comp["op"] == "prefill_iteration"]
         if len(dec) < 3 or len(pre) < 3:
-            raise ValueError(f"need >= 3 decode_iteration and >= 3 prefill_iteration rows, got {len(dec)} and "
-                             f"{len(pre)}: run `agentreplay drive-profile` with more sizes")
+            raise ValueError(
+                f"need >= 3 decode_iteration and >= 3 prefill_iteration rows, got {len(dec)} and "
+                f"{len(pre)}: run `agentreplay drive-profile` with more sizes"
+            )
         n = dec["batch_size"].to_numpy(dtype=float)
         ctx = dec["context_tokens"].to_numpy(dtype=float)
         yd = dec["seconds"].to_numpy(dtype=float)
@@ -100,9 +102,14 @@ class ProfilePricer:
         yp = pre["seconds"].to_numpy(dtype=float)
         (q, b, d), rms_p = _fit(np.column_stack([np.ones_like(tok), tok, tok * tok / 2]), yp)
         p = max(q - a0 - a1, 0.0) if per_request_overhead else 0.0
-        report = {"decode_rows": len(yd), "decode_median_abs_rel_err": rms_d, "prefill_rows": len(yp),
-                  "prefill_median_abs_rel_err": rms_p, "prefill_intercept_s": float(q),
-                  "per_request_overhead": per_request_overhead}
+        report = {
+            "decode_rows": len(yd),
+            "decode_median_abs_rel_err": rms_d,
+            "prefill_rows": len(yp),
+            "prefill_median_abs_rel_err": rms_p,
+            "prefill_intercept_s": float(q),
+            "per_request_overhead": per_request_overhead,
+        }
         return cls(PricerCoeffs(float(a0), float(a1), float(c), float(p), float(b), float(d)), report)
 
     @classmethod
@@ -148,5 +155,7 @@ class ProfilePricer:
 
     def __repr__(self) -> str:
         k = self.coeffs
-        return (f"ProfilePricer(step={k.a0 * 1e3:.3f} ms + {k.a1 * 1e3:.3f} ms/seq + {k.c * 1e9:.3f} ns/ctx-token; "
-                f"prefill {k.p * 1e3:.3f} ms + {k.b * 1e6:.3f} us/token + {k.d * 1e9:.4f} ns/attn-unit)")
+        return (
+            f"ProfilePricer(step={k.a0 * 1e3:.3f} ms + {k.a1 * 1e3:.3f} ms/seq + {k.c * 1e9:.3f} ns/ctx-token; "
+            f"prefill {k.p * 1e3:.3f} ms + {k.b * 1e6:.3f} us/token + {k.d * 1e9:.4f} ns/attn-unit)"
+        )

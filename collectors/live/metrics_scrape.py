@@ -26,10 +26,18 @@ _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+\S+)?\s
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 
 COUNTERS: dict[str, tuple[str, ...]] = {
-    "prefix_cache_queries_tokens": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total",
-                                    "vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
-    "prefix_cache_hits_tokens": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total",
-                                 "vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
+    "prefix_cache_queries_tokens": (
+        "vllm:prefix_cache_queries_total",
+        "vllm:gpu_prefix_cache_queries_total",
+        "vllm:prefix_cache_queries",
+        "vllm:gpu_prefix_cache_queries",
+    ),
+    "prefix_cache_hits_tokens": (
+        "vllm:prefix_cache_hits_total",
+        "vllm:gpu_prefix_cache_hits_total",
+        "vllm:prefix_cache_hits",
+        "vllm:gpu_prefix_cache_hits",
+    ),
     "preemptions": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
     "prompt_tokens": ("vllm:prompt_tokens_total", "vllm:prompt_tokens"),
     "generation_tokens": ("vllm:generation_tokens_total", "vllm:generation_tokens"),

@@ -56,8 +56,9 @@ class ProfileOptions:
             if not v or min(v) < 1:
                 raise ValueError(f"profile option {name} = {v!r} is invalid: a non-empty list of integers >= 1")
         if self.repeats < 1 or self.decode_tokens < 3:
-            raise ValueError(f"profile options repeats = {self.repeats} (>= 1), decode_tokens = "
-                             f"{self.decode_tokens} (>= 3)")
+            raise ValueError(
+                f"profile options repeats = {self.repeats} (>= 1), decode_tokens = {self.decode_tokens} (>= 3)"
+            )
 
 
 @dataclass(slots=True)
@@ -105,8 +106,15 @@ def decode_step_s(results: list[StreamResult]) -> tuple[float, bool]:
     return float("nan"), False
 
 
-async def _prefill(client: CompletionClient, info: EndpointInfo, opts: DriveOptions, prof: ProfileOptions,
-                   prompts: _Prompts, rows: list[pd.DataFrame], skipped: list[str]) -> None:
+async def _prefill(
+    client: CompletionClient,
+    info: EndpointInfo,
+    opts: DriveOptions,
+    prof: ProfileOptions,
+    prompts: _Prompts,
+    rows: list[pd.DataFrame],
+    skipped: list[str],
+) -> None:
     for n in prof.prefill_sizes:
         if info.max_model_len and n + 1 > info.max_model_len:
             skipped.append(f"prefill {n} > max_model_len {info.max_model_len}")
@@ -115,35 +123,72 @@ async def _prefill(client: CompletionClient, info: EndpointInfo, opts: DriveOpti
         for _ in range(prof.repeats):
             r = await client.complete(payload(info.model, prompts.make(n), 1, info.prompt_format, opts))
             ttft.append(r.first_token_s - r.send_s)
-        rows.append(component("", "prefill_iteration", "model", float(np.median(ttft)), "median", phase="prefill",
-                              num_tokens=n, batch_size=1, context_tokens=0))
+        rows.append(
+            component(
+                "",
+                "prefill_iteration",
+                "model",
+                float(np.median(ttft)),
+                "median",
+                phase="prefill",
+                num_tokens=n,
+                batch_size=1,
+                context_tokens=0,
+            )
+        )
 
 
-async def _decode(client: CompletionClient, info: EndpointInfo, opts: DriveOptions, prof: ProfileOptions,
-                  prompts: _Prompts, rows: list[pd.DataFrame], skipped: list[str], fallbacks: list[str]) -> None:
+async def _decode(
+    client: CompletionClient,
+    info: EndpointInfo,
+    opts: DriveOptions,
+    prof: ProfileOptions,
+    prompts: _Prompts,
+    rows: list[pd.DataFrame],
+    skipped: list[str],
+    fallbacks: list[str],
+) -> None:
     for ctx in prof.contexts:
         if info.max_model_len and ctx + prof.decode_tokens > info.max_model_len:
             skipped.append(f"decode context {ctx} + {prof.decode_tokens} > max_model_len {info.max_model_len}")
             continue
         for b in prof.batch_sizes:
-            bodies = [payload(info.model, prompts.make(ctx), prof.decode_tokens, info.prompt_format, opts)
-                      for _ in range(b)]
+            bodies = [
+                payload(info.model, prompts.make(ctx), prof.decode_tokens, info.prompt_format, opts) for _ in range(b)
+            ]
             results = await asyncio.gather(*(client.complete(body, keep_chunks=True) for body in bodies))
             step, windowed = decode_step_s(list(results))
             if not windowed:
                 fallbacks.append(f"batch {b} context {ctx}: streams never all decoding together")
             if np.isfinite(step):
-                rows.append(component("", "decode_iteration", "model", step, "median", phase="decode", num_tokens=b,
-                                      batch_size=b, context_tokens=ctx + prof.decode_tokens // 2))
+                rows.append(
+                    component(
+                        "",
+                        "decode_iteration",
+                        "model",
+                        step,
+                        "median",
+                        phase="decode",
+                        num_tokens=b,
+                        batch_size=b,
+                        context_tokens=ctx + prof.decode_tokens // 2,
+                    )
+                )
 
 
-async def profile_async(endpoint: str, out_dir: str | os.PathLike[str], *, options: DriveOptions | None = None,
-                        profile: ProfileOptions | None = None) -> ProfileResult:
+async def profile_async(
+    endpoint: str,
+    out_dir: str | os.PathLike[str],
+    *,
+    options: DriveOptions | None = None,
+    profile: ProfileOptions | None = None,
+) -> ProfileResult:
     """Measure prefill and decode iteration times of ``endpoint`` and write ``cells`` + ``component`` to
     ``out_dir``. An interrupted or failed profile writes what it measured (``partial: true``), then raises."""
     opts, prof = options or DriveOptions(), profile or ProfileOptions()
-    async with CompletionClient(endpoint, monotonic_clock(), timeout_s=opts.timeout_s,
-                                max_retries=opts.max_retries, backoff_s=opts.backoff_s) as client:
+    async with CompletionClient(
+        endpoint, monotonic_clock(), timeout_s=opts.timeout_s, max_retries=opts.max_retries, backoff_s=opts.backoff_s
+    ) as client:
         info = await discover(client, opts)
         snap = await MetricsPoller(client, 0).scrape()
         prompts = _Prompts(opts.vocab_size, opts.seed)
@@ -157,14 +202,30 @@ async def profile_async(endpoint: str, out_dir: str | os.PathLike[str], *, optio
         except BaseException as exc:  # write what was measured first
             error = exc
     gpu_raw = opts.gpu or "unknown"
-    config = {"partial": error is not None, "error": None if error is None else f"{type(error).__name__}: {error}",
-              "profile": asdict(prof), "driver": opts.to_dict(), "endpoint": info.to_dict(), "skipped": skipped,
-              "decode_without_common_window": fallbacks,
-              "engine": {"info": snap.info, **snap.cache_config()} if snap else {"metrics_available": False},
-              "prefill_seconds": "median TTFT send -> first token, max_tokens 1 (includes HTTP + frontend)",
-              "decode_seconds": "mean step time over the window in which all streams decode"}
-    row = cell("", SOURCE, gpu_raw, info.model, info.endpoint, tp=opts.tp, engine=snap.engine if snap else None,
-               engine_version=info.version, config=config, kind="component")
+    config = {
+        "partial": error is not None,
+        "error": None if error is None else f"{type(error).__name__}: {error}",
+        "profile": asdict(prof),
+        "driver": opts.to_dict(),
+        "endpoint": info.to_dict(),
+        "skipped": skipped,
+        "decode_without_common_window": fallbacks,
+        "engine": {"info": snap.info, **snap.cache_config()} if snap else {"metrics_available": False},
+        "prefill_seconds": "median TTFT send -> first token, max_tokens 1 (includes HTTP + frontend)",
+        "decode_seconds": "mean step time over the window in which all streams decode",
+    }
+    row = cell(
+        "",
+        SOURCE,
+        gpu_raw,
+        info.model,
+        info.endpoint,
+        tp=opts.tp,
+        engine=snap.engine if snap else None,
+        engine_version=info.version,
+        config=config,
+        kind="component",
+    )
     cid = f"{SOURCE}/{normalize_gpu(gpu_raw) or slug(gpu_raw)}/{row['model']}"
     row.update(cell_id=cid, workload="iteration profile", load="prefill sweep + decode batch sweep")
     comp = frame([r.assign(cell_id=cid) for r in rows], "component") if rows else frame([], "component")

@@ -46,9 +46,17 @@ from collectors.measured.vllm_run import metric_rows
 SOURCE = "agent-jct"
 _REL_TOL = 1e-6
 #: The setup from PROVENANCE.md / the source README (not in results.json).
-SETUP = {"gpu_raw": "4x H100 (per source README)", "gpu": "h100-sxm", "n_gpus": 4,
-         "model_raw": "meta-llama/Llama-3.1-70B-Instruct", "tp": 4, "dtype": "bf16", "engine": "vllm",
-         "workload": "swebench-verified mini-swe-agent 500 jobs", "load": "64 in flight"}
+SETUP = {
+    "gpu_raw": "4x H100 (per source README)",
+    "gpu": "h100-sxm",
+    "n_gpus": 4,
+    "model_raw": "meta-llama/Llama-3.1-70B-Instruct",
+    "tp": 4,
+    "dtype": "bf16",
+    "engine": "vllm",
+    "workload": "swebench-verified mini-swe-agent 500 jobs",
+    "load": "64 in flight",
+}
 #: file key -> (metric, how to recompute it from the durations)
 _CHECKS = {
     "average_duration": ("jct_mean_s", np.mean),
@@ -122,22 +130,40 @@ class AgentJctCollector:
         cells, programs, metrics, taken = [], [], [], set()
         for f, (durations, m, own) in per_file(walk_files(root, ("results.json",)), read_results, result.skips):
             result.files_read += 1
-            cid = unique_id(f"{SOURCE}/{SETUP['gpu']}/llama-3.1-70b/tp{SETUP['tp']}/"
-                            f"{f.parent.name}", taken)
-            row = cell(cid, SOURCE, SETUP["gpu_raw"], SETUP["model_raw"], rel(f, root), tp=SETUP["tp"],
-                       n_gpus=SETUP["n_gpus"], dtype=SETUP["dtype"], engine=SETUP["engine"], kind="end-to-end",
-                       config={"setup_from": "source README via PROVENANCE.md, not results.json",
-                               "agent": "mini-swe-agent", "workers": 64, "scheduler": "vLLM stock (Continuum "
-                               "baseline)", "file_figures": own})
+            cid = unique_id(f"{SOURCE}/{SETUP['gpu']}/llama-3.1-70b/tp{SETUP['tp']}/{f.parent.name}", taken)
+            row = cell(
+                cid,
+                SOURCE,
+                SETUP["gpu_raw"],
+                SETUP["model_raw"],
+                rel(f, root),
+                tp=SETUP["tp"],
+                n_gpus=SETUP["n_gpus"],
+                dtype=SETUP["dtype"],
+                engine=SETUP["engine"],
+                kind="end-to-end",
+                config={
+                    "setup_from": "source README via PROVENANCE.md, not results.json",
+                    "agent": "mini-swe-agent",
+                    "workers": 64,
+                    "scheduler": "vLLM stock (Continuum baseline)",
+                    "file_figures": own,
+                },
+            )
             row.update(gpu=SETUP["gpu"], workload=SETUP["workload"], load=SETUP["load"])
             cells.append(row)
-            programs.extend({"cell_id": cid, "program_id": k, "jct_s": durations[k]}
-                            for k in sorted(durations, key=_order))
+            programs.extend(
+                {"cell_id": cid, "program_id": k, "jct_s": durations[k]} for k in sorted(durations, key=_order)
+            )
             metrics.extend(metric_rows(cid, m))
             result.notes.append(
                 f"{cid}: {len(durations)} jobs; mean {m['jct_mean_s']:.6f} s (file {own.get('average_duration')}), "
                 f"median {m['jct_p50_s']:.6f} s (file {own.get('median_duration')}), p95 {m['jct_p95_s']:.3f} s "
-                f"(file {own.get('percentile_95')}), makespan {m.get('makespan_s')} s; setup from PROVENANCE.md")
-        result.tables = {"cells": frame(cells, "cells"), "programs": frame(programs, "programs"),
-                         "metrics": frame(metrics, "metrics")}
+                f"(file {own.get('percentile_95')}), makespan {m.get('makespan_s')} s; setup from PROVENANCE.md"
+            )
+        result.tables = {
+            "cells": frame(cells, "cells"),
+            "programs": frame(programs, "programs"),
+            "metrics": frame(metrics, "metrics"),
+        }
         return result

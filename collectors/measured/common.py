@@ -150,16 +150,38 @@ def rel(path: Path, root: Path) -> str:
         return path.as_posix()
 
 
-def cell(cell_id: str, source: str, gpu_raw: str, model_raw: str, path: str, *, tp: int | None = None,
-         dtype: str | None = None, engine: str | None = None, engine_version: str | None = None,
-         n_gpus: int | None = None, model: str | None = None, config: Mapping[str, object] | None = None,
-         kind: str = "component") -> dict[str, object]:
+def cell(
+    cell_id: str,
+    source: str,
+    gpu_raw: str,
+    model_raw: str,
+    path: str,
+    *,
+    tp: int | None = None,
+    dtype: str | None = None,
+    engine: str | None = None,
+    engine_version: str | None = None,
+    n_gpus: int | None = None,
+    model: str | None = None,
+    config: Mapping[str, object] | None = None,
+    kind: str = "component",
+) -> dict[str, object]:
     """One ``cells`` row; ``gpu`` and ``model`` are normalised from the raw spellings unless given."""
     return {
-        "cell_id": cell_id, "source": source, "kind": kind, "gpu": normalize_gpu(gpu_raw), "gpu_raw": gpu_raw,
-        "n_gpus": n_gpus if n_gpus is not None else tp, "model": model or normalize_model(model_raw),
-        "dtype": dtype, "tp": tp, "engine": engine, "engine_version": engine_version, "workload": None,
-        "load": None, "config_json": None if config is None else json.dumps(dict(config), sort_keys=True, default=str),
+        "cell_id": cell_id,
+        "source": source,
+        "kind": kind,
+        "gpu": normalize_gpu(gpu_raw),
+        "gpu_raw": gpu_raw,
+        "n_gpus": n_gpus if n_gpus is not None else tp,
+        "model": model or normalize_model(model_raw),
+        "dtype": dtype,
+        "tp": tp,
+        "engine": engine,
+        "engine_version": engine_version,
+        "workload": None,
+        "load": None,
+        "config_json": None if config is None else json.dumps(dict(config), sort_keys=True, default=str),
         "path": path,
     }
 
@@ -171,8 +193,9 @@ def frame(rows: Iterable[dict] | Sequence[pd.DataFrame], name: str) -> pd.DataFr
     cols = [f.name for f in schema]
     rows = list(rows)
     if rows and isinstance(rows[0], pd.DataFrame):
-        df = pd.concat([r.reindex(columns=cols) for r in rows if len(r)] or [rows[0].reindex(columns=cols)],
-                       ignore_index=True)
+        df = pd.concat(
+            [r.reindex(columns=cols) for r in rows if len(r)] or [rows[0].reindex(columns=cols)], ignore_index=True
+        )
     else:
         df = pd.DataFrame(rows).reindex(columns=cols)
     for f in schema:
@@ -185,15 +208,34 @@ def frame(rows: Iterable[dict] | Sequence[pd.DataFrame], name: str) -> pd.DataFr
 _INT = ("num_tokens", "batch_size", "context_tokens", "bytes")
 
 
-def component(cell_id: str, op: object, scope: object, seconds: object, stat: object, *, phase: object = None,
-              num_tokens: object = None, batch_size: object = None, context_tokens: object = None,
-              nbytes: object = None) -> pd.DataFrame:
+def component(
+    cell_id: str,
+    op: object,
+    scope: object,
+    seconds: object,
+    stat: object,
+    *,
+    phase: object = None,
+    num_tokens: object = None,
+    batch_size: object = None,
+    context_tokens: object = None,
+    nbytes: object = None,
+) -> pd.DataFrame:
     """``component`` rows for one cell, vectorised: each argument is a scalar (broadcast) or a column."""
     sec = pd.Series(np.asarray(seconds, dtype=float))
     n, idx = len(sec), pd.RangeIndex(len(sec))
-    values = {"cell_id": cell_id, "op": op, "scope": scope, "phase": phase, "num_tokens": num_tokens,
-              "batch_size": batch_size, "context_tokens": context_tokens, "bytes": nbytes, "seconds": sec,
-              "stat": stat}
+    values = {
+        "cell_id": cell_id,
+        "op": op,
+        "scope": scope,
+        "phase": phase,
+        "num_tokens": num_tokens,
+        "batch_size": batch_size,
+        "context_tokens": context_tokens,
+        "bytes": nbytes,
+        "seconds": sec,
+        "stat": stat,
+    }
     out = {}
     for name, v in values.items():
         dtype = "Int64" if name in _INT else (float if name == "seconds" else object)
@@ -206,6 +248,7 @@ def component(cell_id: str, op: object, scope: object, seconds: object, stat: ob
 
 
 # --------------------------------------------------------------------------------------------- CSV checks
+
 
 def read_csv(path: Path, required: Sequence[str], **kw) -> pd.DataFrame:
     """Read a CSV, raising :class:`BadInput` when unreadable, empty or missing a required column."""
@@ -286,6 +329,7 @@ def first_file(root: Path, names: Iterable[str], *, max_entries: int = 20000) ->
 
 # --------------------------------------------------------------------------------------------- writing
 
+
 def _column(df: pd.DataFrame, f: pa.Field) -> pa.Array:
     if f.name not in df.columns:
         return pa.nulls(len(df), f.type)
@@ -345,8 +389,12 @@ def validate_measured(tables: Mapping[str, pd.DataFrame], *, where: str = "<memo
     dup = cells["cell_id"].duplicated()
     if dup.any():
         raise MeasuredError(f"{where}: cells.cell_id duplicated: {cells.loc[dup, 'cell_id'].iloc[0]!r}")
-    vocab = {("cells", "kind"): KINDS, ("component", "scope"): SCOPES, ("component", "phase"): PHASES,
-             ("component", "stat"): STATS}
+    vocab = {
+        ("cells", "kind"): KINDS,
+        ("component", "scope"): SCOPES,
+        ("component", "phase"): PHASES,
+        ("component", "stat"): STATS,
+    }
     for (name, col), allowed in vocab.items():
         df = tables.get(name)
         if df is None or col not in df.columns:
@@ -370,8 +418,9 @@ def validate_measured(tables: Mapping[str, pd.DataFrame], *, where: str = "<memo
             raise MeasuredError(f"{where}: component.seconds = {s[i]!r} in row {i} (cell {comp['cell_id'].iloc[i]!r})")
 
 
-def write_measured(out_dir: str | os.PathLike[str], result: MeasuredResult | Mapping[str, pd.DataFrame]
-                   ) -> dict[str, Path]:
+def write_measured(
+    out_dir: str | os.PathLike[str], result: MeasuredResult | Mapping[str, pd.DataFrame]
+) -> dict[str, Path]:
     """Validate and write measured tables to ``out_dir/<table>.parquet`` atomically; returns the paths written.
 
     Nothing is written when validation fails; every table goes to a temporary file first and is renamed only

@@ -60,8 +60,14 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 _DIST = {"ttft": "ttft_s", "itl": "inter_token_latency_s", "e2e": "end_to_end_latency_s"}
 _QUANTILES = (50, 90, 95, 99)
 _REL_TOL = 1e-6
-_KEPT_DISTRIBUTIONS = ("ttft_s", "inter_token_latency_s", "end_to_end_latency_s",
-                       "request_output_throughput_token_per_s", "number_input_tokens", "number_output_tokens")
+_KEPT_DISTRIBUTIONS = (
+    "ttft_s",
+    "inter_token_latency_s",
+    "end_to_end_latency_s",
+    "request_output_throughput_token_per_s",
+    "number_input_tokens",
+    "number_output_tokens",
+)
 
 
 def _is_sqlite(path: Path) -> bool:
@@ -141,8 +147,12 @@ def run_metrics(row: dict) -> tuple[dict[str, float], dict]:
     conc = row.get("num_concurrent_requests", raw.get("num_concurrent_requests"))
     if conc is not None:
         m["concurrency"] = float(conc)
-    for col, metric in (("overall_throughput", "throughput_output_tok_s"), ("mean_latency", "e2e_mean_s"),
-                        ("ttft", "ttft_mean_s"), ("completed_requests", "completed_requests")):
+    for col, metric in (
+        ("overall_throughput", "throughput_output_tok_s"),
+        ("mean_latency", "e2e_mean_s"),
+        ("ttft", "ttft_mean_s"),
+        ("completed_requests", "completed_requests"),
+    ):
         v = row.get(col)
         if v is not None and abs(float(v) - m[metric]) > _REL_TOL * max(abs(m[metric]), 1e-12):
             raise BadInput(f"column {col}={v} disagrees with raw_results ({metric}={m[metric]})")
@@ -196,11 +206,14 @@ class LLMPerfCollector:
                 cells.append(row_cell)
                 metrics.extend(metric_rows(row_cell["cell_id"], m))
             if errors:
-                result.notes.append(f"{db.name}: {errors} run(s) with a non-zero error_rate (metrics over the "
-                                    "completed requests only)")
+                result.notes.append(
+                    f"{db.name}: {errors} run(s) with a non-zero error_rate (metrics over the completed requests only)"
+                )
         if cells:
-            result.notes.append(f"{len(cells)} LLMPerf runs, one cell each; token counts are LLMPerf's Llama-2 "
-                                "tokenizer counts; tp = n_gpus = 1 assumed (not recorded)")
+            result.notes.append(
+                f"{len(cells)} LLMPerf runs, one cell each; token counts are LLMPerf's Llama-2 "
+                "tokenizer counts; tp = n_gpus = 1 assumed (not recorded)"
+            )
         result.tables = {"cells": frame(cells, "cells"), "metrics": frame(metrics, "metrics")}
         return result
 
@@ -214,26 +227,43 @@ class LLMPerfCollector:
         mo, so = raw.get("mean_output_tokens"), raw.get("stddev_output_tokens")
         conc = row.get("num_concurrent_requests", raw.get("num_concurrent_requests"))
         config = {
-            "db": db.name, "run_id": row["id"], "timestamp": row.get("timestamp"), "model_raw": row["model"],
-            "requested_input_tokens": {"mean": mi, "stddev": si}, "requested_output_tokens": {"mean": mo, "stddev": so},
-            "num_concurrent_requests": conc, "error_rate": row.get("error_rate"),
+            "db": db.name,
+            "run_id": row["id"],
+            "timestamp": row.get("timestamp"),
+            "model_raw": row["model"],
+            "requested_input_tokens": {"mean": mi, "stddev": si},
+            "requested_output_tokens": {"mean": mo, "stddev": so},
+            "num_concurrent_requests": conc,
+            "error_rate": row.get("error_rate"),
             "price_per_hour": row.get("price_per_hour"),
             "additional_sampling_params": raw.get("additional_sampling_params"),
             "token_counter": "LLMPerf re-tokenises with hf-internal-testing/llama-tokenizer (Llama-2)",
             "tp_assumed": True,
             "arrivals": "64 client threads, staggered by client start-up (not recorded), each re-sending while fewer "
-                        "than 64 are recorded",
+            "than 64 are recorded",
             "test_span_s": m["completed_requests"] / m["throughput_req_s"] if m.get("throughput_req_s") else None,
             "e2e_max_s": (raw.get("results", {}).get("end_to_end_latency_s") or {}).get("max"),
             "num_requests_started": raw.get("results", {}).get("num_requests_started"),
             "number_errors": raw.get("results", {}).get("number_errors"),
             # the whole recorded distributions (min, max, p25..p99, mean, stddev): the client reconstruction
             # (validation.llmperf_client) reads the E2E and TTFT quantile functions from them
-            "distributions": {k: raw["results"][k] for k in _KEPT_DISTRIBUTIONS
-                              if isinstance(raw.get("results", {}).get(k), dict)},
+            "distributions": {
+                k: raw["results"][k] for k in _KEPT_DISTRIBUTIONS if isinstance(raw.get("results", {}).get(k), dict)
+            },
         }
-        out = cell(cid, SOURCE, gpu_raw, row["model"], rel(db, root), tp=1, n_gpus=1, dtype=dtype, engine="vllm",
-                   config=config, kind="end-to-end")
+        out = cell(
+            cid,
+            SOURCE,
+            gpu_raw,
+            row["model"],
+            rel(db, root),
+            tp=1,
+            n_gpus=1,
+            dtype=dtype,
+            engine="vllm",
+            config=config,
+            kind="end-to-end",
+        )
         out["gpu"] = gpu
         out["workload"] = f"llmperf sonnet in {mi}+-{si} / out {mo}+-{so} tok"
         out["load"] = f"{conc} concurrent (closed loop)"

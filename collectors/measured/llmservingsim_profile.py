@@ -140,9 +140,17 @@ def parse_v0_layers(path: Path, cid: str, tp: int) -> pd.DataFrame:
     if (tps != tp).any():
         raise BadInput(f"tp_size {int(tps[tps != tp][0])} in the file but the folder says tp{tp}")
     ns = positive_times(numeric(df, "latency(ns)"), "latency(ns)")
-    return component(cid, ops, _scope(ops), ns.to_numpy() * 1e-9, "median",
-                     phase=np.where(ops == "attn", "prefill", None), num_tokens=tokens, batch_size=1,
-                     context_tokens=kv)
+    return component(
+        cid,
+        ops,
+        _scope(ops),
+        ns.to_numpy() * 1e-9,
+        "median",
+        phase=np.where(ops == "attn", "prefill", None),
+        num_tokens=tokens,
+        batch_size=1,
+        context_tokens=kv,
+    )
 
 
 def parse_v0_attention(path: Path, cid: str) -> pd.DataFrame:
@@ -158,9 +166,17 @@ def parse_v0_attention(path: Path, cid: str) -> pd.DataFrame:
     else:
         raise BadInput(f"missing time columns ({pre_col} and {dec_col}, or p50_ns)")
     seconds = positive_times(pd.Series(t), col).to_numpy() * scale
-    return component(cid, "attention", "layer", seconds, "median",
-                     phase=np.where(prefill, "prefill", "decode"), num_tokens=np.where(prefill, chunk, batch),
-                     batch_size=batch, context_tokens=kv)
+    return component(
+        cid,
+        "attention",
+        "layer",
+        seconds,
+        "median",
+        phase=np.where(prefill, "prefill", "decode"),
+        num_tokens=np.where(prefill, chunk, batch),
+        batch_size=batch,
+        context_tokens=kv,
+    )
 
 
 def parse_perf_dense(path: Path, cid: str) -> pd.DataFrame:
@@ -175,8 +191,15 @@ def parse_perf_per_sequence(path: Path, cid: str) -> pd.DataFrame:
     df = read_csv(path, ("layer", "sequences", "time_us"))
     seqs = _count(df, "sequences")
     us = positive_times(numeric(df, "time_us"), "time_us")
-    return component(cid, df["layer"].astype(str).str.strip(), "model", us.to_numpy() * 1e-6, "mean",
-                     num_tokens=seqs, batch_size=seqs)
+    return component(
+        cid,
+        df["layer"].astype(str).str.strip(),
+        "model",
+        us.to_numpy() * 1e-6,
+        "mean",
+        num_tokens=seqs,
+        batch_size=seqs,
+    )
 
 
 def parse_perf_attention(path: Path, cid: str, mixed: Counter) -> pd.DataFrame:
@@ -193,10 +216,17 @@ def parse_perf_attention(path: Path, cid: str, mixed: Counter) -> pd.DataFrame:
     ops = df["layer"].astype(str).str.strip() if "layer" in df.columns else pd.Series("attention", index=df.index)
     decode_tokens = nd * q
     k = keep
-    return component(cid, ops[k].to_numpy(), "layer", us[k].to_numpy() * 1e-6, "mean",
-                     phase=np.where(pure_prefill, "prefill", "decode")[k],
-                     num_tokens=np.where(pure_prefill, pc, decode_tokens)[k],
-                     batch_size=np.where(pure_prefill, 1, nd)[k], context_tokens=np.where(pure_prefill, kvp, kvd)[k])
+    return component(
+        cid,
+        ops[k].to_numpy(),
+        "layer",
+        us[k].to_numpy() * 1e-6,
+        "mean",
+        phase=np.where(pure_prefill, "prefill", "decode")[k],
+        num_tokens=np.where(pure_prefill, pc, decode_tokens)[k],
+        batch_size=np.where(pure_prefill, 1, nd)[k],
+        context_tokens=np.where(pure_prefill, kvp, kvd)[k],
+    )
 
 
 class LLMServingSimProfileCollector:
@@ -210,7 +240,8 @@ class LLMServingSimProfileCollector:
             return False
         head = head_line(f)
         return (f.name == "layers.csv" and head.startswith("layer_name,input,kv_cache")) or (
-            f.name == "dense.csv" and head.startswith("layer,tokens,time_us"))
+            f.name == "dense.csv" and head.startswith("layer,tokens,time_us")
+        )
 
     def collect(self, path: Path) -> MeasuredResult:
         root = Path(path)
@@ -227,13 +258,16 @@ class LLMServingSimProfileCollector:
                 continue
             tp = int(m.group(1))
             names = {f.name for f in files}
-            v0 = "layers.csv" in names or (names == {"attention.csv"} and not head_line(files[0]).startswith(
-                "prefill_chunk,"))
-            row, parsers = (self._v0_cell(root, folder, tp, taken) if v0
-                            else self._perf_cell(root, folder, tp, taken, result))
+            v0 = "layers.csv" in names or (
+                names == {"attention.csv"} and not head_line(files[0]).startswith("prefill_chunk,")
+            )
+            row, parsers = (
+                self._v0_cell(root, folder, tp, taken) if v0 else self._perf_cell(root, folder, tp, taken, result)
+            )
             got = []
-            for _, df in per_file(sorted(files), lambda p, ps=parsers, c=row["cell_id"]: ps[p.name](p, c, mixed),
-                                  result.skips):
+            for _, df in per_file(
+                sorted(files), lambda p, ps=parsers, c=row["cell_id"]: ps[p.name](p, c, mixed), result.skips
+            ):
                 got.append(df)
                 result.files_read += 1
             if got:
@@ -241,12 +275,16 @@ class LLMServingSimProfileCollector:
                 parts.extend(got)
         result.tables = {"cells": frame(cells, "cells"), "component": frame(parts, "component")}
         if sum(mixed.values()):
-            result.notes.append(f"{sum(mixed.values())} mixed prefill+decode attention shots in "
-                                f"{sum(1 for v in mixed.values() if v)} perf attention.csv file(s) not ingested "
-                                "(one context per component row)")
+            result.notes.append(
+                f"{sum(mixed.values())} mixed prefill+decode attention shots in "
+                f"{sum(1 for v in mixed.values() if v)} perf attention.csv file(s) not ingested "
+                "(one context per component row)"
+            )
         if not_ingested:
-            result.notes.append("not ingested (no component-row equivalent): " + ", ".join(
-                f"{n} {name}" for name, n in sorted(not_ingested.items())))
+            result.notes.append(
+                "not ingested (no component-row equivalent): "
+                + ", ".join(f"{n} {name}" for name, n in sorted(not_ingested.items()))
+            )
         return result
 
     @staticmethod
@@ -255,12 +293,23 @@ class LLMServingSimProfileCollector:
         model = normalize_model(model_dir)
         gpu = normalize_gpu(gpu_raw)
         cid = unique_id(f"llmservingsim-v0/{gpu or slug(gpu_raw)}/{model}/tp{tp}", taken)
-        row = cell(cid, "llmservingsim-v0", gpu_raw, f"{org}/{model_dir}", rel(folder, root), tp=tp,
-                   dtype=None if gpu_raw.lower().startswith("tpu") else "fp16",
-                   config={"model_raw": f"{org}/{model_dir}", "layers": "HF transformers modules, one decoder "
-                           "layer, batch 1, kv 0; median of repeats"})
-        parsers = {"layers.csv": lambda p, c, _m: parse_v0_layers(p, c, tp),
-                   "attention.csv": lambda p, c, _m: parse_v0_attention(p, c)}
+        row = cell(
+            cid,
+            "llmservingsim-v0",
+            gpu_raw,
+            f"{org}/{model_dir}",
+            rel(folder, root),
+            tp=tp,
+            dtype=None if gpu_raw.lower().startswith("tpu") else "fp16",
+            config={
+                "model_raw": f"{org}/{model_dir}",
+                "layers": "HF transformers modules, one decoder layer, batch 1, kv 0; median of repeats",
+            },
+        )
+        parsers = {
+            "layers.csv": lambda p, c, _m: parse_v0_layers(p, c, tp),
+            "attention.csv": lambda p, c, _m: parse_v0_attention(p, c),
+        }
         return row, parsers
 
     @staticmethod
@@ -282,10 +331,22 @@ class LLMServingSimProfileCollector:
         config = {k: v for k, v in meta.items() if not isinstance(v, dict)}
         config.update({k: meta[k] for k in ("engine_effective", "attention_grid") if isinstance(meta.get(k), dict)})
         config["model_raw"] = model_raw
-        row = cell(cid, "llmservingsim-perf", gpu_raw, model_raw, rel(folder, root), tp=tp, dtype=variant,
-                   engine="vllm", engine_version=meta.get("vllm_version"), config=config)
+        row = cell(
+            cid,
+            "llmservingsim-perf",
+            gpu_raw,
+            model_raw,
+            rel(folder, root),
+            tp=tp,
+            dtype=variant,
+            engine="vllm",
+            engine_version=meta.get("vllm_version"),
+            config=config,
+        )
         row["gpu"] = gpu
-        parsers = {"dense.csv": lambda p, c, _m: parse_perf_dense(p, c),
-                   "per_sequence.csv": lambda p, c, _m: parse_perf_per_sequence(p, c),
-                   "attention.csv": parse_perf_attention}
+        parsers = {
+            "dense.csv": lambda p, c, _m: parse_perf_dense(p, c),
+            "per_sequence.csv": lambda p, c, _m: parse_perf_per_sequence(p, c),
+            "attention.csv": parse_perf_attention,
+        }
         return row, parsers

@@ -166,8 +166,10 @@ class MLPerfCollector:
             if kv.get("result is", "").upper() != "VALID":
                 result.notes.append(f"{f.name}: result is {kv.get('result is')!r}, not VALID")
         if cells:
-            result.notes.append("dtype fp8 and the GPU count come from PROVENANCE.md / the system name, not the "
-                                "summary; Offline latencies are completion times, not mapped to e2e")
+            result.notes.append(
+                "dtype fp8 and the GPU count come from PROVENANCE.md / the system name, not the "
+                "summary; Offline latencies are completion times, not mapped to e2e"
+            )
         result.tables = {"cells": frame(cells, "cells"), "metrics": frame(metrics, "metrics")}
         return result
 
@@ -178,23 +180,44 @@ class MLPerfCollector:
             bench = re.sub(r"-(server|offline)-sut.*$", "", kv.get("sut name", "unknown").lower())
         gpu_raw, n_gpus, engine = _system(system)
         gpu = normalize_gpu(gpu_raw)
-        row = cell("", SOURCE, gpu_raw, bench, rel(f, root), n_gpus=n_gpus, dtype=DTYPE, engine=engine,
-                   kind="end-to-end", config={
-                       "system": system, "benchmark": bench, "results_version": version, "scenario": scenario,
-                       "sut_name": kv.get("sut name"), "mode": kv.get("mode"), "result": kv.get("result is"),
-                       "ttft_limit_s": (_num(kv, "ttft_latency (ns)") or 0) * _NS or None,
-                       "tpot_limit_s": (_num(kv, "tpot_latency (ns)") or 0) * _NS or None,
-                       "target_qps": _num(kv, "target_qps"), "samples_per_query": _num(kv, "samples_per_query"),
-                       "min_duration_ms": _num(kv, "min_duration (ms)"),
-                       "offline_completion_time_mean_s": ((_num(kv, "mean latency (ns)") or 0) * _NS or None)
-                       if scenario.lower() == "offline" else None,
-                       "dtype_from": "PROVENANCE.md (NVIDIA TRT-LLM FP8 submission)"})
+        row = cell(
+            "",
+            SOURCE,
+            gpu_raw,
+            bench,
+            rel(f, root),
+            n_gpus=n_gpus,
+            dtype=DTYPE,
+            engine=engine,
+            kind="end-to-end",
+            config={
+                "system": system,
+                "benchmark": bench,
+                "results_version": version,
+                "scenario": scenario,
+                "sut_name": kv.get("sut name"),
+                "mode": kv.get("mode"),
+                "result": kv.get("result is"),
+                "ttft_limit_s": (_num(kv, "ttft_latency (ns)") or 0) * _NS or None,
+                "tpot_limit_s": (_num(kv, "tpot_latency (ns)") or 0) * _NS or None,
+                "target_qps": _num(kv, "target_qps"),
+                "samples_per_query": _num(kv, "samples_per_query"),
+                "min_duration_ms": _num(kv, "min_duration (ms)"),
+                "offline_completion_time_mean_s": ((_num(kv, "mean latency (ns)") or 0) * _NS or None)
+                if scenario.lower() == "offline"
+                else None,
+                "dtype_from": "PROVENANCE.md (NVIDIA TRT-LLM FP8 submission)",
+            },
+        )
         row["gpu"] = gpu
-        row["cell_id"] = unique_id(f"{SOURCE}/{gpu or slug(gpu_raw)}/{row['model']}/{n_gpus or 'n'}gpu/"
-                                   f"{slug(scenario)}", taken)
+        row["cell_id"] = unique_id(
+            f"{SOURCE}/{gpu or slug(gpu_raw)}/{row['model']}/{n_gpus or 'n'}gpu/{slug(scenario)}", taken
+        )
         row["workload"] = f"mlperf-inference {version or ''} {bench} {scenario}".replace("  ", " ")
         qps = _num(kv, "target_qps")
-        row["load"] = f"{qps:g} qps (poisson)" if scenario.lower() == "server" and qps else (
-            "offline (all samples at t=0)" if scenario.lower() == "offline" else scenario)
+        row["load"] = (
+            f"{qps:g} qps (poisson)"
+            if scenario.lower() == "server" and qps
+            else ("offline (all samples at t=0)" if scenario.lower() == "offline" else scenario)
+        )
         return row
-

@@ -31,73 +31,116 @@ import pyarrow as pa
 
 MEASURED_SCHEMA_VERSION: Final = "1"
 
-CELLS: Final = pa.schema([
-    pa.field("cell_id", pa.string(), nullable=False),
-    pa.field("source", pa.string(), nullable=False),
-    pa.field("kind", pa.string(), nullable=False),  # component | end-to-end
-    pa.field("gpu", pa.string(), nullable=True),
-    pa.field("gpu_raw", pa.string(), nullable=False),
-    pa.field("n_gpus", pa.int32(), nullable=True),
-    pa.field("model", pa.string(), nullable=False),
-    pa.field("dtype", pa.string(), nullable=True),
-    pa.field("tp", pa.int32(), nullable=True),
-    pa.field("engine", pa.string(), nullable=True),
-    pa.field("engine_version", pa.string(), nullable=True),
-    pa.field("workload", pa.string(), nullable=True),
-    pa.field("load", pa.string(), nullable=True),
-    pa.field("config_json", pa.string(), nullable=True),  # engine / run configuration as JSON, when known
-    pa.field("path", pa.string(), nullable=False),
-])
+CELLS: Final = pa.schema(
+    [
+        pa.field("cell_id", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),  # component | end-to-end
+        pa.field("gpu", pa.string(), nullable=True),
+        pa.field("gpu_raw", pa.string(), nullable=False),
+        pa.field("n_gpus", pa.int32(), nullable=True),
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("dtype", pa.string(), nullable=True),
+        pa.field("tp", pa.int32(), nullable=True),
+        pa.field("engine", pa.string(), nullable=True),
+        pa.field("engine_version", pa.string(), nullable=True),
+        pa.field("workload", pa.string(), nullable=True),
+        pa.field("load", pa.string(), nullable=True),
+        pa.field("config_json", pa.string(), nullable=True),  # engine / run configuration as JSON, when known
+        pa.field("path", pa.string(), nullable=False),
+    ]
+)
 
-COMPONENT: Final = pa.schema([
-    pa.field("cell_id", pa.string(), nullable=False),
-    pa.field("op", pa.string(), nullable=False),
-    pa.field("scope", pa.string(), nullable=False),  # layer | model | op
-    pa.field("phase", pa.string(), nullable=True),  # prefill | decode | mixed
-    pa.field("num_tokens", pa.int64(), nullable=True),
-    pa.field("batch_size", pa.int64(), nullable=True),
-    pa.field("context_tokens", pa.int64(), nullable=True),
-    pa.field("bytes", pa.int64(), nullable=True),
-    pa.field("seconds", pa.float64(), nullable=False),
-    pa.field("stat", pa.string(), nullable=False),  # mean | median | min | single
-])
+COMPONENT: Final = pa.schema(
+    [
+        pa.field("cell_id", pa.string(), nullable=False),
+        pa.field("op", pa.string(), nullable=False),
+        pa.field("scope", pa.string(), nullable=False),  # layer | model | op
+        pa.field("phase", pa.string(), nullable=True),  # prefill | decode | mixed
+        pa.field("num_tokens", pa.int64(), nullable=True),
+        pa.field("batch_size", pa.int64(), nullable=True),
+        pa.field("context_tokens", pa.int64(), nullable=True),
+        pa.field("bytes", pa.int64(), nullable=True),
+        pa.field("seconds", pa.float64(), nullable=False),
+        pa.field("stat", pa.string(), nullable=False),  # mean | median | min | single
+    ]
+)
 
-REQUESTS: Final = pa.schema([
-    pa.field("cell_id", pa.string(), nullable=False),
-    pa.field("request_id", pa.string(), nullable=False),
-    pa.field("arrival_s", pa.float64(), nullable=False),
-    pa.field("queued_s", pa.float64(), nullable=True),
-    pa.field("scheduled_s", pa.float64(), nullable=True),
-    pa.field("first_token_s", pa.float64(), nullable=True),
-    pa.field("last_token_s", pa.float64(), nullable=True),
-    pa.field("input_tokens", pa.int64(), nullable=False),
-    pa.field("output_tokens", pa.int64(), nullable=False),
-])
+REQUESTS: Final = pa.schema(
+    [
+        pa.field("cell_id", pa.string(), nullable=False),
+        pa.field("request_id", pa.string(), nullable=False),
+        pa.field("arrival_s", pa.float64(), nullable=False),
+        pa.field("queued_s", pa.float64(), nullable=True),
+        pa.field("scheduled_s", pa.float64(), nullable=True),
+        pa.field("first_token_s", pa.float64(), nullable=True),
+        pa.field("last_token_s", pa.float64(), nullable=True),
+        pa.field("input_tokens", pa.int64(), nullable=False),
+        pa.field("output_tokens", pa.int64(), nullable=False),
+    ]
+)
 
-PROGRAMS: Final = pa.schema([
-    pa.field("cell_id", pa.string(), nullable=False),
-    pa.field("program_id", pa.string(), nullable=False),
-    pa.field("jct_s", pa.float64(), nullable=False),
-])
+PROGRAMS: Final = pa.schema(
+    [
+        pa.field("cell_id", pa.string(), nullable=False),
+        pa.field("program_id", pa.string(), nullable=False),
+        pa.field("jct_s", pa.float64(), nullable=False),
+    ]
+)
 
-METRICS: Final = pa.schema([
-    pa.field("cell_id", pa.string(), nullable=False),
-    pa.field("metric", pa.string(), nullable=False),
-    pa.field("value", pa.float64(), nullable=False),
-])
+METRICS: Final = pa.schema(
+    [
+        pa.field("cell_id", pa.string(), nullable=False),
+        pa.field("metric", pa.string(), nullable=False),
+        pa.field("value", pa.float64(), nullable=False),
+    ]
+)
 
 TABLES: Final[dict[str, pa.Schema]] = {
-    "cells": CELLS, "component": COMPONENT, "requests": REQUESTS, "programs": PROGRAMS, "metrics": METRICS,
+    "cells": CELLS,
+    "component": COMPONENT,
+    "requests": REQUESTS,
+    "programs": PROGRAMS,
+    "metrics": METRICS,
 }
 
 #: Aggregate metric names (units in the name). Quantiles as ``_p50``, ``_p90``, ``_p95``, ``_p99``.
 METRIC_NAMES: Final[tuple[str, ...]] = (
-    "throughput_output_tok_s", "throughput_total_tok_s", "throughput_req_s", "throughput_programs_s",
-    "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p95_s", "ttft_p99_s",
-    "tpot_mean_s", "tpot_p50_s", "tpot_p90_s", "tpot_p95_s", "tpot_p99_s",
-    "itl_mean_s", "itl_p50_s", "itl_p90_s", "itl_p95_s", "itl_p99_s",
-    "e2e_mean_s", "e2e_p50_s", "e2e_p90_s", "e2e_p95_s", "e2e_p99_s",
-    "jct_mean_s", "jct_p50_s", "jct_p95_s", "jct_p99_s", "jct_min_s", "jct_max_s", "makespan_s",
-    "input_tokens_mean", "output_tokens_mean", "target_qps", "completed_requests", "num_programs",
+    "throughput_output_tok_s",
+    "throughput_total_tok_s",
+    "throughput_req_s",
+    "throughput_programs_s",
+    "ttft_mean_s",
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "ttft_p95_s",
+    "ttft_p99_s",
+    "tpot_mean_s",
+    "tpot_p50_s",
+    "tpot_p90_s",
+    "tpot_p95_s",
+    "tpot_p99_s",
+    "itl_mean_s",
+    "itl_p50_s",
+    "itl_p90_s",
+    "itl_p95_s",
+    "itl_p99_s",
+    "e2e_mean_s",
+    "e2e_p50_s",
+    "e2e_p90_s",
+    "e2e_p95_s",
+    "e2e_p99_s",
+    "jct_mean_s",
+    "jct_p50_s",
+    "jct_p95_s",
+    "jct_p99_s",
+    "jct_min_s",
+    "jct_max_s",
+    "makespan_s",
+    "input_tokens_mean",
+    "output_tokens_mean",
+    "target_qps",
+    "completed_requests",
+    "num_programs",
     "concurrency",
 )

@@ -50,8 +50,16 @@ from collectors.measured.common import (
 
 SOURCE = "splitwise"
 FILE = "perf_model.csv"
-REQUIRED = ("model", "hardware", "prompt_size", "batch_size", "token_size", "prompt_time", "token_time",
-            "tensor_parallel")
+REQUIRED = (
+    "model",
+    "hardware",
+    "prompt_size",
+    "batch_size",
+    "token_size",
+    "prompt_time",
+    "token_time",
+    "tensor_parallel",
+)
 
 
 def _ints(df: pd.DataFrame, col: str, minimum: int = 1) -> np.ndarray:
@@ -79,12 +87,33 @@ def parse_perf_model(path: Path) -> list[tuple[str, str, int, pd.DataFrame]]:
     keys = pd.DataFrame({"hw": hw, "model": model, "tp": tp}).drop_duplicates()
     for h, m, t in keys.itertuples(index=False):
         k = (hw == h) & (model == m) & (tp == t)
-        rows = pd.concat([
-            component("", "prefill_iteration", "model", prefill_s[k], "single", phase="prefill",
-                      num_tokens=prompt[k] * batch[k], batch_size=batch[k], context_tokens=0),
-            component("", "decode_iteration", "model", decode_s[k], "single", phase="decode",
-                      num_tokens=batch[k], batch_size=batch[k], context_tokens=prompt[k]),
-        ], ignore_index=True)
+        rows = pd.concat(
+            [
+                component(
+                    "",
+                    "prefill_iteration",
+                    "model",
+                    prefill_s[k],
+                    "single",
+                    phase="prefill",
+                    num_tokens=prompt[k] * batch[k],
+                    batch_size=batch[k],
+                    context_tokens=0,
+                ),
+                component(
+                    "",
+                    "decode_iteration",
+                    "model",
+                    decode_s[k],
+                    "single",
+                    phase="decode",
+                    num_tokens=batch[k],
+                    batch_size=batch[k],
+                    context_tokens=prompt[k],
+                ),
+            ],
+            ignore_index=True,
+        )
         out.append((str(h), str(m), int(t), rows))
     return out
 
@@ -111,8 +140,17 @@ class SplitwiseProfileCollector:
                 gpu = normalize_gpu(hw)
                 model = normalize_model(model_raw)
                 cid = unique_id(f"{SOURCE}/{gpu or slug(hw)}/{model}/tp{tp}", taken)
-                cells.append(cell(cid, SOURCE, hw, model_raw, rel(f, root), tp=tp,
-                                  config={"model_raw": model_raw, "power_capped": hw.endswith("-pcap")}))
+                cells.append(
+                    cell(
+                        cid,
+                        SOURCE,
+                        hw,
+                        model_raw,
+                        rel(f, root),
+                        tp=tp,
+                        config={"model_raw": model_raw, "power_capped": hw.endswith("-pcap")},
+                    )
+                )
                 parts.append(rows.assign(cell_id=cid))
         result.tables = {"cells": frame(cells, "cells"), "component": frame(parts, "component")}
         return result

@@ -99,15 +99,20 @@ def parse_mlp(path: Path) -> tuple[dict[int, pd.DataFrame], dict[int, dict[str, 
         names.append(np.full(len(df), op, dtype=object))
         stats.append(np.full(len(df), stat, dtype=object))
     op_col = np.concatenate(names)
-    rows = component("", op_col, np.where(np.isin(op_col, list(MODEL_SCOPE_OPS)), "model", "layer"),
-                     np.concatenate(ms) * 1e-3, np.concatenate(stats), num_tokens=np.tile(tokens, len(ops)))
+    rows = component(
+        "",
+        op_col,
+        np.where(np.isin(op_col, list(MODEL_SCOPE_OPS)), "model", "layer"),
+        np.concatenate(ms) * 1e-3,
+        np.concatenate(stats),
+        num_tokens=np.tile(tokens, len(ops)),
+    )
     tp_col = np.tile(tps, len(ops))
     by_tp = {int(tp): rows[tp_col == tp].reset_index(drop=True) for tp in np.unique(tps)}
     shapes = {}
     for tp in by_tp:
         first = df.loc[tps == tp].iloc[0]
-        shapes[tp] = {c: (first[c].item() if hasattr(first[c], "item") else first[c]) for c in SHAPE
-                      if c in df.columns}
+        shapes[tp] = {c: (first[c].item() if hasattr(first[c], "item") else first[c]) for c in SHAPE if c in df.columns}
     return by_tp, shapes
 
 
@@ -117,7 +122,7 @@ def parse_network(path: Path) -> dict[tuple[str, int, int], pd.DataFrame]:
     ops = _ops(df.columns)
     if len(ops) != 1:
         raise BadInput(f"expected the time_stats of one collective, found {sorted(ops) or 'none'}")
-    (collective, (col, stat)), = ops.items()
+    ((collective, (col, stat)),) = ops.items()
     if "collective" in df.columns and not (df["collective"].astype(str) == collective).all():
         raise BadInput(f"column 'collective' disagrees with time_stats.{collective}.*")
     ms = positive_times(numeric(df, col), col).to_numpy()
@@ -155,8 +160,19 @@ class VidurProfileCollector:
             gpu = normalize_gpu(gpu_raw)
             for tp, df in sorted(by_tp.items()):
                 cid = unique_id(f"{SOURCE}/{gpu or slug(gpu_raw)}/{model}/tp{tp}", taken)
-                cells.append(cell(cid, SOURCE, gpu_raw, model_raw, rel(f, root), tp=tp, dtype="fp16",
-                                  engine="vidur-profiler", config={"model_raw": model_raw, **shapes[tp]}))
+                cells.append(
+                    cell(
+                        cid,
+                        SOURCE,
+                        gpu_raw,
+                        model_raw,
+                        rel(f, root),
+                        tp=tp,
+                        dtype="fp16",
+                        engine="vidur-profiler",
+                        config={"model_raw": model_raw, **shapes[tp]},
+                    )
+                )
                 parts.append(df.assign(cell_id=cid))
         network = walk_files(root, NETWORK_FILES)
         for f, by_key in per_file(network, parse_network, result.skips):
@@ -164,10 +180,24 @@ class VidurProfileCollector:
             topology = f.resolve().parent.name
             for (collective, workers, per_node), df in by_key.items():
                 cid = unique_id(f"{SOURCE}/network/{topology}/{collective}/n{workers}-pernode{per_node}", taken)
-                row = cell(cid, SOURCE, topology, NO_MODEL, rel(f, root), n_gpus=workers, model=NO_MODEL,
-                           tp=workers if collective == "all_reduce" else None, dtype="fp16",
-                           engine="vidur-profiler", config={"topology": topology, "collective": collective,
-                                                            "num_workers": workers, "devices_per_node": per_node})
+                row = cell(
+                    cid,
+                    SOURCE,
+                    topology,
+                    NO_MODEL,
+                    rel(f, root),
+                    n_gpus=workers,
+                    model=NO_MODEL,
+                    tp=workers if collective == "all_reduce" else None,
+                    dtype="fp16",
+                    engine="vidur-profiler",
+                    config={
+                        "topology": topology,
+                        "collective": collective,
+                        "num_workers": workers,
+                        "devices_per_node": per_node,
+                    },
+                )
                 cells.append(row)
                 parts.append(df.assign(cell_id=cid))
         result.tables = {"cells": frame(cells, "cells"), "component": frame(parts, "component")}

@@ -83,25 +83,65 @@ from collectors.measured.schema import METRIC_NAMES
 SOURCE = "vllm-run"
 _TS = ("queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
 _SAME_CLOCK_S = 1e5  # two stamps further apart than this are on different clocks (as in the source's validate.py)
-_DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16",
-           "float32": "fp32", "fp8": "fp8"}
-_SCHED_KEYS = ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "policy", "async_scheduling",
-               "long_prefill_token_threshold", "max_num_partial_prefills", "scheduler_reserve_full_isl",
-               "max_num_scheduled_tokens")
-_CACHE_KEYS = ("block_size", "gpu_memory_utilization", "enable_prefix_caching", "num_gpu_blocks", "cache_dtype",
-               "prefix_caching_hash_algo", "kv_cache_memory_bytes", "num_gpu_blocks_override", "kv_offloading_size",
-               "kv_offloading_backend", "kv_cache_size_tokens", "sliding_window")
+_DTYPES = {
+    "bfloat16": "bf16",
+    "bf16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "fp16": "fp16",
+    "float32": "fp32",
+    "fp8": "fp8",
+}
+_SCHED_KEYS = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "enable_chunked_prefill",
+    "policy",
+    "async_scheduling",
+    "long_prefill_token_threshold",
+    "max_num_partial_prefills",
+    "scheduler_reserve_full_isl",
+    "max_num_scheduled_tokens",
+)
+_CACHE_KEYS = (
+    "block_size",
+    "gpu_memory_utilization",
+    "enable_prefix_caching",
+    "num_gpu_blocks",
+    "cache_dtype",
+    "prefix_caching_hash_algo",
+    "kv_cache_memory_bytes",
+    "num_gpu_blocks_override",
+    "kv_offloading_size",
+    "kv_offloading_backend",
+    "kv_cache_size_tokens",
+    "sliding_window",
+)
 #: What the deployment (validation.deployment) needs from each block of ``resolved_config``; None = the whole block
 _RESOLVED_KEYS: dict[str, tuple[str, ...] | None] = {
-    "parallel_config": ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
-                        "data_parallel_size_local", "enable_expert_parallel", "decode_context_parallel_size",
-                        "prefill_context_parallel_size", "enable_dbo", "enable_eplb", "is_moe_model", "world_size",
-                        "distributed_executor_backend", "disable_custom_all_reduce"),
+    "parallel_config": (
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "data_parallel_size",
+        "data_parallel_size_local",
+        "enable_expert_parallel",
+        "decode_context_parallel_size",
+        "prefill_context_parallel_size",
+        "enable_dbo",
+        "enable_eplb",
+        "is_moe_model",
+        "world_size",
+        "distributed_executor_backend",
+        "disable_custom_all_reduce",
+    ),
     "cache_config": _CACHE_KEYS,
     "scheduler_config": _SCHED_KEYS,
     "model_config": ("dtype", "quantization", "max_model_len", "enforce_eager", "served_model_name"),
     "compilation_config": ("mode", "cudagraph_mode", "max_cudagraph_capture_size"),
-    "quant_config": None, "speculative_config": None, "lora_config": None, "kv_transfer_config": None,
+    "quant_config": None,
+    "speculative_config": None,
+    "lora_config": None,
+    "kv_transfer_config": None,
 }
 
 
@@ -110,8 +150,11 @@ def metric_rows(cell_id: str, values: Mapping[str, float]) -> list[dict[str, obj
     unknown = [k for k in values if k not in METRIC_NAMES]
     if unknown:
         raise ValueError(f"metric names {unknown} are not in schema.METRIC_NAMES")
-    return [{"cell_id": cell_id, "metric": k, "value": float(v)} for k, v in values.items()
-            if v is not None and np.isfinite(v)]
+    return [
+        {"cell_id": cell_id, "metric": k, "value": float(v)}
+        for k, v in values.items()
+        if v is not None and np.isfinite(v)
+    ]
 
 
 def dist_stats(prefix: str, values: Iterable[float], quantiles: Iterable[int] = (50, 90, 95, 99)) -> dict[str, float]:
@@ -155,14 +198,18 @@ def read_requests(path: Path) -> pd.DataFrame:
                 if r.get(key) is None:
                     raise BadInput(f"line {n}: field {key!r} missing or null")
             try:
-                row = {"request_id": str(r["request_id"]), "input_toks": int(r["input_toks"]),
-                       "output_toks": int(r["output_toks"]),
-                       **{k: float(r[k]) for k in ("arrival_time", *_TS)}}
+                row = {
+                    "request_id": str(r["request_id"]),
+                    "input_toks": int(r["input_toks"]),
+                    "output_toks": int(r["output_toks"]),
+                    **{k: float(r[k]) for k in ("arrival_time", *_TS)},
+                }
             except (TypeError, ValueError) as exc:
                 raise BadInput(f"line {n}: non-numeric field ({exc})") from exc
             if row["input_toks"] < 0 or row["output_toks"] < 1:
-                raise BadInput(f"line {n}: input_toks={row['input_toks']}, output_toks={row['output_toks']} "
-                               "(need >= 0 and >= 1)")
+                raise BadInput(
+                    f"line {n}: input_toks={row['input_toks']}, output_toks={row['output_toks']} (need >= 0 and >= 1)"
+                )
             stamps = [row[k] for k in ("arrival_time", *_TS)]
             if not all(np.isfinite(stamps)) or min(stamps) < 0:
                 raise BadInput(f"line {n}: negative or non-finite timestamp")
@@ -193,10 +240,14 @@ def align(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, object]]:
         out[col] = df[ts].to_numpy() - offset - t0
     out["input_tokens"] = df["input_toks"].to_numpy()
     out["output_tokens"] = df["output_toks"].to_numpy()
-    clock = {"arrival_clock": "wall (epoch s)", "engine_clock": "same" if same else "monotonic (s)",
-             "engine_minus_arrival_offset_s": offset, "first_arrival_epoch_s": t0,
-             "queue_entry_delay_max_s": float(np.max(q - a - offset)),
-             "alignment": "none needed" if same else "offset = min(queued_ts - arrival_time)"}
+    clock = {
+        "arrival_clock": "wall (epoch s)",
+        "engine_clock": "same" if same else "monotonic (s)",
+        "engine_minus_arrival_offset_s": offset,
+        "first_arrival_epoch_s": t0,
+        "queue_entry_delay_max_s": float(np.max(q - a - offset)),
+        "alignment": "none needed" if same else "offset = min(queued_ts - arrival_time)",
+    }
     return out, clock
 
 
@@ -210,10 +261,14 @@ def request_metrics(req: pd.DataFrame) -> dict[str, float]:
     out_tok, in_tok = float(req["output_tokens"].sum()), float(req["input_tokens"].sum())
     m = {**dist_stats("ttft", ttft), **dist_stats("tpot", tpot), **dist_stats("e2e", e2e)}
     if span > 0:
-        m.update(throughput_output_tok_s=out_tok / span, throughput_total_tok_s=(out_tok + in_tok) / span,
-                 throughput_req_s=len(req) / span)
-    m.update(input_tokens_mean=in_tok / len(req), output_tokens_mean=out_tok / len(req),
-             completed_requests=float(len(req)))
+        m.update(
+            throughput_output_tok_s=out_tok / span,
+            throughput_total_tok_s=(out_tok + in_tok) / span,
+            throughput_req_s=len(req) / span,
+        )
+    m.update(
+        input_tokens_mean=in_tok / len(req), output_tokens_mean=out_tok / len(req), completed_requests=float(len(req))
+    )
     return m
 
 
@@ -254,8 +309,10 @@ def _resolved(meta: dict) -> dict[str, object]:
 
 def _config(meta: dict, clock: dict, rate_from: str, meta_file: str) -> dict[str, object]:
     resolved = _resolved(meta)
-    sched, cache = ({} if not isinstance(resolved.get(k), dict) else dict(resolved[k])  # type: ignore[arg-type]
-                    for k in ("scheduler_config", "cache_config"))
+    sched, cache = (
+        {} if not isinstance(resolved.get(k), dict) else dict(resolved[k])  # type: ignore[arg-type]
+        for k in ("scheduler_config", "cache_config")
+    )
     kv = meta.get("kv_cache") if isinstance(meta.get("kv_cache"), dict) else {}
     ek = meta["engine_kwargs"]
     flat = {
@@ -269,15 +326,33 @@ def _config(meta: dict, clock: dict, rate_from: str, meta_file: str) -> dict[str
         "max_model_len": ek.get("max_model_len"),
         "enable_chunked_prefill": sched.get("enable_chunked_prefill"),
     }
-    schema = ("engine_kwargs only (no kv_cache / resolved_config: an older recorder)" if not kv and not resolved
-              else "kv_cache + resolved_config" if kv and resolved else
-              "kv_cache only" if kv else "resolved_config only")
-    return {**flat, "engine_kwargs": ek, "kv_cache": kv, "scheduler_config": sched, "cache_config": cache,
-            "resolved_config": resolved, "meta_file": meta_file, "meta_schema": schema,
-            "schema_version": meta.get("schema_version"),
-            "hardware": meta.get("hardware"), "dataset_path": meta.get("dataset_path"),
-            "dataset_hash": meta.get("dataset_hash"), "started_at": meta.get("started_at"),
-            "finished_at": meta.get("finished_at"), "clock": clock, "rate_from": rate_from}
+    schema = (
+        "engine_kwargs only (no kv_cache / resolved_config: an older recorder)"
+        if not kv and not resolved
+        else "kv_cache + resolved_config"
+        if kv and resolved
+        else "kv_cache only"
+        if kv
+        else "resolved_config only"
+    )
+    return {
+        **flat,
+        "engine_kwargs": ek,
+        "kv_cache": kv,
+        "scheduler_config": sched,
+        "cache_config": cache,
+        "resolved_config": resolved,
+        "meta_file": meta_file,
+        "meta_schema": schema,
+        "schema_version": meta.get("schema_version"),
+        "hardware": meta.get("hardware"),
+        "dataset_path": meta.get("dataset_path"),
+        "dataset_hash": meta.get("dataset_hash"),
+        "started_at": meta.get("started_at"),
+        "finished_at": meta.get("finished_at"),
+        "clock": clock,
+        "rate_from": rate_from,
+    }
 
 
 class VllmRunCollector:
@@ -287,8 +362,12 @@ class VllmRunCollector:
     def detect(self, path: Path) -> bool:
         path = Path(path)
         f = path if path.is_file() else first_file(path, ("requests.jsonl",))
-        return (f is not None and f.name == "requests.jsonl" and (f.parent / "meta.json").is_file()
-                and "first_token_ts" in head_line(f))
+        return (
+            f is not None
+            and f.name == "requests.jsonl"
+            and (f.parent / "meta.json").is_file()
+            and "first_token_ts" in head_line(f)
+        )
 
     def collect(self, path: Path) -> MeasuredResult:
         root = Path(path)
@@ -320,22 +399,28 @@ class VllmRunCollector:
             result.notes.append(
                 f"{cid}: {len(req)} requests; mean TTFT {m['ttft_mean_s']:.4f} s from arrival_time with the "
                 f"engine clock aligned by min(queued - arrival) (arrival -> queued 0-"
-                f"{clock['queue_entry_delay_max_s']:.3f} s), {ttft_q:.4f} s from queued_ts (LLMServingSim validate.py)")
+                f"{clock['queue_entry_delay_max_s']:.3f} s), {ttft_q:.4f} s from queued_ts (LLMServingSim validate.py)"
+            )
             kv = meta.get("kv_cache")
             if not (isinstance(kv, dict) and kv.get("num_gpu_blocks") is not None):
-                result.notes.append(f"{cid}: {meta_path} records no kv_cache.num_gpu_blocks (an older recorder, or "
-                                    "collection failed): the replay derives the KV block count from the memory model")
-        result.tables = {"cells": frame(cells, "cells"), "requests": frame(reqs, "requests"),
-                         "metrics": frame(metrics, "metrics")}
+                result.notes.append(
+                    f"{cid}: {meta_path} records no kv_cache.num_gpu_blocks (an older recorder, or "
+                    "collection failed): the replay derives the KV block count from the memory model"
+                )
+        result.tables = {
+            "cells": frame(cells, "cells"),
+            "requests": frame(reqs, "requests"),
+            "metrics": frame(metrics, "metrics"),
+        }
         return result
 
     @staticmethod
-    def _cell(meta: dict, gpu_raw: str, req: pd.DataFrame, clock: dict, path: str, taken: set[str],
-              meta_file: str):
+    def _cell(meta: dict, gpu_raw: str, req: pd.DataFrame, clock: dict, path: str, taken: set[str], meta_file: str):
         ek = meta["engine_kwargs"]
         res = _resolved(meta)
-        par, model_cfg = ({} if not isinstance(res.get(k), dict) else res[k] for k in ("parallel_config",
-                                                                                        "model_config"))
+        par, model_cfg = (
+            {} if not isinstance(res.get(k), dict) else res[k] for k in ("parallel_config", "model_config")
+        )
 
         def size(key: str) -> int:
             v = par.get(key) if par.get(key) is not None else ek.get(key)
@@ -347,9 +432,20 @@ class VllmRunCollector:
             dtype_raw = str(model_cfg["dtype"]).lower().removeprefix("torch.")
         dtype = "fp8" if model_cfg.get("quantization") == "fp8" else _DTYPES.get(dtype_raw, dtype_raw)
         rate, rate_from = _rate(meta, req)
-        row = cell("", SOURCE, gpu_raw, meta["model"], path, tp=tp, n_gpus=tp * dp * pp, dtype=dtype, engine="vllm",
-                   engine_version=meta.get("vllm_version"), config=_config(meta, clock, rate_from, meta_file),
-                   kind="end-to-end")
+        row = cell(
+            "",
+            SOURCE,
+            gpu_raw,
+            meta["model"],
+            path,
+            tp=tp,
+            n_gpus=tp * dp * pp,
+            dtype=dtype,
+            engine="vllm",
+            engine_version=meta.get("vllm_version"),
+            config=_config(meta, clock, rate_from, meta_file),
+            kind="end-to-end",
+        )
         layout = f"tp{tp}" + (f"-pp{pp}" if pp > 1 else "") + (f"-dp{dp}" if dp > 1 else "")
         cid = unique_id(f"{SOURCE}/{row['gpu'] or slug(gpu_raw)}/{row['model']}/{layout}/{rate}rps", taken)
         m = re.match(r"[a-z]+", Path(str(meta.get("dataset_path") or "")).name.lower())

@@ -24,8 +24,18 @@ def test_one_sample_class_is_pooled_and_reported(tmp_path) -> None:
     tr.turns.loc[first, "tool_class"] = "submit"  # one submit duration among 116 test durations
     tr.turns.loc[first, "tool_duration_s"] = 24.66
     write_trace(tmp_path / "tr", tr)
-    res = runner.invoke(app, ["fit-tools", str(tmp_path / "tr"), "--out", str(tmp_path / "m.json"),
-                              "--report", str(tmp_path / "rep"), "--json"])
+    res = runner.invoke(
+        app,
+        [
+            "fit-tools",
+            str(tmp_path / "tr"),
+            "--out",
+            str(tmp_path / "m.json"),
+            "--report",
+            str(tmp_path / "rep"),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert out["too_few_samples"] == {"submit": 1} and out["min_class_n"] == MIN_CLASS_N

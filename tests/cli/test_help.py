@@ -31,8 +31,21 @@ COMMANDS = _walk(typer.main.get_command(app))
 
 def test_the_walk_finds_every_command() -> None:
     names = {" ".join(p) for p, _ in COMMANDS}
-    assert {"collect", "simulate", "compare", "catalog", "report", "report sweep", "fit-tools", "drive-profile",
-            "validate", "sweep", "synth", "query", "describe"} <= names
+    assert {
+        "collect",
+        "simulate",
+        "compare",
+        "catalog",
+        "report",
+        "report sweep",
+        "fit-tools",
+        "drive-profile",
+        "validate",
+        "sweep",
+        "synth",
+        "query",
+        "describe",
+    } <= names
 
 
 @pytest.mark.parametrize("path", [p for p, _ in COMMANDS], ids=lambda p: " ".join(p) or "agentreplay")
@@ -43,8 +56,9 @@ def test_help_renders(path: tuple[str, ...]) -> None:
 
 
 def _options() -> list[tuple[str, Any]]:
-    return [(" ".join(p), o) for p, c in COMMANDS for o in c.params
-            if o.param_type_name == "option" and o.name != "help"]
+    return [
+        (" ".join(p), o) for p, c in COMMANDS for o in c.params if o.param_type_name == "option" and o.name != "help"
+    ]
 
 
 #: Options whose help does not state a default yet (none).
@@ -59,8 +73,13 @@ def test_every_option_has_help_and_states_its_default() -> None:
             missing.append(f"{cmd} {opt.opts[0]}")
             continue
         shown = opt.default is not None and opt.show_default is not False
-        if not (opt.is_flag or opt.required or shown or "default" in text.lower()
-                or f"{cmd} {opt.opts[0]}" in NO_DEFAULT_YET):
+        if not (
+            opt.is_flag
+            or opt.required
+            or shown
+            or "default" in text.lower()
+            or f"{cmd} {opt.opts[0]}" in NO_DEFAULT_YET
+        ):
             no_default.append(f"{cmd} {opt.opts[0]}")
     assert not missing, f"options without help: {missing}"
     assert not no_default, f"options whose help does not state the default: {no_default}"
@@ -89,9 +108,13 @@ def test_drive_profile_help_states_the_profile_defaults() -> None:
     from collectors.live.profile import ProfileOptions
 
     opts, d = dict(_options_of("drive-profile")), ProfileOptions()
-    for name, value in (("--prefill-sizes", d.prefill_sizes), ("--batch-sizes", d.batch_sizes),
-                        ("--contexts", d.contexts), ("--decode-tokens", (d.decode_tokens,)),
-                        ("--repeats", (d.repeats,))):
+    for name, value in (
+        ("--prefill-sizes", d.prefill_sizes),
+        ("--batch-sizes", d.batch_sizes),
+        ("--contexts", d.contexts),
+        ("--decode-tokens", (d.decode_tokens,)),
+        ("--repeats", (d.repeats,)),
+    ):
         assert f"Default: {','.join(map(str, value))}." in opts[name].help, name
 
 
@@ -107,8 +130,11 @@ def test_main_keeps_only_the_command_it_runs(monkeypatch) -> None:
     monkeypatch.setattr(app_module.app, "registered_commands", list(app_module.app.registered_commands))
     monkeypatch.setattr(app_module.app, "registered_groups", list(app_module.app.registered_groups))
     monkeypatch.setattr("sys.argv", ["agentreplay", "catalog", "--json"])
-    monkeypatch.setattr(type(app_module.app), "__call__", lambda self: calls.append(
-        [app_module._name(c) for c in self.registered_commands]))
+    monkeypatch.setattr(
+        type(app_module.app),
+        "__call__",
+        lambda self: calls.append([app_module._name(c) for c in self.registered_commands]),
+    )
     app_module.main()
     assert calls == [["catalog"]]
 

@@ -18,8 +18,9 @@ runner = CliRunner()
 def test_compare_folder_tables_get_a_preset_column(tmp_path) -> None:
     write_trace(tmp_path / "tr", make_trace([[(300, 10, 0.2), (400, 10, None)]] * 3))
     out = tmp_path / "cmp"
-    res = runner.invoke(app, ["compare", "--trace", str(tmp_path / "tr"), "--out", str(out),
-                              "--presets", "vllm,agent-affinity"])
+    res = runner.invoke(
+        app, ["compare", "--trace", str(tmp_path / "tr"), "--out", str(out), "--presets", "vllm,agent-affinity"]
+    )
     assert res.exit_code == 0, res.output
     df = query("select preset, count(*) as n from programs group by 1 order by 1", out)
     assert df.to_dict(orient="records") == [{"preset": "agent-affinity", "n": 3}, {"preset": "vllm", "n": 3}]
@@ -28,10 +29,13 @@ def test_compare_folder_tables_get_a_preset_column(tmp_path) -> None:
     assert turns.columns[0] == "preset" and len(turns) == 2 * 6  # each preset's own rows, labelled
     cmp = query("select preset from compare", out)  # the folder's own table stays as it is
     assert sorted(cmp["preset"]) == ["agent-affinity", "vllm"]
-    cli = runner.invoke(app, ["query", "select preset, count(*) as n from programs group by 1 order by 1",
-                              "--data", str(out), "--json"])
-    assert cli.exit_code == 0 and json.loads(cli.output) == [{"preset": "agent-affinity", "n": 3},
-                                                            {"preset": "vllm", "n": 3}]
+    cli = runner.invoke(
+        app, ["query", "select preset, count(*) as n from programs group by 1 order by 1", "--data", str(out), "--json"]
+    )
+    assert cli.exit_code == 0 and json.loads(cli.output) == [
+        {"preset": "agent-affinity", "n": 3},
+        {"preset": "vllm", "n": 3},
+    ]
 
 
 def test_a_folder_of_sweeps_stacks_their_results_with_a_sweep_column(tmp_path) -> None:
@@ -43,8 +47,10 @@ def test_a_folder_of_sweeps_stacks_their_results_with_a_sweep_column(tmp_path) -
         (tmp_path / name / "sweep.json").write_text("{}")
         pd.DataFrame({"cell_id": [f"{name}-1"], "jct_mean_s": [jct]}).to_parquet(part / "c1.parquet")
     df = query("select sweep, jct_mean_s from results order by 1", tmp_path)
-    assert df.to_dict(orient="records") == [{"sweep": "large", "jct_mean_s": 2.0},
-                                            {"sweep": "small", "jct_mean_s": 1.0}]
+    assert df.to_dict(orient="records") == [
+        {"sweep": "large", "jct_mean_s": 2.0},
+        {"sweep": "small", "jct_mean_s": 1.0},
+    ]
     one = query("select count(*) as n from results", tmp_path / "small")  # a sweep folder itself: as before
     assert int(one["n"].iloc[0]) == 1
 

@@ -19,8 +19,23 @@ GROWING = make_trace([[(2000 + 3000 * t, 50, 0.5) for t in range(4)] for _ in ra
 
 def test_summary_describes_every_group(tmp_path) -> None:
     write_trace(tmp_path / "tr", make_trace([[(500, 20, None)]] * 2))
-    res = runner.invoke(app, ["simulate", "--trace", str(tmp_path / "tr"), "--out", str(tmp_path / "o"), "--quiet",
-                              "--model", "llama-3.1-8b", "--group", "h100-sxm:1:2", "--group", "a100-80gb:2:1"])
+    res = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            str(tmp_path / "tr"),
+            "--out",
+            str(tmp_path / "o"),
+            "--quiet",
+            "--model",
+            "llama-3.1-8b",
+            "--group",
+            "h100-sxm:1:2",
+            "--group",
+            "a100-80gb:2:1",
+        ],
+    )
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
     assert "2 x llama-3.1-8b bf16 on 1x h100-sxm" in text
@@ -31,8 +46,21 @@ def test_summary_describes_every_group(tmp_path) -> None:
 
 def test_queue_bound_run_is_called_saturated_with_its_figures(tmp_path) -> None:
     write_trace(tmp_path / "tr", GROWING)
-    res = runner.invoke(app, ["simulate", "--trace", str(tmp_path / "tr"), "--out", str(tmp_path / "o"), "--quiet",
-                              "--concurrency", "24", "--max-num-seqs", "1"])
+    res = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            str(tmp_path / "tr"),
+            "--out",
+            str(tmp_path / "o"),
+            "--quiet",
+            "--concurrency",
+            "24",
+            "--max-num-seqs",
+            "1",
+        ],
+    )
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
     assert "saturated: queueing is" in text and "of the" in text and "mean TTFT" in text
@@ -41,14 +69,29 @@ def test_queue_bound_run_is_called_saturated_with_its_figures(tmp_path) -> None:
     assert f["figures"]["queued_mean_s"] >= MIN_QUEUED_S
     assert f["figures"]["queued_share_of_ttft"] >= QUEUE_SHARE_OF_TTFT
     assert f["figures"]["ttft_mean_s"] == summary["ttft_s"]["mean"]
-    js = runner.invoke(app, ["simulate", "--trace", str(tmp_path / "tr"), "--out", str(tmp_path / "o"), "--json",
-                             "--concurrency", "24", "--max-num-seqs", "1"])
+    js = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            str(tmp_path / "tr"),
+            "--out",
+            str(tmp_path / "o"),
+            "--json",
+            "--concurrency",
+            "24",
+            "--max-num-seqs",
+            "1",
+        ],
+    )
     assert js.exit_code == 0 and json.loads(js.output)["findings"][0]["kind"] == "queue-bound"
 
 
 def test_round_robin_collapses_reuse_and_the_finding_names_the_router() -> None:
-    res = simulate(GROWING, SimConfig().replace(workload={"concurrency": 24}, hardware={"instances": 4},
-                                                router={"policy": "round-robin"}))
+    res = simulate(
+        GROWING,
+        SimConfig().replace(workload={"concurrency": 24}, hardware={"instances": 4}, router={"policy": "round-robin"}),
+    )
     reusable = reusable_tokens(GROWING.turns, res.turns)
     (f,) = diagnose(res.summary, res.turns, reusable)
     assert f.kind == "reuse-collapse" and "round-robin" in f.message
@@ -57,6 +100,10 @@ def test_round_robin_collapses_reuse_and_the_finding_names_the_router() -> None:
 
 
 def test_an_unloaded_run_with_affinity_has_no_finding() -> None:
-    res = simulate(GROWING, SimConfig().replace(workload={"concurrency": 2}, hardware={"instances": 2},
-                                                router={"policy": "session-affinity"}))
+    res = simulate(
+        GROWING,
+        SimConfig().replace(
+            workload={"concurrency": 2}, hardware={"instances": 2}, router={"policy": "session-affinity"}
+        ),
+    )
     assert diagnose(res.summary, res.turns, reusable_tokens(GROWING.turns, res.turns)) == []

@@ -58,8 +58,18 @@ def test_every_table_command_has_json() -> None:
     import typer.main
 
     group = typer.main.get_command(app)
-    tables = ("collect", "describe", "query", "simulate", "catalog", "compare", "sweep", "fit-tools", "drive",
-              "drive-profile")
+    tables = (
+        "collect",
+        "describe",
+        "query",
+        "simulate",
+        "catalog",
+        "compare",
+        "sweep",
+        "fit-tools",
+        "drive",
+        "drive-profile",
+    )
     for name in tables:
         opts = {o for p in group.commands[name].params for o in getattr(p, "opts", [])}
         assert "--json" in opts, name

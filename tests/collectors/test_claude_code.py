@@ -35,8 +35,10 @@ def _readable_trace(p: Path) -> bool:
         lines = [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
     except ValueError:
         return False
-    return any(o.get("type") == "assistant" and o.get("isSidechain") is False
-               and o["message"].get("model") != "<synthetic>" for o in lines)
+    return any(
+        o.get("type") == "assistant" and o.get("isSidechain") is False and o["message"].get("model") != "<synthetic>"
+        for o in lines
+    )
 
 
 @pytest.mark.shared
@@ -100,8 +102,12 @@ def _line(kind: str, ts: str, **msg) -> dict:
 
 
 def _usage(inp: int, read: int, create: int, out: int) -> dict:
-    return {"input_tokens": inp, "cache_read_input_tokens": read, "cache_creation_input_tokens": create,
-            "output_tokens": out}
+    return {
+        "input_tokens": inp,
+        "cache_read_input_tokens": read,
+        "cache_creation_input_tokens": create,
+        "output_tokens": out,
+    }
 
 
 def good_trace() -> list[dict]:
@@ -110,20 +116,51 @@ def good_trace() -> list[dict]:
     return [
         {"type": "summary", "summary": "s"},
         _line("user", "00.000Z", role="user", content="Fix this issue: x"),
-        _line("assistant", "02.000Z", id="msg_A", model=model, role="assistant", stop_reason=None,
-              content=[{"type": "thinking", "thinking": "a" * 13}], usage=_usage(3, 1000, 200, 2)),
-        _line("assistant", "02.500Z", id="msg_A", model=model, role="assistant", stop_reason=None,
-              content=[{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "pytest -q"}}],
-              usage=_usage(3, 1000, 200, 2)),
+        _line(
+            "assistant",
+            "02.000Z",
+            id="msg_A",
+            model=model,
+            role="assistant",
+            stop_reason=None,
+            content=[{"type": "thinking", "thinking": "a" * 13}],
+            usage=_usage(3, 1000, 200, 2),
+        ),
+        _line(
+            "assistant",
+            "02.500Z",
+            id="msg_A",
+            model=model,
+            role="assistant",
+            stop_reason=None,
+            content=[{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "pytest -q"}}],
+            usage=_usage(3, 1000, 200, 2),
+        ),
         _line("user", "07.500Z", role="user", content=[{"type": "tool_result", "tool_use_id": "toolu_1"}]),
-        _line("assistant", "09.000Z", id="msg_B", model=model, role="assistant", stop_reason="end_turn",
-              content=[{"type": "text", "text": "done"}], usage=_usage(5, 1203, 50, 7)),
+        _line(
+            "assistant",
+            "09.000Z",
+            id="msg_B",
+            model=model,
+            role="assistant",
+            stop_reason="end_turn",
+            content=[{"type": "text", "text": "done"}],
+            usage=_usage(5, 1203, 50, 7),
+        ),
     ]
 
 
 def good_tools() -> list[dict]:
-    return [{"timestamp": T0 + "02.500Z", "end_timestamp": T0 + "07.450Z", "tool": "Bash", "id": "toolu_1",
-             "input": {"command": "pytest -q"}, "result_preview": "ok"}]
+    return [
+        {
+            "timestamp": T0 + "02.500Z",
+            "end_timestamp": T0 + "07.450Z",
+            "tool": "Bash",
+            "id": "toolu_1",
+            "input": {"command": "pytest -q"},
+            "result_preview": "ok",
+        }
+    ]
 
 
 def _task(root: Path, name: str, trace: list[dict] | str | None, tools: list[dict] | str | None) -> Path:
@@ -146,25 +183,61 @@ def test_tiny_task_exact_rows(tmp_path):
     validate(res.trace)
     pid = "claude-code/mini/task_ok"
     prog = res.trace.programs.iloc[0].to_dict()
-    assert prog == {"program_id": pid, "source": "claude-code", "task_id": "task_ok", "agent": "claude-code",
-                    "model": "claude-x", "n_turns": 2, "resolved": None, "arrival_s": None,
-                    "shared_prefix_id": "claude-code/mini", "shared_prefix_tokens": 1000}
+    assert prog == {
+        "program_id": pid,
+        "source": "claude-code",
+        "task_id": "task_ok",
+        "agent": "claude-code",
+        "model": "claude-x",
+        "n_turns": 2,
+        "resolved": None,
+        "arrival_s": None,
+        "shared_prefix_id": "claude-code/mini",
+        "shared_prefix_tokens": 1000,
+    }
     # Turn 0 has no stop_reason (placeholder output 2): output is estimated from thinking + tool input JSON,
     # ceil(37 / 3.2526) = 12 with today's ratio, reasoning ceil(13 / 3.2526) = 4. Turn 1 carries stop_reason,
     # so its logged 7 is final.
     out0 = estimate_tokens("a" * 13 + json.dumps({"command": "pytest -q"}))
     think0 = estimate_tokens("a" * 13)
-    expected = pd.DataFrame([
-        {"program_id": pid, "turn_idx": 0, "input_tokens": 1203, "output_tokens": out0, "reused_tokens": 0,
-         "provider_cached_tokens": 1000, "reasoning_tokens": think0, "tokens_kind": "estimated", "tool_class": "test",
-         "tool_name": "Bash", "tool_duration_s": 4.95, "tool_duration_kind": "measured", "llm_latency_s": 2.5,
-         "t_request_s": 0.0, "t_response_s": 2.5},
-        {"program_id": pid, "turn_idx": 1, "input_tokens": 1258, "output_tokens": 7,
-         "reused_tokens": min(1203 + out0, 1258),
-         "provider_cached_tokens": 1203, "reasoning_tokens": None, "tokens_kind": "exact", "tool_class": "other",
-         "tool_name": None, "tool_duration_s": None, "tool_duration_kind": None, "llm_latency_s": 1.5,
-         "t_request_s": 7.5, "t_response_s": 9.0},
-    ])
+    expected = pd.DataFrame(
+        [
+            {
+                "program_id": pid,
+                "turn_idx": 0,
+                "input_tokens": 1203,
+                "output_tokens": out0,
+                "reused_tokens": 0,
+                "provider_cached_tokens": 1000,
+                "reasoning_tokens": think0,
+                "tokens_kind": "estimated",
+                "tool_class": "test",
+                "tool_name": "Bash",
+                "tool_duration_s": 4.95,
+                "tool_duration_kind": "measured",
+                "llm_latency_s": 2.5,
+                "t_request_s": 0.0,
+                "t_response_s": 2.5,
+            },
+            {
+                "program_id": pid,
+                "turn_idx": 1,
+                "input_tokens": 1258,
+                "output_tokens": 7,
+                "reused_tokens": min(1203 + out0, 1258),
+                "provider_cached_tokens": 1203,
+                "reasoning_tokens": None,
+                "tokens_kind": "exact",
+                "tool_class": "other",
+                "tool_name": None,
+                "tool_duration_s": None,
+                "tool_duration_kind": None,
+                "llm_latency_s": 1.5,
+                "t_request_s": 7.5,
+                "t_response_s": 9.0,
+            },
+        ]
+    )
     got = res.trace.turns.reset_index(drop=True)
     for col in expected.columns:
         for g, e in zip(got[col], expected[col], strict=True):
@@ -192,9 +265,14 @@ def test_bad_files_are_skipped_and_siblings_ingested(tmp_path):
     res = ClaudeCodeCollector().collect(tmp_path)
 
     reasons = {Path(s.path).relative_to(tmp_path / "all_images_mini").as_posix(): s.reason for s in res.skips}
-    assert set(reasons) == {"trunc_trace/attempt_1/trace.jsonl", "no_usage/attempt_1/trace.jsonl",
-                            "end_before_start/attempt_1/tool_calls.json", "empty_trace/attempt_1/trace.jsonl",
-                            "trunc_tools/attempt_1/tool_calls.json", "non_monotonic/attempt_1/trace.jsonl"}
+    assert set(reasons) == {
+        "trunc_trace/attempt_1/trace.jsonl",
+        "no_usage/attempt_1/trace.jsonl",
+        "end_before_start/attempt_1/tool_calls.json",
+        "empty_trace/attempt_1/trace.jsonl",
+        "trunc_tools/attempt_1/tool_calls.json",
+        "non_monotonic/attempt_1/trace.jsonl",
+    }
     assert "invalid JSON" in reasons["trunc_trace/attempt_1/trace.jsonl"]
     assert "usage" in reasons["no_usage/attempt_1/trace.jsonl"]
     assert "before timestamp" in reasons["end_before_start/attempt_1/tool_calls.json"]

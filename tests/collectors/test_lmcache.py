@@ -48,7 +48,8 @@ def test_real_trace_matches_an_independent_read(real) -> None:
         assert rows["input_tokens"].tolist() == [tok(o["input"]) for o in reqs]
         assert rows["output_tokens"].tolist() == [tok(o["output"]) for o in reqs]
         assert p.loc[p["program_id"] == f"lmcache/{sid}", "arrival_s"].iloc[0] == pytest.approx(
-            (reqs[0]["timestamp"] - t0) / 1e6)
+            (reqs[0]["timestamp"] - t0) / 1e6
+        )
     assert (t["reused_tokens"] <= t["input_tokens"]).all()
     assert (t.loc[t["turn_idx"] == 0, "reused_tokens"] == 0).all()
     last = t.groupby("program_id")["turn_idx"].transform("max") == t["turn_idx"]

@@ -134,11 +134,11 @@ def _msg11(role: str, content: str, ts: float | None, usage: dict | None = None)
 def test_format_1_1_gives_measured_latency_and_tool_time(tmp_path) -> None:
     u = lambda p, c: {"prompt_tokens": p, "completion_tokens": c}  # noqa: E731
     msgs = [
-        _msg11("system", "sys", None), _msg11("user", "task", 100.0),
+        _msg11("system", "sys", None),
+        _msg11("user", "task", 100.0),
         _msg11("assistant", "```mswea_bash_command\npytest -x\n```", 102.5, u(50, 10)),
         _msg11("user", "<output>ok</output>", 110.0),
-        _msg11("assistant", "```mswea_bash_command\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```", 111.0,
-               u(80, 5)),
+        _msg11("assistant", "```mswea_bash_command\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```", 111.0, u(80, 5)),
     ]
     f = tmp_path / "t1" / "t1.traj.json"
     f.parent.mkdir()

@@ -96,33 +96,78 @@ def test_llmservingsim_sample_and_token_block_ids(tmp_path) -> None:
     a = list(range(40)) + [7] * 10
     b = list(range(40)) + [9] * 10
     f = tmp_path / "w.jsonl"
-    f.write_text("".join(json.dumps({"input_toks": len(x), "output_toks": 3, "arrival_time_ns": i * 10**9,
-                                     "input_tok_ids": x}) + "\n" for i, x in enumerate((a, b))))
+    f.write_text(
+        "".join(
+            json.dumps({"input_toks": len(x), "output_toks": 3, "arrival_time_ns": i * 10**9, "input_tok_ids": x})
+            + "\n"
+            for i, x in enumerate((a, b))
+        )
+    )
     ids = collect("llmservingsim", f).trace.turns["prefix_hash_ids"].tolist()
     assert ids[0][:2] == ids[1][:2] and ids[0][2] != ids[1][2]
 
 
-@pytest.mark.parametrize(("fmt", "name", "text", "reason"), [
-    ("splitwise", "s.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,10,2\n1.0,abc,3\n",
-     "line 3: field 'num_prefill_tokens' = 'abc' is not an integer"),
-    ("splitwise", "s.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n-1.0,10,2\n",
-     "line 2: field 'arrived_at' = '-1.0' is not a finite non-negative number"),
-    ("splitwise", "s.csv", "arrived_at,num_prefill_tokens\n0.0,10\n", "lacks column(s) ['num_decode_tokens']"),
-    ("azure-llm", "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,10,2\n"
-     "2023-13-16 18:15:47.0,10,2\n", "line 3: field 'TIMESTAMP' = '2023-13-16 18:15:47.0'"),
-    ("azure-llm", "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,10,\n",
-     "line 2: field 'GeneratedTokens' is empty"),
-    ("mooncake", "m.jsonl", '{"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": [1, 2, 3]}\n',
-     "line 1: field 'hash_ids' has 3 ids, more than the 2 blocks of 512 tokens of input_length 600"),
-    ("mooncake", "m.jsonl", '{"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": [1]}\n'
-     '{"timestamp": 5, "input_length": 600, "output_length": 2}\n', "line 2: missing field(s) ['hash_ids']"),
-    ("mooncake", "m.jsonl", '{"timestamp": 0, "input_length": 600, "output_length": -2, "hash_ids": [1]}\n',
-     "line 1: field 'output_length' = -2 is below 0"),
-    ("llmservingsim", "l.jsonl", '{"input_toks": 3, "output_toks": 1, "arrival_time_ns": 0, "input_tok_ids": [1]}\n',
-     "line 1: field 'input_tok_ids' = 1 ids, expected a list of input_toks = 3"),
-    ("llmservingsim", "l.jsonl", '{"input_toks": 3, "output_toks": 1, "arrival_time_ns": 0}\n{"input_toks": 3\n',
-     "line 2: not valid JSON"),
-])
+@pytest.mark.parametrize(
+    ("fmt", "name", "text", "reason"),
+    [
+        (
+            "splitwise",
+            "s.csv",
+            "arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,10,2\n1.0,abc,3\n",
+            "line 3: field 'num_prefill_tokens' = 'abc' is not an integer",
+        ),
+        (
+            "splitwise",
+            "s.csv",
+            "arrived_at,num_prefill_tokens,num_decode_tokens\n-1.0,10,2\n",
+            "line 2: field 'arrived_at' = '-1.0' is not a finite non-negative number",
+        ),
+        ("splitwise", "s.csv", "arrived_at,num_prefill_tokens\n0.0,10\n", "lacks column(s) ['num_decode_tokens']"),
+        (
+            "azure-llm",
+            "a.csv",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,10,2\n2023-13-16 18:15:47.0,10,2\n",
+            "line 3: field 'TIMESTAMP' = '2023-13-16 18:15:47.0'",
+        ),
+        (
+            "azure-llm",
+            "a.csv",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,10,\n",
+            "line 2: field 'GeneratedTokens' is empty",
+        ),
+        (
+            "mooncake",
+            "m.jsonl",
+            '{"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": [1, 2, 3]}\n',
+            "line 1: field 'hash_ids' has 3 ids, more than the 2 blocks of 512 tokens of input_length 600",
+        ),
+        (
+            "mooncake",
+            "m.jsonl",
+            '{"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": [1]}\n'
+            '{"timestamp": 5, "input_length": 600, "output_length": 2}\n',
+            "line 2: missing field(s) ['hash_ids']",
+        ),
+        (
+            "mooncake",
+            "m.jsonl",
+            '{"timestamp": 0, "input_length": 600, "output_length": -2, "hash_ids": [1]}\n',
+            "line 1: field 'output_length' = -2 is below 0",
+        ),
+        (
+            "llmservingsim",
+            "l.jsonl",
+            '{"input_toks": 3, "output_toks": 1, "arrival_time_ns": 0, "input_tok_ids": [1]}\n',
+            "line 1: field 'input_tok_ids' = 1 ids, expected a list of input_toks = 3",
+        ),
+        (
+            "llmservingsim",
+            "l.jsonl",
+            '{"input_toks": 3, "output_toks": 1, "arrival_time_ns": 0}\n{"input_toks": 3\n',
+            "line 2: not valid JSON",
+        ),
+    ],
+)
 def test_bad_input_names_file_line_field_value(tmp_path, fmt, name, text, reason) -> None:
     f = tmp_path / name
     f.write_text(text)

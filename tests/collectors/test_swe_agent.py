@@ -37,35 +37,66 @@ def _assistant(thought: str, action: str) -> dict:
         args = {}
     else:
         name, args = "bash", {"command": action}
-    return {"role": "assistant", "content": thought, "agent": "main", "message_type": "action",
-            "tool_calls": [{"id": "call_1", "type": "function",
-                            "function": {"name": name, "arguments": json.dumps(args)}}]}
+    return {
+        "role": "assistant",
+        "content": thought,
+        "agent": "main",
+        "message_type": "action",
+        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}],
+    }
 
 
 def _tool(obs: str) -> dict:
-    return {"role": "tool", "content": [{"type": "text", "text": "OBSERVATION:\n" + obs}], "agent": "main",
-            "message_type": "observation", "tool_call_ids": ["call_1"]}
+    return {
+        "role": "tool",
+        "content": [{"type": "text", "text": "OBSERVATION:\n" + obs}],
+        "agent": "main",
+        "message_type": "observation",
+        "tool_call_ids": ["call_1"],
+    }
 
 
 def make_traj(*, with_query: bool = True) -> dict:
     """A SWE-agent 1.x trajectory (``get_trajectory_data``) of three steps; ``with_query=False`` is 0.x-like."""
-    head = [{"role": "system", "content": SYSTEM, "agent": "main", "message_type": "system_prompt"},
-            {"role": "user", "content": [{"type": "text", "text": INSTANCE}], "agent": "main",
-             "message_type": "observation"}]
+    head = [
+        {"role": "system", "content": SYSTEM, "agent": "main", "message_type": "system_prompt"},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": INSTANCE}],
+            "agent": "main",
+            "message_type": "observation",
+        },
+    ]
     history, steps = list(head), []
     for thought, action, obs, t in STEPS:
-        step = {"action": action, "observation": obs, "response": thought, "thought": thought,
-                "execution_time": t, "state": {"working_dir": "/testbed"}, "extra_info": {}}
+        step = {
+            "action": action,
+            "observation": obs,
+            "response": thought,
+            "thought": thought,
+            "execution_time": t,
+            "state": {"working_dir": "/testbed"},
+            "extra_info": {},
+        }
         if with_query:
             step["query"] = [dict(m) for m in history]
         steps.append(step)
         history += [_assistant(thought, action), _tool(obs)]
-    replay = {"problem_statement": {"id": "foo__bar-1", "type": "text"},
-              "agent": {"model": {"name": "claude-sonnet-4-20250514"}}}
-    return {"trajectory": steps, "history": history, "environment": "main",
-            "info": {"model_stats": {"instance_cost": 0.1, "tokens_sent": 700, "tokens_received": 40,
-                                     "api_calls": 3}, "exit_status": "submitted", "submission": "diff"},
-            "replay_config": json.dumps(replay) if with_query else None}
+    replay = {
+        "problem_statement": {"id": "foo__bar-1", "type": "text"},
+        "agent": {"model": {"name": "claude-sonnet-4-20250514"}},
+    }
+    return {
+        "trajectory": steps,
+        "history": history,
+        "environment": "main",
+        "info": {
+            "model_stats": {"instance_cost": 0.1, "tokens_sent": 700, "tokens_received": 40, "api_calls": 3},
+            "exit_status": "submitted",
+            "submission": "diff",
+        },
+        "replay_config": json.dumps(replay) if with_query else None,
+    }
 
 
 def write(path: Path, data: object) -> Path:
@@ -81,7 +112,12 @@ def test_traj_with_query_exact_turns(tmp_path) -> None:
     validate(r.trace)
     p = r.trace.programs.iloc[0]
     assert (p.program_id, p.source, p.task_id, p.agent, p.model) == (
-        "swe-agent/foo__bar-1", "swe-agent", "foo__bar-1", "swe-agent", "claude-sonnet-4-20250514")
+        "swe-agent/foo__bar-1",
+        "swe-agent",
+        "foo__bar-1",
+        "swe-agent",
+        "claude-sonnet-4-20250514",
+    )
     assert p.resolved is None and p.n_turns == 3
     assert (p.shared_prefix_id, p.shared_prefix_tokens) == ("swe-agent/system", 24)  # ceil(77 / 3.2526)
     t = r.trace.turns
@@ -172,14 +208,28 @@ def test_swe_smith_programs_and_measured_durations(smith) -> None:
 
 def test_swe_smith_bad_object_is_skipped_others_ingest(tmp_path) -> None:
     def obj(i: int, exec_s: float = 0.5) -> dict:
-        msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": INSTANCE},
-                {"role": "assistant", "content": "look", "tool_calls": [
+        msgs = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": INSTANCE},
+            {
+                "role": "assistant",
+                "content": "look",
+                "tool_calls": [
                     {"function": {"name": "bash", "arguments": '{"command": "ls"}'}, "execution_time_seconds": exec_s},
-                    {"function": {"name": "bash", "arguments": '{"command": "pytest -q"}'},
-                     "execution_time_seconds": 2.0}]},
-                {"role": "tool", "content": "a b"}, {"role": "tool", "content": "ok"},
-                {"role": "assistant", "content": "", "tool_calls": [
-                    {"function": {"name": "submit", "arguments": "{}"}, "execution_time_seconds": 0.01}]}]
+                    {
+                        "function": {"name": "bash", "arguments": '{"command": "pytest -q"}'},
+                        "execution_time_seconds": 2.0,
+                    },
+                ],
+            },
+            {"role": "tool", "content": "a b"},
+            {"role": "tool", "content": "ok"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"function": {"name": "submit", "arguments": "{}"}, "execution_time_seconds": 0.01}],
+            },
+        ]
         return {"messages": json.dumps(msgs), "instance_id": f"i{i}", "resolved": False, "model": "m", "traj_id": ""}
 
     bad_neg = obj(1, exec_s=-1.0)

@@ -12,27 +12,37 @@ from tests.fleet.helpers import turns_frame
 
 
 def _t(pid: str, idx: int, inp: int, cached: int, **kw) -> dict:
-    return {"program_id": pid, "turn_idx": idx, "input_tokens": inp, "output_tokens": 10, "cached_tokens": cached,
-            **kw}
+    return {"program_id": pid, "turn_idx": idx, "input_tokens": inp, "output_tokens": 10, "cached_tokens": cached, **kw}
 
 
-TURNS = turns_frame([
-    _t("A", 0, 1000, 0), _t("A", 1, 1100, 1000),
-    _t("A", 2, 1200, 100, instance=1),  # moved to instance 1: routing miss
-    _t("A", 3, 1300, 1200, instance=1),
-    _t("A", 4, 1400, 0, instance=1, reloaded_dram_tokens=1300),  # came back from DRAM
-    _t("B", 0, 2000, 0), _t("B", 1, 2100, 2000, finish_s=20.0),
-    _t("B", 2, 2200, 16, release_s=50.0, queued_s=5.0),  # idle 35 s, then a miss
-    _t("C", 0, 500, 0), _t("C", 1, 600, 500), _t("C", 2, 700, 0, preemptions=1),
-    _t("D", 0, 500, 0), _t("D", 1, 600, 500, finish_s=1.0), _t("D", 2, 700, 100, release_s=11.0),
-    _t("E", 0, 500, 0), _t("E", 1, 505, 0),  # nothing reusable beyond one block: undefined, never a collapse
-])
-DECISIONS = pd.DataFrame([
-    {"event": "retention", "program_id": "B", "turn": 1, "action": "release", "ttl_s": float("inf")},
-    {"event": "retention", "program_id": "C", "turn": 1, "action": "drop", "ttl_s": 0.0},
-    {"event": "retention", "program_id": "D", "turn": 1, "action": "pin", "ttl_s": 5.0},
-    {"event": "route", "program_id": "D", "turn": 2, "action": None, "ttl_s": None},
-])
+TURNS = turns_frame(
+    [
+        _t("A", 0, 1000, 0),
+        _t("A", 1, 1100, 1000),
+        _t("A", 2, 1200, 100, instance=1),  # moved to instance 1: routing miss
+        _t("A", 3, 1300, 1200, instance=1),
+        _t("A", 4, 1400, 0, instance=1, reloaded_dram_tokens=1300),  # came back from DRAM
+        _t("B", 0, 2000, 0),
+        _t("B", 1, 2100, 2000, finish_s=20.0),
+        _t("B", 2, 2200, 16, release_s=50.0, queued_s=5.0),  # idle 35 s, then a miss
+        _t("C", 0, 500, 0),
+        _t("C", 1, 600, 500),
+        _t("C", 2, 700, 0, preemptions=1),
+        _t("D", 0, 500, 0),
+        _t("D", 1, 600, 500, finish_s=1.0),
+        _t("D", 2, 700, 100, release_s=11.0),
+        _t("E", 0, 500, 0),
+        _t("E", 1, 505, 0),  # nothing reusable beyond one block: undefined, never a collapse
+    ]
+)
+DECISIONS = pd.DataFrame(
+    [
+        {"event": "retention", "program_id": "B", "turn": 1, "action": "release", "ttl_s": float("inf")},
+        {"event": "retention", "program_id": "C", "turn": 1, "action": "drop", "ttl_s": 0.0},
+        {"event": "retention", "program_id": "D", "turn": 1, "action": "pin", "ttl_s": 5.0},
+        {"event": "route", "program_id": "D", "turn": 2, "action": None, "ttl_s": None},
+    ]
+)
 
 
 def test_reuse_hit_is_hits_over_the_tokens_extending_the_previous_context() -> None:
@@ -53,16 +63,26 @@ def test_reuse_hit_is_hits_over_the_tokens_extending_the_previous_context() -> N
 def test_collapse_causes_without_a_decision_log() -> None:
     ev = collapses(turn_health(TURNS), Collapse())
     got = dict(zip(zip(ev["program_id"], ev["step"], strict=True), ev["cause"], strict=True))
-    assert got == {("A", 3): "routing miss", ("A", 5): "reload from lower tier", ("B", 3): UNKNOWN,
-                   ("C", 3): "preemption", ("D", 3): UNKNOWN}
+    assert got == {
+        ("A", 3): "routing miss",
+        ("A", 5): "reload from lower tier",
+        ("B", 3): UNKNOWN,
+        ("C", 3): "preemption",
+        ("D", 3): UNKNOWN,
+    }
     assert ev.loc[ev["program_id"] == "A", ["instance_before", "instance"]].iloc[0].tolist() == [0, 1]
 
 
 def test_collapse_causes_from_the_decision_log() -> None:
     ev = collapses(turn_health(TURNS), Collapse(), DECISIONS)
     got = dict(zip(ev["program_id"] + ev["step"].astype(str), ev["cause"], strict=True))
-    assert got == {"A3": "routing miss", "A5": "reload from lower tier", "B3": "evicted while idle (LRU)",
-                   "C3": "dropped at tool gap", "D3": "TTL expiry while idle"}  # D idle 10 s > its 5 s pin
+    assert got == {
+        "A3": "routing miss",
+        "A5": "reload from lower tier",
+        "B3": "evicted while idle (LRU)",
+        "C3": "dropped at tool gap",
+        "D3": "TTL expiry while idle",
+    }  # D idle 10 s > its 5 s pin
     pinned = DECISIONS.assign(ttl_s=[np.inf, 0.0, 60.0, None])
     ev2 = collapses(turn_health(TURNS), Collapse(), pinned)
     assert ev2.loc[ev2["program_id"] == "D", "cause"].item() == "evicted while pinned (unpinned under pressure)"

@@ -23,22 +23,46 @@ TRACE = make_trace([[(2000 + 3000 * t, 40, 0.5 + 0.25 * (p % 3)) for t in range(
 def sim_out(tmp_path_factory):
     d = tmp_path_factory.mktemp("tasks")
     write_trace(d / "tr", TRACE)
-    res = runner.invoke(app, ["simulate", "--trace", str(d / "tr"), "--out", str(d / "sim"), "--quiet",
-                              "--concurrency", "12", "--num-gpu-blocks", "4000", "--decision-log"])
+    res = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            str(d / "tr"),
+            "--out",
+            str(d / "sim"),
+            "--quiet",
+            "--concurrency",
+            "12",
+            "--num-gpu-blocks",
+            "4000",
+            "--decision-log",
+        ],
+    )
     assert res.exit_code == 0, res.output
     return d
 
 
 def test_tasks_writes_its_report_and_prints_json(sim_out) -> None:
-    res = runner.invoke(app, ["tasks", str(sim_out / "sim"), "--deadline-x", "2", "--trace", str(sim_out / "tr"),
-                              "--json"])
+    res = runner.invoke(
+        app, ["tasks", str(sim_out / "sim"), "--deadline-x", "2", "--trace", str(sim_out / "tr"), "--json"]
+    )
     assert res.exit_code == 0, res.output
     s = json.loads(res.output)
     folder = sim_out / "sim" / "tasks"
     assert json.loads((folder / "summary.json").read_text()) == s
-    for name in ("programs.parquet", "turns.parquet", "ttft_by_step.parquet", "cache_by_step.parquet",
-                 "collapses.parquet", "tasks.md", "goodput.png", "ttft_by_step.png", "cost_ttl.png",
-                 "cache_health.png"):
+    for name in (
+        "programs.parquet",
+        "turns.parquet",
+        "ttft_by_step.parquet",
+        "cache_by_step.parquet",
+        "collapses.parquet",
+        "tasks.md",
+        "goodput.png",
+        "ttft_by_step.png",
+        "cost_ttl.png",
+        "cache_health.png",
+    ):
         assert (folder / name).is_file(), name
     assert s["programs"] == 12 and s["turns"] == 60 and s["decision_log"] and s["trace"]
     progs = pd.read_parquet(folder / "programs.parquet")

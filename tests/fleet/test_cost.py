@@ -23,23 +23,62 @@ from tests.fleet.helpers import turns_frame
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Round prices (USD per million tokens) so that USD x 1e6 = tokens x price.
-P = Prices(name="t", input_per_mtok=1.0, output_per_mtok=10.0, cache_write_5m_per_mtok=2.0,
-           cache_write_1h_per_mtok=3.0, cache_read_per_mtok=0.5, min_cacheable_tokens=100)
+P = Prices(
+    name="t",
+    input_per_mtok=1.0,
+    output_per_mtok=10.0,
+    cache_write_5m_per_mtok=2.0,
+    cache_write_1h_per_mtok=3.0,
+    cache_read_per_mtok=0.5,
+    min_cacheable_tokens=100,
+)
 
 # A: prompt 1000 -> 1500 after 99 s of cache age -> 2000 after 400 s (past 5 min, within 1 h).
 # B: a 50-token prompt (below the cacheable minimum), then 3000 tokens: nothing to read.
-TURNS = turns_frame([
-    {"program_id": "A", "turn_idx": 0, "input_tokens": 1000, "output_tokens": 10, "release_s": 0.0,
-     "first_token_s": 1.0},
-    {"program_id": "A", "turn_idx": 1, "input_tokens": 1500, "output_tokens": 20, "release_s": 100.0,
-     "first_token_s": 101.0},
-    {"program_id": "A", "turn_idx": 2, "input_tokens": 2000, "output_tokens": 30, "release_s": 501.0,
-     "first_token_s": 502.0},
-    {"program_id": "B", "turn_idx": 0, "input_tokens": 50, "output_tokens": 5, "release_s": 0.0,
-     "first_token_s": 2.0},
-    {"program_id": "B", "turn_idx": 1, "input_tokens": 3000, "output_tokens": 5, "release_s": 10.0,
-     "first_token_s": 11.0},
-])
+TURNS = turns_frame(
+    [
+        {
+            "program_id": "A",
+            "turn_idx": 0,
+            "input_tokens": 1000,
+            "output_tokens": 10,
+            "release_s": 0.0,
+            "first_token_s": 1.0,
+        },
+        {
+            "program_id": "A",
+            "turn_idx": 1,
+            "input_tokens": 1500,
+            "output_tokens": 20,
+            "release_s": 100.0,
+            "first_token_s": 101.0,
+        },
+        {
+            "program_id": "A",
+            "turn_idx": 2,
+            "input_tokens": 2000,
+            "output_tokens": 30,
+            "release_s": 501.0,
+            "first_token_s": 502.0,
+        },
+        {
+            "program_id": "B",
+            "turn_idx": 0,
+            "input_tokens": 50,
+            "output_tokens": 5,
+            "release_s": 0.0,
+            "first_token_s": 2.0,
+        },
+        {
+            "program_id": "B",
+            "turn_idx": 1,
+            "input_tokens": 3000,
+            "output_tokens": 5,
+            "release_s": 10.0,
+            "first_token_s": 11.0,
+        },
+    ]
+)
 
 
 def test_view_reads_previous_prompt_and_ages_from_its_first_token() -> None:

@@ -37,14 +37,27 @@ def test_goodput_curve() -> None:
 
 def test_step_bins() -> None:
     labels = step_bin(np.array([1, 10, 11, 20, 21, 50, 51, 100, 101, 200, 201, 999]))
-    assert labels.tolist() == ["1", "10", "11-20", "11-20", "21-50", "21-50", "51-100", "51-100", "101-200",
-                               "101-200", "201+", "201+"]
+    assert labels.tolist() == [
+        "1",
+        "10",
+        "11-20",
+        "11-20",
+        "21-50",
+        "21-50",
+        "51-100",
+        "51-100",
+        "101-200",
+        "101-200",
+        "201+",
+        "201+",
+    ]
 
 
 def test_ttft_percentiles_by_step() -> None:
     rows = [{"program_id": f"p{i}", "turn_idx": 0, "ttft_s": float(i), "queued_s": 0.0} for i in range(1, 6)]
-    rows += [{"program_id": f"p{i}", "turn_idx": t, "ttft_s": 100.0 + t, "queued_s": 1.0}
-             for i in range(2) for t in (11, 14)]
+    rows += [
+        {"program_id": f"p{i}", "turn_idx": t, "ttft_s": 100.0 + t, "queued_s": 1.0} for i in range(2) for t in (11, 14)
+    ]
     t = ttft_by_step(turns_frame(rows))
     assert t["step"].tolist() == ["1", "11-20"]  # turn_idx 11 and 14 are steps 12 and 15
     assert t["turns"].tolist() == [5, 4]

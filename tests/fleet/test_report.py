@@ -33,8 +33,10 @@ def test_a_cut_program_misses_its_deadline_when_the_trace_tells(cut_run) -> None
 def test_without_the_trace_a_cut_program_counts_and_the_report_says_so(cut_run) -> None:
     rep = analyse(read_output(cut_run), Prices(), deadline_s=1e9)
     assert rep.summary["goodput"]["met"] == 2
-    assert rep.notes == ["1 programs were cut at a call over max_model_len; without --trace they count as "
-                         "finished when their JCT meets the deadline"]
+    assert rep.notes == [
+        "1 programs were cut at a call over max_model_len; without --trace they count as "
+        "finished when their JCT meets the deadline"
+    ]
 
 
 def test_a_trace_without_a_turn_of_the_run_is_refused(cut_run) -> None:

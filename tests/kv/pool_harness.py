@@ -340,7 +340,6 @@ class Harness:
                 assert sp == bp, f"program {prog.name} cached chain: SegmentPool {sp}, BlockPool {bp}"
 
 
-
 def run_turn(h: Harness, p: int, new: int, *, out: int = 1, reuse: int | None = None) -> int:
     """Admit program ``p``'s next turn whole, decode ``out`` tokens, finish it; returns the hit blocks."""
     ok, hit = h.admit(p, new, reuse=reuse)

@@ -43,4 +43,3 @@ def test_known_difference_divergent_prompt_made_of_reused_tokens() -> None:
     # The next prompt is the first 16 tokens of the context: vLLM hits 3 blocks, recomputes block 3 into a
     # duplicate and keeps the original cached; SegmentPool marks the original (and blocks 4-5) stale.
     h.admit(0, 0, reuse=16)
-

@@ -12,14 +12,31 @@ from agentreplay.perf import AllReduceTable, Efficiency, GpuSpec, MeasuredTable,
 from agentreplay.perf.table import load_allreduce_tables, pricer_from_names
 
 EFF = Efficiency(
-    compute_efficiency=0.7, bandwidth_efficiency=0.8, attn_prefill_efficiency=0.5, attn_decode_efficiency=0.7,
-    allreduce_efficiency=0.8, allreduce_latency_us=10.0, kernel_overhead_us=3.0, framework_overhead_ms=0.5,
+    compute_efficiency=0.7,
+    bandwidth_efficiency=0.8,
+    attn_prefill_efficiency=0.5,
+    attn_decode_efficiency=0.7,
+    allreduce_efficiency=0.8,
+    allreduce_latency_us=10.0,
+    kernel_overhead_us=3.0,
+    framework_overhead_ms=0.5,
     per_seq_overhead_us=1.0,
 )
 TOY = load_model("toy")
-GPU = GpuSpec(name="unit", display_name="unit", architecture="hopper", memory_gib=80.0, usable_memory_gib=80.0,
-              mem_bandwidth_gbps=2000.0, bf16_tflops=500.0, fp8_tflops=1000.0, interconnect="nvlink",
-              interconnect_bw_gbps=100.0, efficiency=EFF, p2p=False)  # no P2P: vLLM all-reduces with NCCL
+GPU = GpuSpec(
+    name="unit",
+    display_name="unit",
+    architecture="hopper",
+    memory_gib=80.0,
+    usable_memory_gib=80.0,
+    mem_bandwidth_gbps=2000.0,
+    bf16_tflops=500.0,
+    fp8_tflops=1000.0,
+    interconnect="nvlink",
+    interconnect_bw_gbps=100.0,
+    efficiency=EFF,
+    p2p=False,
+)  # no P2P: vLLM all-reduces with NCCL
 PER_TOKEN = TOY.hidden_size * 2  # bf16 hidden state
 NBYTES = [PER_TOKEN * t for t in (1, 8, 64, 512)]
 SECONDS = [20e-6, 22e-6, 40e-6, 150e-6]
@@ -46,7 +63,8 @@ def test_roofline_allreduce_by_hand() -> None:
     assert pm.allreduce_bytes_per_token == PER_TOKEN
     # the forward's collectives are its all-reduces (no logits gather without an emitting sequence)
     assert pm.breakdown([(64, 0, False)], ())["tp_comm"] == pytest.approx(
-        pm.allreduces_per_forward * pm.allreduce_time_s(64 * PER_TOKEN), rel=1e-12)
+        pm.allreduces_per_forward * pm.allreduce_time_s(64 * PER_TOKEN), rel=1e-12
+    )
     one = PerfModel(GPU, TOY, tp=1)
     assert one.allreduce_time_s(1e6) == 0.0 and one.allreduces_per_forward == 0
 
@@ -70,15 +88,17 @@ def test_between_and_beyond_the_points() -> None:
     # beyond the largest size: the edge value scaled by the roofline's all-reduce time
     big = 4096 * PER_TOKEN
     assert comm(pm, 4096) / n == pytest.approx(
-        SECONDS[3] * fb.allreduce_time_s(big) / fb.allreduce_time_s(NBYTES[3]), rel=1e-9)
+        SECONDS[3] * fb.allreduce_time_s(big) / fb.allreduce_time_s(NBYTES[3]), rel=1e-9
+    )
 
 
 def test_logits_gather_stays_the_fallbacks() -> None:
     pm = pricer(all_reduce=table())
     fb = pm.fallback
     emit = pm.breakdown([(64, 0)], ())["tp_comm"] - comm(pm, 64)
-    assert emit == pytest.approx(fb.breakdown([(64, 0)], ())["tp_comm"] - fb.breakdown([(64, 0, False)], ())["tp_comm"],
-                                 rel=1e-9)
+    assert emit == pytest.approx(
+        fb.breakdown([(64, 0)], ())["tp_comm"] - fb.breakdown([(64, 0, False)], ())["tp_comm"], rel=1e-9
+    )
     assert emit > 0
 
 
@@ -94,12 +114,15 @@ def test_decode_form_and_breakdown_sum_with_the_table() -> None:
     assert pm.iteration_time_s([], [0] * 8) > pricer().iteration_time_s([], [0] * 8)
 
 
-@pytest.mark.parametrize(("kw", "match"), [
-    ({"tp": 1}, "tp=1 must be >= 2"),
-    ({"nbytes": [1, 2]}, "as many bytes as seconds"),
-    ({"nbytes": []}, "as many bytes as seconds"),
-    ({"seconds": [1e-5, 0.0, 1e-5, 1e-5]}, "must be > 0"),
-])
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"tp": 1}, "tp=1 must be >= 2"),
+        ({"nbytes": [1, 2]}, "as many bytes as seconds"),
+        ({"nbytes": []}, "as many bytes as seconds"),
+        ({"seconds": [1e-5, 0.0, 1e-5, 1e-5]}, "must be > 0"),
+    ],
+)
 def test_table_input_errors_name_the_table(kw: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         dataclasses.replace(table(), **kw)
@@ -142,8 +165,9 @@ def test_packaged_curves_reach_the_table_pricer() -> None:
     n = tp8.fallback.allreduces_per_forward
     per_token = tp8.fallback.allreduce_bytes_per_token
     # a size NCCL carries in vLLM (the curve measured NCCL; smaller messages take vLLM's custom all-reduce)
-    b = next(x for x in t.nbytes if x % per_token == 0 and x // per_token > 1
-             and not tp8.fallback.uses_custom_allreduce(x))
+    b = next(
+        x for x in t.nbytes if x % per_token == 0 and x // per_token > 1 and not tp8.fallback.uses_custom_allreduce(x)
+    )
     i = list(t.nbytes).index(b)
     # a measured size is reproduced up to the isotonic pooling of the curve (never below its running maximum)
     got = tp8.breakdown([(b // per_token, 0, False)], ())["tp_comm"] / n

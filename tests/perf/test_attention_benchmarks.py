@@ -21,10 +21,24 @@ def _mixed():
 
 
 def test_skew_scale_is_the_median_ratio_over_matched_reference_shots() -> None:
-    grid = pd.DataFrame({"prefill_chunk": [16, 16, 0], "kv_prefill": [0, 0, 0], "n_decode": [2, 4, 2],
-                         "kv_decode": [512, 512, 512], "time_us": [10.0, 20.0, 7.0]})
-    skew = pd.DataFrame({"pc": [16, 16, 16, 32], "kp": [0, 0, 0, 0], "n": [2, 4, 4, 2], "kv_big": [512, 512, 512, 512],
-                         "t_max_us": [30.0, 61.0, 200.0, 1.0]})  # the last shot is not on the grid
+    grid = pd.DataFrame(
+        {
+            "prefill_chunk": [16, 16, 0],
+            "kv_prefill": [0, 0, 0],
+            "n_decode": [2, 4, 2],
+            "kv_decode": [512, 512, 512],
+            "time_us": [10.0, 20.0, 7.0],
+        }
+    )
+    skew = pd.DataFrame(
+        {
+            "pc": [16, 16, 16, 32],
+            "kp": [0, 0, 0, 0],
+            "n": [2, 4, 4, 2],
+            "kv_big": [512, 512, 512, 512],
+            "t_max_us": [30.0, 61.0, 200.0, 1.0],
+        }
+    )  # the last shot is not on the grid
     scale, matched = _mixed().skew_scale(skew, grid)
     assert matched == 3
     assert scale == pytest.approx(3.05)  # ratios 3.0, 3.05 and 10: the median, not the mean
@@ -32,8 +46,17 @@ def test_skew_scale_is_the_median_ratio_over_matched_reference_shots() -> None:
 
 def test_skew_file_times_three_measurement_iterations_of_the_grid() -> None:
     # what the benchmark divides by: measured, not assumed (meta.yaml: measurement_iterations 3)
-    root = shared_path("measurements", "profiles-llmservingsim", "profiler", "perf", "RTX4090", "meta-llama",
-                       "Llama-3.1-8B", "bf16", "tp1")
+    root = shared_path(
+        "measurements",
+        "profiles-llmservingsim",
+        "profiler",
+        "perf",
+        "RTX4090",
+        "meta-llama",
+        "Llama-3.1-8B",
+        "bf16",
+        "tp1",
+    )
     scale, matched = _mixed().skew_scale(pd.read_csv(root / "skew.csv"), pd.read_csv(root / "attention.csv"))
     assert matched > 10_000
     assert scale == pytest.approx(3.0, rel=0.03)

@@ -10,7 +10,14 @@ from agentreplay.perf import Efficiency, list_gpus, list_models, load_gpu, load_
 
 REQUIRED_GPUS = {"rtx3090", "rtx4090", "a6000", "a100-40gb", "a100-80gb", "h100-sxm", "h200", "b200", "rtxpro6000"}
 REQUIRED_MODELS = {
-    "llama-3.1-8b", "llama-3.1-70b", "llama-2-7b", "llama-2-70b", "qwen3-32b", "qwen3-30b-a3b", "mixtral-8x7b", "toy",
+    "llama-3.1-8b",
+    "llama-3.1-70b",
+    "llama-2-7b",
+    "llama-2-70b",
+    "qwen3-32b",
+    "qwen3-30b-a3b",
+    "mixtral-8x7b",
+    "toy",
 }
 
 # (hidden, layers, heads, kv heads, head_dim, intermediate, vocab, max_pos) as in each config.json.
@@ -34,8 +41,14 @@ def test_catalogs_list_the_required_entries() -> None:
 def test_model_shapes_match_config_json(name: str) -> None:
     m = load_model(name)
     got = (
-        m.hidden_size, m.num_hidden_layers, m.num_attention_heads, m.num_key_value_heads, m.head_dim,
-        m.intermediate_size, m.vocab_size, m.max_position_embeddings,
+        m.hidden_size,
+        m.num_hidden_layers,
+        m.num_attention_heads,
+        m.num_key_value_heads,
+        m.head_dim,
+        m.intermediate_size,
+        m.vocab_size,
+        m.max_position_embeddings,
     )
     assert got == CONFIG_JSON[name]
     assert m.tie_word_embeddings is False

@@ -43,7 +43,17 @@ def test_default_capture_sizes_follow_vllm() -> None:
 def test_padding_goes_to_the_next_capture_size() -> None:
     table = padding_table(cudagraph_capture_sizes(256, 2048))
     assert [padded_tokens(table, n) for n in (0, 1, 3, 5, 9, 255, 300, 512, 513, 4000)] == [
-        0, 1, 4, 8, 16, 256, 304, 512, 513, 4000]
+        0,
+        1,
+        4,
+        8,
+        16,
+        256,
+        304,
+        512,
+        513,
+        4000,
+    ]
     assert padding_table(()) == [] and padded_tokens([], 3) == 3
 
 
@@ -162,5 +172,6 @@ def test_cudagraph_mode_and_disabled_custom_all_reduce() -> None:
     cfg = SimConfig()
     with pytest.raises(ConfigError, match="cudagraph_mode"):
         cfg.replace(hardware={"cudagraph_mode": "SOME"})
-    assert cfg.replace(hardware={"deployment_kernels": True,
-                                 "disable_custom_all_reduce": True}).hardware.disable_custom_all_reduce
+    assert cfg.replace(
+        hardware={"deployment_kernels": True, "disable_custom_all_reduce": True}
+    ).hardware.disable_custom_all_reduce

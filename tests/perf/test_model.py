@@ -24,17 +24,31 @@ from agentreplay.perf import (
 )
 
 IDEAL = Efficiency(
-    compute_efficiency=1.0, bandwidth_efficiency=1.0, attn_prefill_efficiency=1.0, attn_decode_efficiency=1.0,
-    allreduce_efficiency=1.0, allreduce_latency_us=0.0, kernel_overhead_us=0.0, framework_overhead_ms=0.0,
+    compute_efficiency=1.0,
+    bandwidth_efficiency=1.0,
+    attn_prefill_efficiency=1.0,
+    attn_decode_efficiency=1.0,
+    allreduce_efficiency=1.0,
+    allreduce_latency_us=0.0,
+    kernel_overhead_us=0.0,
+    framework_overhead_ms=0.0,
 )
 
 
 def unit_gpu(tflops: float, gbps: float) -> GpuSpec:
     """A GPU with round peaks and ideal efficiencies, so costs can be worked out by hand."""
     return GpuSpec(
-        name="unit", display_name="unit", architecture="hopper", memory_gib=1.0, usable_memory_gib=1.0,
-        mem_bandwidth_gbps=gbps, bf16_tflops=tflops, fp8_tflops=0.0, interconnect="nvlink",
-        interconnect_bw_gbps=1.0, efficiency=IDEAL,
+        name="unit",
+        display_name="unit",
+        architecture="hopper",
+        memory_gib=1.0,
+        usable_memory_gib=1.0,
+        mem_bandwidth_gbps=gbps,
+        bf16_tflops=tflops,
+        fp8_tflops=0.0,
+        interconnect="nvlink",
+        interconnect_bw_gbps=1.0,
+        efficiency=IDEAL,
     )
 
 
@@ -44,13 +58,19 @@ def test_memory_bound_decode_by_hand() -> None:
     pm = PerfModel(unit_gpu(tflops=1e9, gbps=1.0), load_model("toy"))
     per_layer = (
         2 * 4 * 64 * 2  # two fused add+RMSNorm: read x, residual, write both (bf16)
-        + 64 * 128 * 2 + (64 + 128) * 2  # qkv weights (64 -> 64 + 2*32) + activations in/out
+        + 64 * 128 * 2
+        + (64 + 128) * 2  # qkv weights (64 -> 64 + 2*32) + activations in/out
         + 2 * (64 + 32) * 2  # rotary: read and write q and k
-        + (10 + 1) * 128 + 128 + 2 * 64 * 2  # attention: read 11 keys x 128 B of K+V, write own K+V, q in, o out
-        + 64 * 64 * 2 + (64 + 64) * 2  # o_proj
-        + 64 * 256 * 2 + (64 + 256) * 2  # gate_up
+        + (10 + 1) * 128
+        + 128
+        + 2 * 64 * 2  # attention: read 11 keys x 128 B of K+V, write own K+V, q in, o out
+        + 64 * 64 * 2
+        + (64 + 64) * 2  # o_proj
+        + 64 * 256 * 2
+        + (64 + 256) * 2  # gate_up
         + 3 * 128 * 2  # SiLU-and-mul
-        + 128 * 64 * 2 + (128 + 64) * 2  # down
+        + 128 * 64 * 2
+        + (128 + 64) * 2  # down
     )
     assert per_layer == 79_360
     once = 2 * 64 * 2 + 4 * 64 * 2 + 64 * 256 * 2 + (64 + 256) * 2 + 2 * 256 * 4  # embed, norm, lm_head, sampler
@@ -95,8 +115,11 @@ MODELS = [
 @pytest.mark.parametrize(("gpu", "model", "dtype", "tp"), MODELS)
 @settings(max_examples=60, deadline=None)
 @given(
-    chunk=st.integers(1, 8192), prefix=st.integers(0, 100_000), extra=st.integers(1, 4096),
-    ctxs=st.lists(st.integers(0, 50_000), max_size=40), more_ctx=st.integers(1, 10_000),
+    chunk=st.integers(1, 8192),
+    prefix=st.integers(0, 100_000),
+    extra=st.integers(1, 4096),
+    ctxs=st.lists(st.integers(0, 50_000), max_size=40),
+    more_ctx=st.integers(1, 10_000),
 )
 def test_more_work_is_never_cheaper(gpu, model, dtype, tp, chunk, prefix, extra, ctxs, more_ctx) -> None:
     pm = PerfModel.from_names(gpu, model, dtype, tp)

@@ -21,8 +21,17 @@ from agentreplay.sim.config import All2AllName
 
 
 def _comm(backend: str = "allgather_reducescatter", dp: int = 2, tp: int = 1, layers: int = 1) -> EPComm:
-    return EPComm(dp=dp, ep=dp * tp, hidden=4096, num_experts=8, top_k=2, layers=layers, bytes_per_s=1e11,
-                  latency_s=1e-5, backend=backend)
+    return EPComm(
+        dp=dp,
+        ep=dp * tp,
+        hidden=4096,
+        num_experts=8,
+        top_k=2,
+        layers=layers,
+        bytes_per_s=1e11,
+        latency_s=1e-5,
+        backend=backend,
+    )
 
 
 def test_allgather_reducescatter_by_hand() -> None:

@@ -29,30 +29,63 @@ from agentreplay.perf.table import dram_key_s, load_refinement, load_tables, pri
 from agentreplay.perf.tiles import makespan_blocks
 
 EFF = Efficiency(
-    compute_efficiency=0.7, bandwidth_efficiency=0.8, attn_prefill_efficiency=0.5, attn_decode_efficiency=0.7,
-    allreduce_efficiency=0.8, allreduce_latency_us=10.0, kernel_overhead_us=3.0, framework_overhead_ms=0.5,
+    compute_efficiency=0.7,
+    bandwidth_efficiency=0.8,
+    attn_prefill_efficiency=0.5,
+    attn_decode_efficiency=0.7,
+    allreduce_efficiency=0.8,
+    allreduce_latency_us=10.0,
+    kernel_overhead_us=3.0,
+    framework_overhead_ms=0.5,
     per_seq_overhead_us=1.0,
 )
-REF = Refinement(gemm_m_half_tokens=96.0, elementwise_kernel_us=2.0, elementwise_bandwidth_efficiency=1.5,
-                 attn_kernel_us=8.0, attn_prefill_kv_efficiency=0.2, attn_prefill_m_half_tokens=50.0,
-                 attn_decode_seq_us=0.3)
+REF = Refinement(
+    gemm_m_half_tokens=96.0,
+    elementwise_kernel_us=2.0,
+    elementwise_bandwidth_efficiency=1.5,
+    attn_kernel_us=8.0,
+    attn_prefill_kv_efficiency=0.2,
+    attn_prefill_m_half_tokens=50.0,
+    attn_decode_seq_us=0.3,
+)
 TOY = load_model("toy")
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 ITERATIONS = [([(100, 0)], []), ([(2048, 512), (7, 0, False)], [10, 500]), ([], [0, 1, 4000]), ([(1, 0)], [3])]
 
 
 def gpu(tp_link: float = 100.0) -> GpuSpec:
-    return GpuSpec(name="unit", display_name="unit", architecture="hopper", memory_gib=80.0, usable_memory_gib=80.0,
-                   mem_bandwidth_gbps=2000.0, bf16_tflops=500.0, fp8_tflops=1000.0, interconnect="nvlink",
-                   interconnect_bw_gbps=tp_link, efficiency=EFF)
+    return GpuSpec(
+        name="unit",
+        display_name="unit",
+        architecture="hopper",
+        memory_gib=80.0,
+        usable_memory_gib=80.0,
+        mem_bandwidth_gbps=2000.0,
+        bf16_tflops=500.0,
+        fp8_tflops=1000.0,
+        interconnect="nvlink",
+        interconnect_bw_gbps=tp_link,
+        efficiency=EFF,
+    )
 
 
 def tile_gpu(sms: int = 4, smem_kib: float = 100.0, arch: str = "ada", tile_eff: float = 0.0) -> GpuSpec:
     """An Ada-like GPU with an SM count; ``tile_eff`` > 0 turns on the tile form of prefill attention."""
-    return GpuSpec(name="tiles", display_name="tiles", architecture=arch, memory_gib=80.0,  # type: ignore[arg-type]
-                   usable_memory_gib=80.0, mem_bandwidth_gbps=2000.0, bf16_tflops=400.0, fp8_tflops=0.0,
-                   interconnect="pcie", interconnect_bw_gbps=32.0, sm_count=sms, smem_per_sm_kib=smem_kib,
-                   efficiency=dataclasses.replace(EFF, attn_prefill_tile_efficiency=tile_eff))
+    return GpuSpec(
+        name="tiles",
+        display_name="tiles",
+        architecture=arch,
+        memory_gib=80.0,  # type: ignore[arg-type]
+        usable_memory_gib=80.0,
+        mem_bandwidth_gbps=2000.0,
+        bf16_tflops=400.0,
+        fp8_tflops=0.0,
+        interconnect="pcie",
+        interconnect_bw_gbps=32.0,
+        sm_count=sms,
+        smem_per_sm_kib=smem_kib,
+        efficiency=dataclasses.replace(EFF, attn_prefill_tile_efficiency=tile_eff),
+    )
 
 
 @pytest.mark.parametrize("model", ["toy", "llama-3.1-8b", "qwen3-30b-a3b"])
@@ -66,9 +99,19 @@ def test_refined_without_refinement_is_the_roofline(model: str) -> None:
 
 def test_gemm_saturation_by_hand() -> None:
     """Compute-bound GEMM (ample bandwidth): time = 2 K N (M + M_half) / (peak * eff)."""
-    g = GpuSpec(name="u", display_name="u", architecture="hopper", memory_gib=1.0, usable_memory_gib=1.0,
-                mem_bandwidth_gbps=1e9, bf16_tflops=1.0, fp8_tflops=0.0, interconnect="nvlink",
-                interconnect_bw_gbps=1.0, efficiency=EFF)
+    g = GpuSpec(
+        name="u",
+        display_name="u",
+        architecture="hopper",
+        memory_gib=1.0,
+        usable_memory_gib=1.0,
+        mem_bandwidth_gbps=1e9,
+        bf16_tflops=1.0,
+        fp8_tflops=0.0,
+        interconnect="nvlink",
+        interconnect_bw_gbps=1.0,
+        efficiency=EFF,
+    )
     pm = RefinedPerfModel(g, TOY, refinement=Refinement(gemm_m_half_tokens=100.0))
     m = 300
     got = pm.breakdown([(m, 0)], [])["gate_up_proj"]
@@ -85,15 +128,25 @@ def test_refined_kernel_costs_by_class() -> None:
 
 @pytest.mark.parametrize("form", ["flop", "tile"])
 @settings(max_examples=40, deadline=None)
-@given(chunk=st.integers(1, 4096), prefix=st.integers(0, 50_000), extra=st.integers(1, 2048),
-       ctxs=st.lists(st.integers(0, 20_000), max_size=20), more=st.integers(1, 5000))
-def test_refined_more_work_is_never_cheaper(form: str, chunk: int, prefix: int, extra: int, ctxs: list[int],
-                                            more: int) -> None:
+@given(
+    chunk=st.integers(1, 4096),
+    prefix=st.integers(0, 50_000),
+    extra=st.integers(1, 2048),
+    ctxs=st.lists(st.integers(0, 20_000), max_size=20),
+    more=st.integers(1, 5000),
+)
+def test_refined_more_work_is_never_cheaper(
+    form: str, chunk: int, prefix: int, extra: int, ctxs: list[int], more: int
+) -> None:
     if form == "flop":
         pm = RefinedPerfModel(gpu(), load_model("llama-3.1-8b"), tp=2, refinement=REF)
     else:  # FlashAttention-2 tile form of prefill attention, and a decode fixed cost
-        pm = RefinedPerfModel(tile_gpu(sms=128, tile_eff=0.7), load_model("llama-3.1-8b"), tp=2,
-                              refinement=dataclasses.replace(REF, attn_decode_fixed_us=3.0))
+        pm = RefinedPerfModel(
+            tile_gpu(sms=128, tile_eff=0.7),
+            load_model("llama-3.1-8b"),
+            tp=2,
+            refinement=dataclasses.replace(REF, attn_decode_fixed_us=3.0),
+        )
     base = pm.iteration_time_s([(chunk, prefix)], ctxs)
     assert pm.iteration_time_s([(chunk + extra, prefix)], ctxs) >= base
     assert pm.iteration_time_s([(chunk, prefix + extra)], ctxs) >= base
@@ -125,16 +178,33 @@ def test_fit_decode_recovers_linear_data() -> None:
 def synthetic_table(pm: PerfModel, tp: int = 1) -> MeasuredTable:
     """Per-layer seconds of a one-layer copy of ``pm``'s own roofline (+ launches), so table and model agree."""
     ops = {}
-    for op in ("layernorm", "qkv_proj", "rotary_emb", "o_proj", "gate_up_proj", "act_fn", "down_proj", "embedding",
-               "final_layernorm", "lm_head", "sampler"):
+    for op in (
+        "layernorm",
+        "qkv_proj",
+        "rotary_emb",
+        "o_proj",
+        "gate_up_proj",
+        "act_fn",
+        "down_proj",
+        "embedding",
+        "final_layernorm",
+        "lm_head",
+        "sampler",
+    ):
         ops[op] = (list(TOKENS), [TablePerfModel._op_ref(pm, op, n) * 1.1 for n in TOKENS])
     pf_n, pf_c = (np.array(v).ravel() for v in np.meshgrid([16, 64, 256, 1024], [0, 128, 2048, 8192]))
     pf_s = [TablePerfModel._pf_ref(pm, n, c) * 0.9 for n, c in zip(pf_n, pf_c, strict=True)]
     dec_b, dec_c = (np.array(v).ravel() for v in np.meshgrid([1, 8, 64], [16, 1024, 8192]))
     dec_s = 4e-6 + 1e-6 * np.log2(dec_b) + 3e-9 * dec_b * dec_c  # exactly linear in b * ctx per batch size
-    return MeasuredTable("synthetic", "unit", pm.model.name, tp, ops=ops,
-                         attention_prefill=(pf_n.tolist(), pf_c.tolist(), pf_s),
-                         attention_decode=(dec_b.tolist(), dec_c.tolist(), dec_s.tolist()))
+    return MeasuredTable(
+        "synthetic",
+        "unit",
+        pm.model.name,
+        tp,
+        ops=ops,
+        attention_prefill=(pf_n.tolist(), pf_c.tolist(), pf_s),
+        attention_decode=(dec_b.tolist(), dec_c.tolist(), dec_s.tolist()),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -153,8 +223,11 @@ def test_table_reproduces_its_points(table_pm: TablePerfModel) -> None:
     for op, (xs, secs) in t.ops.items():
         per = 1 if op in ("embedding", "final_layernorm", "lm_head", "sampler") else n_layers
         for x, s in zip(xs, secs, strict=True):
-            bd = table_pm.breakdown((), [0] * x) if op in ("lm_head", "sampler") else table_pm.breakdown(
-                [(x, 0, False)], ())
+            bd = (
+                table_pm.breakdown((), [0] * x)
+                if op in ("lm_head", "sampler")
+                else table_pm.breakdown([(x, 0, False)], ())
+            )
             assert bd[op] == pytest.approx(per * s, rel=1e-12), (op, x)
     n, c, s = t.attention_prefill  # type: ignore[misc]
     for a, b, v in zip(n, c, s, strict=True):
@@ -196,7 +269,8 @@ def test_table_decode_is_exactly_a_plus_c_sum(table_pm: TablePerfModel, ctxs: li
 def test_table_breakdown_sums_to_iteration(table_pm: TablePerfModel) -> None:
     for prefill, ctx in ITERATIONS:
         assert sum(table_pm.breakdown(prefill, ctx).values()) == pytest.approx(
-            table_pm.iteration_time_s(prefill, ctx), rel=1e-12)
+            table_pm.iteration_time_s(prefill, ctx), rel=1e-12
+        )
 
 
 def test_table_extrapolation_is_continuous(table_pm: TablePerfModel) -> None:
@@ -245,8 +319,9 @@ def test_irregular_prefill_grid_reproduces_points_and_is_monotone() -> None:
     fb = RefinedPerfModel(gpu(), TOY, refinement=REF)
     pts = [(n, c) for n in (32, 64, 128, 256) for c in (32, 64, 128, 256, 512, 1024) if c >= n]
     secs = [TablePerfModel._pf_ref(fb, n, c) * (1.0 + 0.2 * (n >= 64)) for n, c in pts]  # a step between rows
-    pm = TablePerfModel(MeasuredTable("tri", "unit", "toy", attention_prefill=(
-        [n for n, _ in pts], [c for _, c in pts], secs)), fb)
+    pm = TablePerfModel(
+        MeasuredTable("tri", "unit", "toy", attention_prefill=([n for n, _ in pts], [c for _, c in pts], secs)), fb
+    )
     for (n, c), s in zip(pts, secs, strict=True):
         assert pm.breakdown([(n, c, False)], ())["attention_prefill"] == pytest.approx(2 * s, rel=1e-12)
     for c in (40, 300, 2000):
@@ -281,8 +356,9 @@ def test_pricer_from_names() -> None:
     deployed = pricer_from_names("roofline", "rtx4090", "llama-3.1-8b", cudagraph_sizes=None)
     assert deployed.iteration_time_s([(100, 0)], [5]) == graphs.iteration_time_s([(100, 0)], [5])
     eager = kinds["roofline"]
-    assert eager.iteration_time_s([(100, 0)], [5]) == PerfModel.from_names(
-        "rtx4090", "llama-3.1-8b").iteration_time_s([(100, 0)], [5])
+    assert eager.iteration_time_s([(100, 0)], [5]) == PerfModel.from_names("rtx4090", "llama-3.1-8b").iteration_time_s(
+        [(100, 0)], [5]
+    )
     assert graphs.iteration_time_s([(100, 0)], [5]) > eager.iteration_time_s([(100, 0)], [5])  # 101 -> 104 tokens
     with pytest.raises(ValueError, match="allowed"):
         pricer_from_names("magic", "rtx4090", "llama-3.1-8b")
@@ -319,8 +395,9 @@ def test_table_decode_slope_is_floored_at_the_dram_stream() -> None:
     b, ctx = (np.array(v).ravel() for v in np.meshgrid([1, 4], [64, 1024, 8192]))
     slope = {1: 1e-9, 4: 3e-9}
     secs = [5e-6 + slope[x] * x * k for x, k in zip(b, ctx, strict=True)]
-    pm = TablePerfModel(MeasuredTable("dec", "unit", "llama-3.1-8b",
-                                      attention_decode=(b.tolist(), ctx.tolist(), secs)), fb)
+    pm = TablePerfModel(
+        MeasuredTable("dec", "unit", "llama-3.1-8b", attention_decode=(b.tolist(), ctx.tolist(), secs)), fb
+    )
     layers = fb.model.num_hidden_layers
     assert pm.decode_coeffs(1)[1] == pytest.approx(layers * 4096 / 2000e9, rel=1e-9)
     assert pm.decode_coeffs(4)[1] == pytest.approx(layers * 3e-9, rel=1e-6)
@@ -333,8 +410,9 @@ def test_table_decode_slope_per_batch_size() -> None:
     b, ctx = (np.array(v).ravel() for v in np.meshgrid([1, 4, 16], [64, 1024, 8192]))
     slope = {1: 3e-9, 4: 4e-9, 16: 4.5e-9}  # all above the DRAM floor (4,096 B per key at 2,000 GB/s)
     secs = [5e-6 + 1e-6 * np.log2(x) + slope[x] * x * k for x, k in zip(b, ctx, strict=True)]
-    pm = TablePerfModel(MeasuredTable("dec", "unit", "llama-3.1-8b",
-                                      attention_decode=(b.tolist(), ctx.tolist(), secs)), fb)
+    pm = TablePerfModel(
+        MeasuredTable("dec", "unit", "llama-3.1-8b", attention_decode=(b.tolist(), ctx.tolist(), secs)), fb
+    )
     layers = fb.model.num_hidden_layers
     for x in (1, 4, 16):
         assert pm.decode_coeffs(x)[1] == pytest.approx(layers * slope[x], rel=1e-6)
@@ -343,10 +421,10 @@ def test_table_decode_slope_per_batch_size() -> None:
     a, c = pm.decode_coeffs(8)
     assert pm.iteration_time_s([], [100, 2000, 0, 7, 9, 11, 13, 5000]) == a + c * 7140
     assert pm.iteration_time_s([(30, 0)], [1000] * 8) == pytest.approx(
-        sum(pm.breakdown([(30, 0)], [1000] * 8).values()), rel=1e-12)
+        sum(pm.breakdown([(30, 0)], [1000] * 8).values()), rel=1e-12
+    )
     dec = [pm.decode_step_time_s(n, 4000) for n in range(1, 40)]
     assert all(x <= y for x, y in itertools.pairwise(dec))
-
 
 
 def test_tile_form_prefill_attention_by_hand() -> None:
@@ -356,9 +434,14 @@ def test_tile_form_prefill_attention_by_hand() -> None:
 
     model = load_model("llama-3.1-8b")  # 32 heads of 128: 64 x 128 tiles, 80 KiB, one CTA per 100 KiB SM
     tile_s = tile_flops(128) / (400e12 / 4 * 0.5)
-    for pm in (PerfModel(tile_gpu(sms=4, tile_eff=0.5), model),
-               RefinedPerfModel(tile_gpu(sms=4, tile_eff=0.5), model, refinement=Refinement(
-                   gemm_m_half_tokens=96.0, attn_kernel_us=8.0, attn_decode_fixed_us=3.0))):
+    for pm in (
+        PerfModel(tile_gpu(sms=4, tile_eff=0.5), model),
+        RefinedPerfModel(
+            tile_gpu(sms=4, tile_eff=0.5),
+            model,
+            refinement=Refinement(gemm_m_half_tokens=96.0, attn_kernel_us=8.0, attn_decode_fixed_us=3.0),
+        ),
+    ):
         for chunks in ([(16, 0)], [(1000, 0)], [(2048, 4096)], [(300, 0), (20, 5000, False)]):
             span = makespan_tiles([c[:2] for c in chunks], 32, 4, 128)
             got = pm.breakdown(chunks, [])
@@ -367,18 +450,22 @@ def test_tile_form_prefill_attention_by_hand() -> None:
         assert pm.prefill_tiles() == (pytest.approx(tile_s, rel=1e-12), 4, 32)
         # one short chunk over a long cache: 32 CTAs of ceil(20,016 / 128) = 157 tiles on 4 slots = 8 rounds
         assert pm.breakdown([(16, 20_000)], [])["attention_prefill"] == pytest.approx(
-            model.num_hidden_layers * 8 * 157 * tile_s, rel=1e-12)
+            model.num_hidden_layers * 8 * 157 * tile_s, rel=1e-12
+        )
     # the floor: on a GPU with almost no memory bandwidth the KV traffic of the FLOP form's memory term rules
     slow = dataclasses.replace(tile_gpu(sms=4, tile_eff=0.5), mem_bandwidth_gbps=0.001)
     flop = PerfModel(dataclasses.replace(slow, efficiency=EFF), model).breakdown([(16, 20_000)], [])
     assert PerfModel(slow, model).breakdown([(16, 20_000)], [])["attention_prefill"] == pytest.approx(
-        flop["attention_prefill"], rel=1e-12)
-    assert PerfModel(slow, model).decode_coeffs(3) == PerfModel(dataclasses.replace(slow, efficiency=EFF),
-                                                                model).decode_coeffs(3)  # decode untouched
+        flop["attention_prefill"], rel=1e-12
+    )
+    assert PerfModel(slow, model).decode_coeffs(3) == PerfModel(
+        dataclasses.replace(slow, efficiency=EFF), model
+    ).decode_coeffs(3)  # decode untouched
     assert PerfModel(gpu(), model).prefill_tiles() == (0.0, 1, 1)  # the FLOP form
     with pytest.raises(ValueError, match="sm_count"):
-        PerfModel(dataclasses.replace(gpu(), efficiency=dataclasses.replace(EFF, attn_prefill_tile_efficiency=0.5)),
-                  model)
+        PerfModel(
+            dataclasses.replace(gpu(), efficiency=dataclasses.replace(EFF, attn_prefill_tile_efficiency=0.5)), model
+        )
 
 
 def test_decode_fixed_cost_only_when_decoding() -> None:
@@ -407,8 +494,9 @@ def test_one_kernel_mixed_attention_by_hand() -> None:
     assert model.num_hidden_layers * 7 * tile_s > a["attention_prefill"]  # the kernel, not the chunk's KV floor
     assert o["attention_prefill"] == pytest.approx(model.num_hidden_layers * 7 * tile_s, rel=1e-12)
     assert o["attention_decode"] == 0.0
-    assert {k: v for k, v in o.items() if not k.startswith("attention")} == \
-        {k: v for k, v in a.items() if not k.startswith("attention")}
+    assert {k: v for k, v in o.items() if not k.startswith("attention")} == {
+        k: v for k, v in a.items() if not k.startswith("attention")
+    }
     # without decodes, or without prefill, the two forms are the same iteration
     for prefill, ctx in (([(64, 100)], []), ([], [300, 40])):
         assert one.iteration_time_s(prefill, ctx) == apart.iteration_time_s(prefill, ctx)
@@ -430,18 +518,24 @@ def test_one_kernel_needs_the_tile_form_and_is_the_default() -> None:
     mixed = ([(32, 0)], [16384] + [0] * 15)
     got, parts = table.breakdown(*mixed), apart.breakdown(*mixed)
     assert got["attention_decode"] == 0.0
-    assert got["attention_prefill"] == pytest.approx(max(table.fallback.breakdown(*mixed)["attention_prefill"],
-                                                         parts["attention_prefill"] + parts["attention_decode"]))
+    assert got["attention_prefill"] == pytest.approx(
+        max(
+            table.fallback.breakdown(*mixed)["attention_prefill"],
+            parts["attention_prefill"] + parts["attention_decode"],
+        )
+    )
     assert got["attention_prefill"] > parts["attention_prefill"] + parts["attention_decode"]
 
 
 def test_one_kernel_prices_the_long_decode_not_the_context_sum() -> None:
     """Same decode context sum, one long decode instead of many short ones: apart prices both alike; one kernel
     prices the long decode's serial walk (a mixed shot's critical path)."""
-    pm = RefinedPerfModel(tile_gpu(sms=128, tile_eff=0.7), load_model("llama-3.1-8b"), refinement=REF,
-                          mixed_attention="one_kernel")
-    apart = RefinedPerfModel(tile_gpu(sms=128, tile_eff=0.7), load_model("llama-3.1-8b"), refinement=REF,
-                             mixed_attention="apart")
+    pm = RefinedPerfModel(
+        tile_gpu(sms=128, tile_eff=0.7), load_model("llama-3.1-8b"), refinement=REF, mixed_attention="one_kernel"
+    )
+    apart = RefinedPerfModel(
+        tile_gpu(sms=128, tile_eff=0.7), load_model("llama-3.1-8b"), refinement=REF, mixed_attention="apart"
+    )
     even, skewed = [1024] * 16, [16384] + [0] * 15
     assert apart.iteration_time_s([(32, 0)], even) == pytest.approx(apart.iteration_time_s([(32, 0)], skewed))
     attn = [pm.breakdown([(32, 0)], c)["attention_prefill"] for c in (even, skewed)]

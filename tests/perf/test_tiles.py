@@ -51,8 +51,13 @@ def test_makespan_by_hand() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(chunk=st.integers(1, 4096), prefix=st.integers(0, 40_000), extra=st.integers(1, 2048),
-       heads=st.sampled_from([4, 8, 32, 64]), slots=st.sampled_from([82, 128, 188, 216]))
+@given(
+    chunk=st.integers(1, 4096),
+    prefix=st.integers(0, 40_000),
+    extra=st.integers(1, 2048),
+    heads=st.sampled_from([4, 8, 32, 64]),
+    slots=st.sampled_from([82, 128, 188, 216]),
+)
 def test_makespan_never_falls_with_more_work(chunk: int, prefix: int, extra: int, heads: int, slots: int) -> None:
     base = makespan_tiles([(chunk, prefix)], heads, slots, 128)
     total = heads * sum(block_tiles(chunk, prefix, 128))

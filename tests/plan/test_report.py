@@ -44,8 +44,14 @@ def test_band_only_for_the_same_gpu_and_model_class() -> None:
 
 
 def test_outputs_of_a_small_plan(bundled: Path, tmp_path: Path) -> None:
-    req = PlanRequest(bundled, 0.5, parse_slo("jct_p90<=100000,goodput@100000>=0.5"), gpus=("h100-sxm", "rtx4090"),
-                      max_programs=8, max_instances=2)
+    req = PlanRequest(
+        bundled,
+        0.5,
+        parse_slo("jct_p90<=100000,goodput@100000>=0.5"),
+        gpus=("h100-sxm", "rtx4090"),
+        max_programs=8,
+        max_instances=2,
+    )
     res = plan(req, InlineExecutor(), tmp_path / "sweepdir")
     data = to_dict(res, RESIDUALS)
     assert data["chosen"]["gpus"] == 1 and data["configurations_tried"] == len(res.trials) >= 2
@@ -64,8 +70,9 @@ def test_outputs_of_a_small_plan(bundled: Path, tmp_path: Path) -> None:
 
 
 def test_cli_bad_objective_is_a_clear_error(bundled: Path, tmp_path: Path) -> None:
-    r = runner.invoke(app, ["plan", "--trace", str(bundled), "--load", "0.1", "--slo", "jct_p90>600",
-                            "--out", str(tmp_path / "o")])
+    r = runner.invoke(
+        app, ["plan", "--trace", str(bundled), "--load", "0.1", "--slo", "jct_p90>600", "--out", str(tmp_path / "o")]
+    )
     assert r.exit_code == 1 and "--slo" in r.output and "operator '>' is not supported" in r.output
     assert not (tmp_path / "o").exists()
 
@@ -73,19 +80,50 @@ def test_cli_bad_objective_is_a_clear_error(bundled: Path, tmp_path: Path) -> No
 def test_cli_bad_values_fail_before_running(bundled: Path, tmp_path: Path) -> None:
     r = runner.invoke(app, ["plan", "--trace", str(tmp_path / "nope"), "--load", "0.1", "--slo", "jct_p90<=600"])
     assert r.exit_code == 1 and "no such folder" in r.output
-    r = runner.invoke(app, ["plan", "--trace", str(bundled), "--load", "0.1", "--slo", "jct_p90<=600", "--tp", "x",
-                            "--out", str(tmp_path / "o")])
+    r = runner.invoke(
+        app,
+        [
+            "plan",
+            "--trace",
+            str(bundled),
+            "--load",
+            "0.1",
+            "--slo",
+            "jct_p90<=600",
+            "--tp",
+            "x",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert r.exit_code == 1 and "--tp 'x'" in r.output
 
 
 def test_cli_end_to_end_json(bundled: Path, tmp_path: Path) -> None:
     out = tmp_path / "o"
-    r = runner.invoke(app, ["plan", "--trace", str(bundled), "--load", "0.5", "--slo", "jct_p90<=100000",
-                            "--max-programs", "6", "--max-instances", "2", "--workers", "1", "--out", str(out),
-                            "--json"])
+    r = runner.invoke(
+        app,
+        [
+            "plan",
+            "--trace",
+            str(bundled),
+            "--load",
+            "0.5",
+            "--slo",
+            "jct_p90<=100000",
+            "--max-programs",
+            "6",
+            "--max-instances",
+            "2",
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
-    assert {p.name for p in out.iterdir()} >= {"plan.json", "plan.md", "configurations.csv", "cost_vs_slo.png",
-                                               "sweep"}
+    assert {p.name for p in out.iterdir()} >= {"plan.json", "plan.md", "configurations.csv", "cost_vs_slo.png", "sweep"}
     data = json.loads((out / "plan.json").read_text())
     assert data["chosen"]["label"] == "1x h100-sxm tp1 vllm (llama-3.1-8b)"
     assert data["chosen"]["gpu_hours_per_1000_tasks"] == pytest.approx(1000 / (0.5 * 3600))
@@ -101,8 +139,22 @@ def test_cli_executor_choice_is_checked(bundled: Path, tmp_path: Path) -> None:
 
 def test_cli_rerun_with_another_load_into_the_same_folder_is_refused(bundled: Path, tmp_path: Path) -> None:
     out = tmp_path / "o"
-    args = ["plan", "--trace", str(bundled), "--slo", "jct_p90<=100000", "--max-programs", "4", "--max-instances",
-            "1", "--workers", "1", "--out", str(out), "--json"]
+    args = [
+        "plan",
+        "--trace",
+        str(bundled),
+        "--slo",
+        "jct_p90<=100000",
+        "--max-programs",
+        "4",
+        "--max-instances",
+        "1",
+        "--workers",
+        "1",
+        "--out",
+        str(out),
+        "--json",
+    ]
     assert runner.invoke(app, [*args, "--load", "0.5"]).exit_code == 0
     again = runner.invoke(app, [*args, "--load", "0.5"])
     assert again.exit_code == 0 and '"configurations_simulated_now": 0' in again.output.replace("\n", "")

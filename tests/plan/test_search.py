@@ -20,8 +20,9 @@ LOAD = 0.5
 PROGRAMS = 30
 
 
-def _search(thresholds: dict[Family, int], runners_up: int, max_instances: int = 32) -> tuple[
-        list[FamilyState], list[tuple[Family, int]]]:
+def _search(
+    thresholds: dict[Family, int], runners_up: int, max_instances: int = 32
+) -> tuple[list[FamilyState], list[tuple[Family, int]]]:
     """Drive next_probe / pick as plan() does, with an oracle: family f meets the objective from thresholds[f]
     instances on."""
     states = [FamilyState(f) for f in thresholds]
@@ -82,8 +83,10 @@ def test_plan_executor_adds_goodput_and_runs_the_plan_cell(bundled: Path) -> Non
 def _p90(bundled: Path, gpu: str, n: int) -> float:
     from agentreplay.sim.config import SimConfig
 
-    cfg = SimConfig().replace(hardware={"gpu": gpu, "model": "llama-3.1-8b", "instances": n},
-                              workload={"arrival": "poisson", "rate_per_s": LOAD, "max_programs": PROGRAMS})
+    cfg = SimConfig().replace(
+        hardware={"gpu": gpu, "model": "llama-3.1-8b", "instances": n},
+        workload={"arrival": "poisson", "rate_per_s": LOAD, "max_programs": PROGRAMS},
+    )
     return float(worker.run_cell(str(bundled), cfg.to_dict())["figures"]["jct_p90_s"])
 
 
@@ -91,14 +94,14 @@ def _request(bundled: Path, slo: tuple[Term, ...], **kw: Any) -> PlanRequest:
     return PlanRequest(bundled, LOAD, slo, max_programs=PROGRAMS, **kw)
 
 
-def test_chosen_is_the_cheapest_feasible_configuration_tried(bundled: Path, tmp_path: Path,
-                                                             inline: InlineExecutor) -> None:
+def test_chosen_is_the_cheapest_feasible_configuration_tried(
+    bundled: Path, tmp_path: Path, inline: InlineExecutor
+) -> None:
     # objective between the A100's 2- and 3-instance JCT p90, so the A100 needs more than one instance
     v2, v3 = _p90(bundled, "a100-80gb", 2), _p90(bundled, "a100-80gb", 3)
     assert v3 < v2
     slo = (Term("jct_p90", "<=", (v2 + v3) / 2),)
-    req = _request(bundled, slo, gpus=("a100-80gb", "h100-sxm"), tps=(1, 2), presets=("vllm", "sglang"),
-                   runners_up=2)
+    req = _request(bundled, slo, gpus=("a100-80gb", "h100-sxm"), tps=(1, 2), presets=("vllm", "sglang"), runners_up=2)
     res = plan(req, inline, tmp_path / "p")
     feasible = [t for t in res.trials if t.feasible]
     assert res.chosen is not None and res.chosen.feasible
@@ -128,21 +131,26 @@ def test_nothing_feasible_means_no_choice(bundled: Path, tmp_path: Path, inline:
     assert [t.instances for t in res.trials] == [1, 2, 3] and res.states[0].end == "max-instances"
 
 
-def test_a_tp_that_does_not_divide_the_model_is_reported_not_dropped(bundled: Path, tmp_path: Path,
-                                                                    inline: InlineExecutor) -> None:
+def test_a_tp_that_does_not_divide_the_model_is_reported_not_dropped(
+    bundled: Path, tmp_path: Path, inline: InlineExecutor
+) -> None:
     res = plan(_request(bundled, parse_slo("jct_p90<=100000"), tps=(1, 3), max_instances=2), inline, tmp_path / "p")
     bad = next(s for s in res.states if s.family.tp == 3)
     assert bad.end == "error" and bad.error is not None and "skipped" in bad.error
     assert res.chosen is not None and res.chosen.family.tp == 1 and res.chosen.instances == 1
 
 
-@pytest.mark.parametrize(("kw", "message"), [
-    ({"gpus": ("h100-nope",)}, "--gpus 'h100-nope'"),
-    ({"models": ("gpt-9",)}, "--models 'gpt-9'"),
-    ({"presets": ("fastest",)}, "--presets 'fastest'"),
-])
-def test_unknown_names_fail_naming_the_option(bundled: Path, tmp_path: Path, inline: InlineExecutor,
-                                              kw: dict[str, Any], message: str) -> None:
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"gpus": ("h100-nope",)}, "--gpus 'h100-nope'"),
+        ({"models": ("gpt-9",)}, "--models 'gpt-9'"),
+        ({"presets": ("fastest",)}, "--presets 'fastest'"),
+    ],
+)
+def test_unknown_names_fail_naming_the_option(
+    bundled: Path, tmp_path: Path, inline: InlineExecutor, kw: dict[str, Any], message: str
+) -> None:
     with pytest.raises(PlanError, match=None) as exc:
         plan(_request(bundled, parse_slo("jct_p90<=600"), **kw), inline, tmp_path / "p")
     assert message in str(exc.value)
@@ -177,10 +185,19 @@ def test_monotonicity_check_flags_a_larger_n_that_does_worse() -> None:
     assert not math.isnan(trial(2, 1).cost)
 
 
-def test_a_family_whose_cells_fail_is_reported_with_the_error(bundled: Path, tmp_path: Path,
-                                                              inline: InlineExecutor) -> None:
-    req = PlanRequest(bundled, LOAD, parse_slo("jct_p90<=100000"), gpus=("rtx3090", "h100-sxm"),
-                      models=("llama-3.1-70b",), max_programs=4, max_instances=2, runners_up=0)
+def test_a_family_whose_cells_fail_is_reported_with_the_error(
+    bundled: Path, tmp_path: Path, inline: InlineExecutor
+) -> None:
+    req = PlanRequest(
+        bundled,
+        LOAD,
+        parse_slo("jct_p90<=100000"),
+        gpus=("rtx3090", "h100-sxm"),
+        models=("llama-3.1-70b",),
+        max_programs=4,
+        max_instances=2,
+        runners_up=0,
+    )
     res = plan(req, inline, tmp_path / "p")
     bad = next(s for s in res.states if s.family.gpu == "rtx3090")
     assert bad.end == "error" and bad.error
@@ -193,9 +210,11 @@ def test_several_seeds_judge_on_the_worst(bundled: Path, tmp_path: Path, inline:
     from agentreplay.sim.config import SimConfig
 
     def p90(seed: int) -> float:
-        cfg = SimConfig().replace(hardware={"gpu": "h100-sxm", "model": "llama-3.1-8b", "instances": 1},
-                                  workload={"arrival": "poisson", "rate_per_s": LOAD, "max_programs": PROGRAMS},
-                                  seed=seed)
+        cfg = SimConfig().replace(
+            hardware={"gpu": "h100-sxm", "model": "llama-3.1-8b", "instances": 1},
+            workload={"arrival": "poisson", "rate_per_s": LOAD, "max_programs": PROGRAMS},
+            seed=seed,
+        )
         return float(worker.run_cell(str(bundled), cfg.to_dict())["figures"]["jct_p90_s"])
 
     v0, v1 = p90(0), p90(1)
@@ -207,8 +226,9 @@ def test_several_seeds_judge_on_the_worst(bundled: Path, tmp_path: Path, inline:
     assert t.per_seed["jct_p90"] == [v0, v1] and t.value(req.slo[0]) == hi
     assert not t.feasible and res.chosen is None  # meets under one seed only
     assert inline.calls == 2 and "+" in t.cell_id
-    ok = plan(_request(bundled, (Term("jct_p90", "<=", hi),), max_instances=1, seeds=(0, 1)), InlineExecutor(),
-              tmp_path / "p")
+    ok = plan(
+        _request(bundled, (Term("jct_p90", "<=", hi),), max_instances=1, seeds=(0, 1)), InlineExecutor(), tmp_path / "p"
+    )
     assert ok.chosen is not None and ok.trials[0].reused
 
 

@@ -25,13 +25,25 @@ def scheduler(host_blocks: dict[int, int]) -> Scheduler:
     for program, blocks in host_blocks.items():
         tier.put(program, blocks)
     residency = Residency(engine, pool, block_bytes=1 << 16, tiers=[tier])
-    return Scheduler(KVManager(pool, residency=residency), max_num_seqs=8, max_num_batched_tokens=4096,
-                     reserve_full_isl=True)
+    return Scheduler(
+        KVManager(pool, residency=residency), max_num_seqs=8, max_num_batched_tokens=4096, reserve_full_isl=True
+    )
 
 
 def request(program: int, prompt: int, reuse: int) -> Request:
-    return Request(turn=program, program=program, turn_idx=1, prompt=prompt, target_out=4, reuse=reuse, pfx=None,
-                   prog=Segment(("prog", program), 0, 0), base=0, release_s=0.0, info=ProgramInfo(0.0))
+    return Request(
+        turn=program,
+        program=program,
+        turn_idx=1,
+        prompt=prompt,
+        target_out=4,
+        reuse=reuse,
+        pfx=None,
+        prog=Segment(("prog", program), 0, 0),
+        base=0,
+        release_s=0.0,
+        info=ProgramInfo(0.0),
+    )
 
 
 def test_a_plain_admission_checks_its_whole_prompt_alone() -> None:

@@ -15,14 +15,23 @@ BS = 16
 
 def decoding(i: int, prompt: int, generated: int, target: int) -> Request:
     pool = SegmentPool(8, BS)
-    r = Request(turn=i, program=i, turn_idx=0, prompt=prompt, target_out=target, reuse=0, pfx=None,
-                prog=pool.segment(("p", i), 0), base=0, release_s=0.0)
+    r = Request(
+        turn=i,
+        program=i,
+        turn_idx=0,
+        prompt=prompt,
+        target_out=target,
+        reuse=0,
+        pfx=None,
+        prog=pool.segment(("p", i), 0),
+        base=0,
+        release_s=0.0,
+    )
     r.generated, r.computed, r.run_seq = generated, prompt + generated - 1, i
     return r
 
 
-members_st = st.lists(st.tuples(st.integers(1, 200), st.integers(1, 5), st.integers(1, 60)), min_size=1,
-                      max_size=12)
+members_st = st.lists(st.tuples(st.integers(1, 200), st.integers(1, 5), st.integers(1, 60)), min_size=1, max_size=12)
 
 
 @settings(max_examples=150, deadline=None)

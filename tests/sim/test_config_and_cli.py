@@ -60,8 +60,25 @@ def test_tp_must_divide_heads() -> None:
 
 def test_simulate_cli_writes_outputs(tmp_path) -> None:
     out = tmp_path / "sim"
-    res = runner.invoke(app, ["simulate", "--trace", BUNDLED, "--max-programs", "20", "--concurrency", "8",
-                              "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--out", str(out), "--quiet"])
+    res = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            BUNDLED,
+            "--max-programs",
+            "20",
+            "--concurrency",
+            "8",
+            "--gpu",
+            "h100-sxm",
+            "--model",
+            "llama-3.1-8b",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "simulation summary" in res.output
     summary = json.loads((out / "summary.json").read_text())
@@ -76,15 +93,31 @@ def test_simulate_cli_bad_option_is_a_clear_error(tmp_path) -> None:
     assert res.exit_code == 1 and "tp = 3 is invalid" in res.output
     res = runner.invoke(app, ["simulate", "--trace", BUNDLED, "--gpu", "tpu9", "--out", str(tmp_path / "x")])
     assert res.exit_code == 1 and "tpu9" in res.output
-    res = runner.invoke(app, ["simulate", "--trace", BUNDLED, "--mixed-attention", "fused", "--out",
-                              str(tmp_path / "x")])
+    res = runner.invoke(
+        app, ["simulate", "--trace", BUNDLED, "--mixed-attention", "fused", "--out", str(tmp_path / "x")]
+    )
     assert res.exit_code == 1 and "mixed_attention = 'fused' is invalid" in res.output
 
 
 def test_simulate_cli_mixed_attention_reaches_the_config(tmp_path) -> None:
     out = tmp_path / "sim"
-    res = runner.invoke(app, ["simulate", "--trace", BUNDLED, "--max-programs", "4", "--gpu", "rtxpro6000",
-                              "--mixed-attention", "apart", "--out", str(out), "--quiet"])
+    res = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            BUNDLED,
+            "--max-programs",
+            "4",
+            "--gpu",
+            "rtxpro6000",
+            "--mixed-attention",
+            "apart",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert load(out / "config.toml").hardware.mixed_attention == "apart"
 
@@ -100,9 +133,15 @@ def test_one_kernel_mixed_attention_slows_mixed_iterations_only_on_tile_form_gpu
     # agent turns: a short append to a long context, prefilled beside the other program's decodes
     trace = make_trace([[(6000, 40, 0.2), (6100, 40, 0.2), (6200, 40, None)]] * 4)
     for gpu, slower in (("rtxpro6000", True), ("h100-sxm", False)):
-        res = {m: simulate(trace, SimConfig().replace(hardware={"gpu": gpu, "perf": "refined", "mixed_attention": m},
-                                                      workload={"concurrency": 4}))
-               for m in ("apart", "one_kernel")}
+        res = {
+            m: simulate(
+                trace,
+                SimConfig().replace(
+                    hardware={"gpu": gpu, "perf": "refined", "mixed_attention": m}, workload={"concurrency": 4}
+                ),
+            )
+            for m in ("apart", "one_kernel")
+        }
         jct = {m: r.programs["jct_s"].sum() for m, r in res.items()}
         if slower:
             assert jct["one_kernel"] > jct["apart"]
@@ -117,9 +156,16 @@ def test_deployment_fields_reach_capacity_and_pricing(tmp_path) -> None:
     trace = make_trace([[(3000, 60, None)]] * 3)
     base = SimConfig().replace(workload={"concurrency": 3})
     dk = {"deployment_kernels": True}
-    runs = {name: simulate(trace, base.replace(hardware=hw)) for name, hw in (
-        ("default", {}), ("graphs", dk), ("eager", {**dk, "enforce_eager": True}),
-        ("none", {**dk, "cudagraph_mode": "NONE"}), ("fp8kv", {"kv_cache_dtype": "fp8"}))}
+    runs = {
+        name: simulate(trace, base.replace(hardware=hw))
+        for name, hw in (
+            ("default", {}),
+            ("graphs", dk),
+            ("eager", {**dk, "enforce_eager": True}),
+            ("none", {**dk, "cudagraph_mode": "NONE"}),
+            ("fp8kv", {"kv_cache_dtype": "fp8"}),
+        )
+    }
     jct = {k: float(r.programs["jct_s"].sum()) for k, r in runs.items()}
     assert jct["eager"] < jct["graphs"] and jct["none"] == jct["eager"] == jct["default"]
     with pytest.raises(ConfigError, match="deployment_kernels"):
@@ -128,8 +174,22 @@ def test_deployment_fields_reach_capacity_and_pricing(tmp_path) -> None:
     assert blocks["fp8kv"] >= 2 * blocks["graphs"] and blocks["eager"] == blocks["graphs"]
     assert runs["fp8kv"].summary["cluster"]["kv_cache_dtype"] == "fp8"
     out = tmp_path / "sim"
-    res = runner.invoke(app, ["simulate", "--trace", BUNDLED, "--max-programs", "2", "--kv-cache-dtype", "fp8",
-                              "--enforce-eager", "--out", str(out), "--quiet"])
+    res = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            BUNDLED,
+            "--max-programs",
+            "2",
+            "--kv-cache-dtype",
+            "fp8",
+            "--enforce-eager",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+    )
     assert res.exit_code == 0, res.output
     hw = load(out / "config.toml").hardware
     assert hw.kv_cache_dtype == "fp8" and hw.enforce_eager

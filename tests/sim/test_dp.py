@@ -29,13 +29,25 @@ def _trace(prompts: list[int], outs: list[int], model: str = "qwen3-30b-a3b"):
 
 
 def _cfg(model: str = "qwen3-30b-a3b", **hw) -> SimConfig:
-    return SimConfig().replace(hardware={"gpu": "h100-sxm", "model": model, **hw},
-                               router={"policy": "vllm-dp"}, workload={"arrival": "trace"})
+    return SimConfig().replace(
+        hardware={"gpu": "h100-sxm", "model": model, **hw}, router={"policy": "vllm-dp"}, workload={"arrival": "trace"}
+    )
 
 
 def _req(i: int) -> Request:
-    return Request(turn=i, program=i, turn_idx=0, prompt=10, target_out=1, reuse=0, pfx=None,
-                   prog=Segment(("prog", i), 0, 0), base=0, release_s=0.0, info=ProgramInfo(0.0))
+    return Request(
+        turn=i,
+        program=i,
+        turn_idx=0,
+        prompt=10,
+        target_out=1,
+        reuse=0,
+        pfx=None,
+        prog=Segment(("prog", i), 0, 0),
+        base=0,
+        release_s=0.0,
+        info=ProgramInfo(0.0),
+    )
 
 
 def _rank(waiting: int, running: int, used: int = 0, blocks: int = 100) -> Instance:
@@ -69,8 +81,10 @@ def test_lockstep_first_step_is_the_slower_rank() -> None:
     first = DPStepPricer(base, comm).step_time_s([([(2000, 0, True)], []), ([(16, 0, True)], [])])
     assert t["ttft_s"].to_numpy() == pytest.approx([first, first], rel=1e-9)
     # alone on one engine the short request would have its first token far sooner
-    alone = simulate(_trace([16], [4]), SimConfig().replace(
-        hardware={"gpu": "h100-sxm", "model": "qwen3-30b-a3b"}, workload={"arrival": "trace"}))
+    alone = simulate(
+        _trace([16], [4]),
+        SimConfig().replace(hardware={"gpu": "h100-sxm", "model": "qwen3-30b-a3b"}, workload={"arrival": "trace"}),
+    )
     assert float(alone.turns["ttft_s"].iloc[0]) < 0.5 * first
     s = res.summary
     assert s["cluster"]["lockstep"] and s["cluster"]["instances"] == 2 and s["cluster"]["ep"]
@@ -88,16 +102,20 @@ def test_lockstep_idle_rank_runs_the_dummy_batch() -> None:
 
 def test_dense_dp_ranks_are_independent() -> None:
     res = simulate(_trace([2000, 16], [4, 4], "llama-3.1-8b"), _cfg("llama-3.1-8b", dp=2))
-    alone = simulate(_trace([16], [4], "llama-3.1-8b"), SimConfig().replace(
-        hardware={"gpu": "h100-sxm", "model": "llama-3.1-8b"}, workload={"arrival": "trace"}))
+    alone = simulate(
+        _trace([16], [4], "llama-3.1-8b"),
+        SimConfig().replace(hardware={"gpu": "h100-sxm", "model": "llama-3.1-8b"}, workload={"arrival": "trace"}),
+    )
     t = res.turns.sort_values("program_id")
     assert float(t["ttft_s"].iloc[1]) == pytest.approx(float(alone.turns["ttft_s"].iloc[0]), rel=1e-12)
     assert not res.summary["cluster"]["lockstep"] and "dp_group" not in res.summary
 
 
 def test_ep_ranks_hold_more_kv_than_tp_only() -> None:
-    one = simulate(_trace([16], [2]), SimConfig().replace(hardware={"gpu": "h100-sxm", "model": "qwen3-30b-a3b"},
-                                                          workload={"arrival": "trace"}))
+    one = simulate(
+        _trace([16], [2]),
+        SimConfig().replace(hardware={"gpu": "h100-sxm", "model": "qwen3-30b-a3b"}, workload={"arrival": "trace"}),
+    )
     two = simulate(_trace([16], [2]), _cfg(dp=2, ep=True))
     assert two.summary["cluster"]["num_gpu_blocks"] > one.summary["cluster"]["num_gpu_blocks"]
     assert "experts over 2 ranks" in two.summary["cluster"]["kv_blocks_from"]
@@ -135,11 +153,43 @@ def test_config_round_trips_through_toml_and_cli(tmp_path) -> None:
     from agentreplay.trace.io import write_trace
 
     write_trace(trace_dir, _trace([100, 50], [4, 4]))
-    r = CliRunner().invoke(app, ["simulate", "--trace", str(trace_dir), "--out", str(tmp_path / "o"), "--gpu",
-                                 "h100-sxm", "--model", "qwen3-30b-a3b", "--dp", "2", "--ep", "--quiet"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            str(trace_dir),
+            "--out",
+            str(tmp_path / "o"),
+            "--gpu",
+            "h100-sxm",
+            "--model",
+            "qwen3-30b-a3b",
+            "--dp",
+            "2",
+            "--ep",
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 0, r.output
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["cluster"]["ep"] and summary["cluster"]["lockstep"] and summary["policy"]["router"] == "vllm-dp"
-    r = CliRunner().invoke(app, ["simulate", "--trace", str(trace_dir), "--out", str(tmp_path / "o"), "--gpu",
-                                 "h100-sxm", "--model", "llama-3.1-8b", "--dp", "2", "--ep", "--quiet"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            str(trace_dir),
+            "--out",
+            str(tmp_path / "o"),
+            "--gpu",
+            "h100-sxm",
+            "--model",
+            "llama-3.1-8b",
+            "--dp",
+            "2",
+            "--ep",
+            "--quiet",
+        ],
+    )
     assert r.exit_code != 0 and "needs a MoE model" in r.output

@@ -93,8 +93,7 @@ def test_tool_modes() -> None:
 def test_reserve_full_isl_admits_only_when_the_whole_prompt_fits() -> None:
     # 12 blocks of 16 tokens; two 100-token prompts (7 blocks each) decoding 30 tokens, chunks of 32 tokens.
     trace = make_trace([[(100, 30, None)], [(100, 30, None)]])
-    base = cfg(cache={"num_gpu_blocks": 12}, workload={"concurrency": 2},
-               scheduler={"max_num_batched_tokens": 32})
+    base = cfg(cache={"num_gpu_blocks": 12}, workload={"concurrency": 2}, scheduler={"max_num_batched_tokens": 32})
     full = simulate(trace, base, perf=LinearPerf())  # default: vLLM --scheduler-reserve-full-isl
     chunk = simulate(trace, base.replace(scheduler={"reserve_full_isl": False}), perf=LinearPerf())
     # whole-prompt rule: p1 waits until p0 is done, nobody is preempted

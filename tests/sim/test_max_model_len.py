@@ -16,13 +16,19 @@ from agentreplay.trace.io import write_trace
 from tests.factories import make_trace
 
 #: one 106k-token request among short ones, and an agent program whose second call is too long
-PROGRAMS = [[(106_000, 100, None)], [(2_000, 50, None)], [(3_000, 40, None)],
-            [(1_000, 10, 1.0), (40_000, 10, 1.0), (41_200, 5, None)], [(32_000, 2_000, None)]]
+PROGRAMS = [
+    [(106_000, 100, None)],
+    [(2_000, 50, None)],
+    [(3_000, 40, None)],
+    [(1_000, 10, 1.0), (40_000, 10, 1.0), (41_200, 5, None)],
+    [(32_000, 2_000, None)],
+]
 
 
 def _cfg(max_model_len: int | None) -> SimConfig:
-    return SimConfig().replace(hardware={"gpu": "rtx3090", "model": "llama-3.1-8b"},
-                               scheduler={"max_model_len": max_model_len})
+    return SimConfig().replace(
+        hardware={"gpu": "rtx3090", "model": "llama-3.1-8b"}, scheduler={"max_model_len": max_model_len}
+    )
 
 
 def test_without_a_limit_the_whole_trace_is_refused() -> None:
@@ -33,8 +39,12 @@ def test_without_a_limit_the_whole_trace_is_refused() -> None:
 def test_rejected_requests_are_counted_and_the_rest_run() -> None:
     res = simulate(make_trace(PROGRAMS), _cfg(32_768))
     rej = res.summary["rejected"]
-    assert (rej["rejected_requests"], rej["programs_removed"], rej["programs_cut"], rej["calls_not_run"]) == \
-        (2, 1, 1, 1)
+    assert (rej["rejected_requests"], rej["programs_removed"], rej["programs_cut"], rej["calls_not_run"]) == (
+        2,
+        1,
+        1,
+        1,
+    )
     assert rej["rejected_prompt_tokens"] == 106_000 + 40_000
     assert (rej["length_capped_requests"], rej["output_tokens_cut"]) == (1, 2_000 - 768)
     assert rej["examples"][0] == "p0 turn 0: 106,000 prompt tokens"
@@ -67,9 +77,24 @@ def test_a_limit_the_cache_cannot_hold_refuses_to_start_like_vllm() -> None:
 def test_cli_reports_the_rejections(tmp_path) -> None:
     write_trace(tmp_path / "t", make_trace(PROGRAMS))
     out = tmp_path / "o"
-    r = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path / "t"), "--gpu", "rtx3090", "--model",
-                                 "llama-3.1-8b", "--max-model-len", "32768", "--out", str(out), "--quiet"],
-                           env={"COLUMNS": "200"})
+    r = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            str(tmp_path / "t"),
+            "--gpu",
+            "rtx3090",
+            "--model",
+            "llama-3.1-8b",
+            "--max-model-len",
+            "32768",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        env={"COLUMNS": "200"},
+    )
     assert r.exit_code == 0, r.output
     assert "2 request(s) rejected" in r.output
     assert json.loads((out / "summary.json").read_text())["rejected"]["rejected_requests"] == 2

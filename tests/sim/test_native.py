@@ -52,8 +52,12 @@ def _replay(tmp: Path, pure: bool) -> Path:
     env = {k: v for k, v in os.environ.items() if k != "AGENTREPLAY_PURE_PYTHON"}
     if pure:
         env["AGENTREPLAY_PURE_PYTHON"] = "1"
-    subprocess.run([sys.executable, "-c", SCRIPT, str(out), str(ROOT / "datasets" / "swebench-verified")],
-                   check=True, env=env, cwd=ROOT)
+    subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(out), str(ROOT / "datasets" / "swebench-verified")],
+        check=True,
+        env=env,
+        cwd=ROOT,
+    )
     return out
 
 
@@ -80,8 +84,9 @@ def _fake_package(tmp: Path, source: str, recorded: str, compiled: bool) -> Path
     if compiled:
         (pkg / "sim" / f"hot{importlib.machinery.EXTENSION_SUFFIXES[0]}").write_bytes(b"")
     digest = hashlib.sha256(recorded.encode()).hexdigest()
-    (pkg / _native.MANIFEST_NAME).write_text(json.dumps({"build": "compiled",
-                                                         "sources": {"agentreplay.sim.hot": digest}}))
+    (pkg / _native.MANIFEST_NAME).write_text(
+        json.dumps({"build": "compiled", "sources": {"agentreplay.sim.hot": digest}})
+    )
     return pkg
 
 

@@ -27,11 +27,22 @@ def cfg(**sections) -> SimConfig:
     return base.replace(**sections) if sections else base
 
 
-def req(turn: int = 0, program: int = 0, prompt: int = 100, release: float = 0.0, service: int = 0,
-        arrival: float = 0.0) -> Request:
-    return Request(turn=turn, program=program, turn_idx=0, prompt=prompt, target_out=1, reuse=0, pfx=None,
-                   prog=Segment(("prog", program), 0, 0), base=0, release_s=release,
-                   info=ProgramInfo(arrival, service_tokens=service))
+def req(
+    turn: int = 0, program: int = 0, prompt: int = 100, release: float = 0.0, service: int = 0, arrival: float = 0.0
+) -> Request:
+    return Request(
+        turn=turn,
+        program=program,
+        turn_idx=0,
+        prompt=prompt,
+        target_out=1,
+        reuse=0,
+        pfx=None,
+        prog=Segment(("prog", program), 0, 0),
+        base=0,
+        release_s=release,
+        info=ProgramInfo(arrival, service_tokens=service),
+    )
 
 
 # ---- routers -----------------------------------------------------------------------------------------------
@@ -39,10 +50,12 @@ AGENTS = [[(2000, 20, 0.5), (2100, 20, 0.5), (2200, 20, 0.5), (2300, 20, None)]]
 
 
 def test_session_affinity_keeps_programs_home_and_hits_their_history() -> None:
-    aff = simulate(make_trace(AGENTS), cfg(hardware={"instances": 3}, router={"policy": "session-affinity"}),
-                   perf=LinearPerf())
-    rr = simulate(make_trace(AGENTS), cfg(hardware={"instances": 3}, router={"policy": "round-robin"}),
-                  perf=LinearPerf())
+    aff = simulate(
+        make_trace(AGENTS), cfg(hardware={"instances": 3}, router={"policy": "session-affinity"}), perf=LinearPerf()
+    )
+    rr = simulate(
+        make_trace(AGENTS), cfg(hardware={"instances": 3}, router={"policy": "round-robin"}), perf=LinearPerf()
+    )
     assert aff.summary["affinity_breaks"] == 0
     assert aff.turns.groupby("program_id")["instance"].nunique().max() == 1
     assert rr.summary["affinity_breaks"] > 0
@@ -50,26 +63,37 @@ def test_session_affinity_keeps_programs_home_and_hits_their_history() -> None:
 
 
 def test_session_affinity_falls_back_when_home_is_full_and_counts_breaks() -> None:
-    res = simulate(make_trace(AGENTS), cfg(hardware={"instances": 2}, workload={"concurrency": 8},
-                                           router={"policy": "session-affinity", "affinity_max_outstanding": 1}),
-                   perf=LinearPerf())
+    res = simulate(
+        make_trace(AGENTS),
+        cfg(
+            hardware={"instances": 2},
+            workload={"concurrency": 8},
+            router={"policy": "session-affinity", "affinity_max_outstanding": 1},
+        ),
+        perf=LinearPerf(),
+    )
     assert res.summary["affinity_breaks"] > 0
     assert res.programs["migrations"].sum() == res.summary["affinity_breaks"]
 
 
 def test_session_affinity_move_transfers_kv_when_a_link_is_configured() -> None:
-    base = cfg(hardware={"instances": 2}, workload={"concurrency": 8},
-               router={"policy": "session-affinity", "affinity_max_outstanding": 1, "inter_instance_gbps": 100})
+    base = cfg(
+        hardware={"instances": 2},
+        workload={"concurrency": 8},
+        router={"policy": "session-affinity", "affinity_max_outstanding": 1, "inter_instance_gbps": 100},
+    )
     res = simulate(make_trace(AGENTS), base, perf=LinearPerf())
     assert res.summary["reloaded_tokens"]["remote"] > 0
     assert res.summary["bytes_moved"]["fabric"] > 0
 
 
 def test_cache_aware_router_follows_the_cache_when_balanced() -> None:
-    ca = simulate(make_trace(AGENTS), cfg(hardware={"instances": 3}, router={"policy": "cache-aware"}),
-                  perf=LinearPerf())
-    rr = simulate(make_trace(AGENTS), cfg(hardware={"instances": 3}, router={"policy": "round-robin"}),
-                  perf=LinearPerf())
+    ca = simulate(
+        make_trace(AGENTS), cfg(hardware={"instances": 3}, router={"policy": "cache-aware"}), perf=LinearPerf()
+    )
+    rr = simulate(
+        make_trace(AGENTS), cfg(hardware={"instances": 3}, router={"policy": "round-robin"}), perf=LinearPerf()
+    )
     assert ca.summary["affinity_breaks"] == 0  # load stays within the balance thresholds: follow the cache
     assert ca.summary["prefix_hit_rate"] > rr.summary["prefix_hit_rate"]
 
@@ -86,16 +110,22 @@ def test_plas_levels_demote_by_service_and_promote_starved_calls() -> None:
 
 
 def test_continuum_order_puts_pinned_programs_first_then_program_arrival() -> None:
-    a, b, c = req(turn=1, program=1, arrival=5.0), req(turn=2, program=2, arrival=1.0), req(turn=3, program=3,
-                                                                                            arrival=9.0)
+    a, b, c = (
+        req(turn=1, program=1, arrival=5.0),
+        req(turn=2, program=2, arrival=1.0),
+        req(turn=3, program=3, arrival=9.0),
+    )
     c.pinned = True
     order = ContinuumOrder()
     assert [r.turn for r in sorted([a, b, c], key=lambda r: order.key(r, 0.0))] == [3, 2, 1]
 
 
 def test_victim_policies() -> None:
-    running = [req(turn=1, prompt=500, service=10), req(turn=2, prompt=100, service=9000),
-               req(turn=3, prompt=300, service=50)]
+    running = [
+        req(turn=1, prompt=500, service=10),
+        req(turn=2, prompt=100, service=9000),
+        req(turn=3, prompt=300, service=50),
+    ]
     plas = Plas(PlasParams((100, 1000), 1e9))
     assert MostRecent().pick(running, plas, 0.0).turn == 3
     assert LowestPriority().pick(running, plas, 0.0).turn == 2  # highest attained service = lowest priority
@@ -109,9 +139,11 @@ def test_ttl_pin_survives_pressure_that_lru_does_not() -> None:
     trace = make_trace([[(1000, 10, 2.0), (1100, 10, None)], [(1500, 10, None)]])
     base = cfg(cache={"num_gpu_blocks": 120}, workload={"concurrency": 2})
     lru = simulate(trace, base, perf=LinearPerf())
-    ttl = simulate(trace, base.replace(policy={"retention": "ttl", "ttl_s": 10.0, "unpin_on_pressure": False,
-                                               "queue": "continuum"}),
-                   perf=LinearPerf())
+    ttl = simulate(
+        trace,
+        base.replace(policy={"retention": "ttl", "ttl_s": 10.0, "unpin_on_pressure": False, "queue": "continuum"}),
+        perf=LinearPerf(),
+    )
     hit = lambda res: int(res.turns.loc[1, "cached_tokens"])  # noqa: E731
     assert hit(ttl) == 1008 and hit(lru) < hit(ttl)
 
@@ -125,8 +157,16 @@ def test_evict_drops_the_history() -> None:
 def test_offload_reloads_from_dram_and_counts_bytes() -> None:
     # the pool is too small to keep turn 0's KV in HBM across the other program's call, DRAM keeps it
     trace = make_trace([[(1000, 10, 2.0), (1100, 10, None)], [(1500, 10, None)]])
-    res = simulate(trace, cfg(cache={"num_gpu_blocks": 100}, workload={"concurrency": 2},
-                              policy={"retention": "offload"}, tiers={"dram_gib": 1.0}), perf=LinearPerf())
+    res = simulate(
+        trace,
+        cfg(
+            cache={"num_gpu_blocks": 100},
+            workload={"concurrency": 2},
+            policy={"retention": "offload"},
+            tiers={"dram_gib": 1.0},
+        ),
+        perf=LinearPerf(),
+    )
     t = res.turns
     assert t.loc[1, "reloaded_dram_tokens"] > 0
     assert t.loc[1, "cached_tokens"] + t.loc[1, "reloaded_dram_tokens"] == 1008
@@ -179,28 +219,42 @@ def test_continuum_ttl_uses_the_tool_distribution() -> None:
 
 # ---- properties across presets ---------------------------------------------------------------------------
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(programs=programs_st, blocks=st.integers(40, 120), preset=st.sampled_from(sorted(PRESETS)),
-       instances=st.integers(1, 3), dram=st.sampled_from([0.0, 0.0005]), conc=st.integers(1, 5))
+@given(
+    programs=programs_st,
+    blocks=st.integers(40, 120),
+    preset=st.sampled_from(sorted(PRESETS)),
+    instances=st.integers(1, 3),
+    dram=st.sampled_from([0.0, 0.0005]),
+    conc=st.integers(1, 5),
+)
 def test_every_program_finishes_under_every_preset(programs, blocks, preset, instances, dram, conc) -> None:
     trace = make_trace(grow(programs), shared_prefix_tokens=20)
     longest = max(i + o for turns in grow(programs) for i, o, _ in turns)
-    base = SimConfig().replace(cache={"num_gpu_blocks": max(blocks, -(-longest // 16))},
-                               workload={"concurrency": conc}, hardware={"instances": instances},
-                               scheduler={"max_num_seqs": 3, "max_num_batched_tokens": 128},
-                               tiers={"dram_gib": dram, "cxl_gib": dram})
+    base = SimConfig().replace(
+        cache={"num_gpu_blocks": max(blocks, -(-longest // 16))},
+        workload={"concurrency": conc},
+        hardware={"instances": instances},
+        scheduler={"max_num_seqs": 3, "max_num_batched_tokens": 128},
+        tiers={"dram_gib": dram, "cxl_gib": dram},
+    )
     res = simulate(trace, apply_preset(base, preset), perf=LinearPerf())  # also runs each instance's check_idle
     t = res.turns
     assert t["finish_s"].notna().all()
     assert int(t["output_tokens"].sum()) == int(trace.turns["output_tokens"].sum())
-    assert (t["cached_tokens"] + t["reloaded_dram_tokens"] + t["reloaded_cxl_tokens"] + t["reloaded_remote_tokens"]
-            <= t["input_tokens"]).all()
+    assert (
+        t["cached_tokens"] + t["reloaded_dram_tokens"] + t["reloaded_cxl_tokens"] + t["reloaded_remote_tokens"]
+        <= t["input_tokens"]
+    ).all()
     assert (t.loc[t["preemptions"] > 0, "finish_s"] >= t.loc[t["preemptions"] > 0, "first_token_s"]).all()
 
 
 def test_heterogeneous_cluster_and_decision_log(tmp_path) -> None:
-    base = SimConfig().replace(hardware={"model": "llama-3.1-8b", "groups": ("h100-sxm:1:2", "a100-80gb:2:1")},
-                               workload={"concurrency": 6}, router={"policy": "session-affinity"},
-                               policy={"retention": "ttl", "decision_log": True})
+    base = SimConfig().replace(
+        hardware={"model": "llama-3.1-8b", "groups": ("h100-sxm:1:2", "a100-80gb:2:1")},
+        workload={"concurrency": 6},
+        router={"policy": "session-affinity"},
+        policy={"retention": "ttl", "decision_log": True},
+    )
     res = simulate(make_trace(AGENTS), base)
     per = res.summary["cluster"]["per_instance"]
     assert [p["gpu"] for p in per] == ["h100-sxm", "h100-sxm", "a100-80gb"]
@@ -213,8 +267,12 @@ def test_heterogeneous_cluster_and_decision_log(tmp_path) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(events=st.lists(st.one_of(st.tuples(st.sampled_from("ab"), st.floats(0, 100)),
-                                 st.tuples(st.just("q"), st.floats(0, 1))), max_size=80))
+@given(
+    events=st.lists(
+        st.one_of(st.tuples(st.sampled_from("ab"), st.floats(0, 100)), st.tuples(st.just("q"), st.floats(0, 1))),
+        max_size=80,
+    )
+)
 def test_tool_stats_quantiles_equal_a_sorted_list(events) -> None:
     """Observations are batched and sorted lazily; every quantile equals the one of the full sorted history."""
     stats, seen = ToolStats(), {"a": [], "b": []}

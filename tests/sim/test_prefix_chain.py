@@ -31,17 +31,23 @@ REQS = [([1, 2, 3, 4, 90], 4 * B + 10), ([1, 2, 5, 91], 3 * B + 1), ([1, 2, 3, 4
 
 def _mooncake(tmp_path, reqs=REQS, gap_ms: int = 60_000):
     f = tmp_path / "mc.jsonl"
-    f.write_text("".join(json.dumps({"timestamp": i * gap_ms, "input_length": n, "output_length": 4,
-                                     "hash_ids": ids}) + "\n" for i, (ids, n) in enumerate(reqs)))
+    f.write_text(
+        "".join(
+            json.dumps({"timestamp": i * gap_ms, "input_length": n, "output_length": 4, "hash_ids": ids}) + "\n"
+            for i, (ids, n) in enumerate(reqs)
+        )
+    )
     return collect("mooncake", f).trace
 
 
 def test_trie_is_cut_at_branches_and_prompt_ends() -> None:
     chains, bounds = build_chains([ids for ids, _ in REQS], [n for _, n in REQS], [B] * 3)
     spans = [[tuple(bounds[s]) for s in c] for c in chains]
-    assert spans == [[(0, 2 * B), (2 * B, 4 * B)],  # cut after block 2 (B branches off) and at A's end
-                     [(0, 2 * B), (2 * B, 3 * B)],
-                     [(0, 2 * B), (2 * B, 4 * B), (4 * B, 6 * B)]]
+    assert spans == [
+        [(0, 2 * B), (2 * B, 4 * B)],  # cut after block 2 (B branches off) and at A's end
+        [(0, 2 * B), (2 * B, 3 * B)],
+        [(0, 2 * B), (2 * B, 4 * B), (4 * B, 6 * B)],
+    ]
     assert chains[0][:2] == chains[2][:2] and chains[0][0] == chains[1][0] and chains[1][1] != chains[0][1]
     # only whole blocks are named; no ids or no whole block: no chain
     short, _ = build_chains([[1, 2], [3], None], [B + 5, B - 1, 100], [B, B, None])
@@ -72,8 +78,9 @@ def test_a_chain_hit_stops_where_lru_eviction_cut_the_chain(tmp_path) -> None:
 
 
 def test_cache_aware_router_sends_a_shared_chain_home(tmp_path) -> None:
-    cfg = SimConfig().replace(workload={"arrival": "trace"}, hardware={"instances": 2},
-                              router={"policy": "cache-aware"})
+    cfg = SimConfig().replace(
+        workload={"arrival": "trace"}, hardware={"instances": 2}, router={"policy": "cache-aware"}
+    )
     res = simulate(_mooncake(tmp_path), cfg)
     inst = res.turns["instance"].tolist()
     assert inst[2] == inst[0]  # C extends A: 4 of its 6 blocks are on A's instance
@@ -157,14 +164,43 @@ def test_sequential_hits_and_evictions_match_a_block_level_pool(reqs, spare) -> 
     block-by-block pool with chained keys: the same prefix hit for every request."""
     need = max(-(-(inp + out) // 16) for _, inp, out in reqs)
     blocks = need + spare
-    rows = [{"program_id": f"r{i}", "source": "t", "task_id": str(i), "agent": "none", "model": "t", "n_turns": 1,
-             "resolved": None, "arrival_s": None, "shared_prefix_id": None, "shared_prefix_tokens": 0}
-            for i in range(len(reqs))]
-    turns = [{"program_id": f"r{i}", "turn_idx": 0, "input_tokens": inp, "output_tokens": out, "reused_tokens": 0,
-              "provider_cached_tokens": None, "reasoning_tokens": None, "tokens_kind": "exact", "tool_class": "other",
-              "tool_name": None, "tool_duration_s": None, "tool_duration_kind": None, "llm_latency_s": None,
-              "t_request_s": None, "t_response_s": None, "prefix_hash_ids": ids, "hash_block_tokens": HBT}
-             for i, (ids, inp, out) in enumerate(reqs)]
+    rows = [
+        {
+            "program_id": f"r{i}",
+            "source": "t",
+            "task_id": str(i),
+            "agent": "none",
+            "model": "t",
+            "n_turns": 1,
+            "resolved": None,
+            "arrival_s": None,
+            "shared_prefix_id": None,
+            "shared_prefix_tokens": 0,
+        }
+        for i in range(len(reqs))
+    ]
+    turns = [
+        {
+            "program_id": f"r{i}",
+            "turn_idx": 0,
+            "input_tokens": inp,
+            "output_tokens": out,
+            "reused_tokens": 0,
+            "provider_cached_tokens": None,
+            "reasoning_tokens": None,
+            "tokens_kind": "exact",
+            "tool_class": "other",
+            "tool_name": None,
+            "tool_duration_s": None,
+            "tool_duration_kind": None,
+            "llm_latency_s": None,
+            "t_request_s": None,
+            "t_response_s": None,
+            "prefix_hash_ids": ids,
+            "hash_block_tokens": HBT,
+        }
+        for i, (ids, inp, out) in enumerate(reqs)
+    ]
     cfg = SimConfig().replace(workload={"arrival": "closed", "concurrency": 1}, cache={"num_gpu_blocks": blocks})
     sim = simulate(frames(rows, turns), cfg).turns.sort_values("program_id", key=lambda s: s.str[1:].astype(int))
     bp = BlockPool(blocks, 16)

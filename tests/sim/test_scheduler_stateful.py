@@ -53,8 +53,19 @@ class InstanceMachine(RuleBasedStateMachine):
         idx = self.turns.get(program, 0)
         self.turns[program] = idx + 1
         self.turn_id += 1
-        r = Request(turn=self.turn_id, program=program, turn_idx=idx, prompt=prompt, target_out=out, reuse=reuse,
-                    pfx=pfx, prog=prog, base=base, release_s=self.engine.now, info=ProgramInfo(0.0))
+        r = Request(
+            turn=self.turn_id,
+            program=program,
+            turn_idx=idx,
+            prompt=prompt,
+            target_out=out,
+            reuse=reuse,
+            pfx=pfx,
+            prog=prog,
+            base=base,
+            release_s=self.engine.now,
+            info=ProgramInfo(0.0),
+        )
         self.busy.add(program)
         self.released.append((program, idx))
         self.inst.submit(r)

@@ -14,14 +14,15 @@ from agentreplay.sim.tables import group_sum, to_arrow
 from tests.factories import make_trace
 
 #: 12 programs of 1 to 6 turns with tool gaps, sharing a system prefix
-TRACE = make_trace([[(800 + 700 * t, 30 + 7 * p, 0.3 * (p % 3)) for t in range(1 + p % 6)] for p in range(12)],
-                   shared_prefix_tokens=300)
+TRACE = make_trace(
+    [[(800 + 700 * t, 30 + 7 * p, 0.3 * (p % 3)) for t in range(1 + p % 6)] for p in range(12)],
+    shared_prefix_tokens=300,
+)
 
 CONFIGS = {
     "default": {},
     "preempting": {"cache": {"num_gpu_blocks": 700}, "workload": {"concurrency": 12}},
-    "two instances, poisson": {"hardware": {"instances": 2},
-                               "workload": {"arrival": "poisson", "rate_per_s": 3.0}},
+    "two instances, poisson": {"hardware": {"instances": 2}, "workload": {"arrival": "poisson", "rate_per_s": 3.0}},
     "host tier, ttl": {"tiers": {"dram_gib": 1.0}, "policy": {"retention": "ttl"}},
 }
 
@@ -61,8 +62,12 @@ def test_group_sum_is_pandas_groupby_sum(nan_share, dtype) -> None:
 
 
 def test_to_arrow_is_from_pandas() -> None:
-    cols = {"s": np.asarray(["a", "", "ßé"], dtype=object), "f": np.array([1.5, np.nan, -0.0]),
-            "i": np.array([1, 2, 3], dtype=np.int32), "j": np.array([4, 5, 6], dtype=np.int64)}
+    cols = {
+        "s": np.asarray(["a", "", "ßé"], dtype=object),
+        "f": np.array([1.5, np.nan, -0.0]),
+        "i": np.array([1, 2, 3], dtype=np.int32),
+        "j": np.array([4, 5, 6], dtype=np.int64),
+    }
     want = pa.Table.from_pandas(pd.DataFrame(cols), preserve_index=False)
     got = to_arrow(cols)
     assert got.schema.equals(want.schema, check_metadata=True)
@@ -73,8 +78,10 @@ def test_pandas_version_is_read_without_importing_pandas() -> None:
     import subprocess
     import sys
 
-    code = ("import sys\nfrom agentreplay.sim.tables import _pandas_version\nv = _pandas_version()\n"
-            "assert 'pandas' not in sys.modules\nprint(v)")
+    code = (
+        "import sys\nfrom agentreplay.sim.tables import _pandas_version\nv = _pandas_version()\n"
+        "assert 'pandas' not in sys.modules\nprint(v)"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == pd.__version__

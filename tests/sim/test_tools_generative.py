@@ -35,16 +35,33 @@ PARAMS = {
 
 
 def _entry(family: str, params: dict[str, float], p_zero: float = 0.0) -> dict:
-    return {"family": family, "params": params, "p_zero": p_zero, "n": 100, "aic": 1.0, "bic": 2.0, "ks": 0.01,
-            "ks_p": 0.5, "ad": 0.3, "median_s": None, "p90_s": None}
+    return {
+        "family": family,
+        "params": params,
+        "p_zero": p_zero,
+        "n": 100,
+        "aic": 1.0,
+        "bic": 2.0,
+        "ks": 0.01,
+        "ks_p": 0.5,
+        "ad": 0.3,
+        "median_s": None,
+        "p90_s": None,
+    }
 
 
 def model_dict() -> dict:
-    return {"format": "agentreplay-tool-model", "version": 1, "provenance": {"inputs": []},
-            "default_source": "test:measured",
-            "classes": {"test": _entry("lognormal", {"mu": 1.0, "sigma": 0.5}),
-                        "read": _entry("gamma", {"shape": 2.0, "scale": 0.01}, p_zero=0.1)},
-            "overall": _entry("exponential", {"scale": 3.0})}
+    return {
+        "format": "agentreplay-tool-model",
+        "version": 1,
+        "provenance": {"inputs": []},
+        "default_source": "test:measured",
+        "classes": {
+            "test": _entry("lognormal", {"mu": 1.0, "sigma": 0.5}),
+            "read": _entry("gamma", {"shape": 2.0, "scale": 0.01}, p_zero=0.1),
+        },
+        "overall": _entry("exponential", {"scale": 3.0}),
+    }
 
 
 def test_round_trip(tmp_path) -> None:

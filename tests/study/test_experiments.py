@@ -47,8 +47,12 @@ def test_cells_vary_only_the_declared_axes(exps: list[Any], tmp_path: Path) -> N
 
 def test_one_policy_axis_at_a_time(exps: list[Any], tmp_path: Path) -> None:
     by = {e.name: e for e in exps}
-    axes = {"routing": {"router.policy"}, "queue": {"policy.queue"}, "tiers": {"tiers.dram_gib", "tiers.cxl_gib"},
-            "retention": {"policy.retention", "policy.continuum_max_ttl_s"}}
+    axes = {
+        "routing": {"router.policy"},
+        "queue": {"policy.queue"},
+        "tiers": {"tiers.dram_gib", "tiers.cxl_gib"},
+        "retention": {"policy.retention", "policy.continuum_max_ttl_s"},
+    }
     for name, policy_paths in axes.items():
         diff = _differing(list(parse_spec(by[name].spec, base_dir=tmp_path).cells))
         assert diff - {"workload.rate_per_s"} == policy_paths, name

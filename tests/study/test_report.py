@@ -20,13 +20,21 @@ def test_study_runs_and_the_report_renders(tiny: StudyOptions, workload: Workloa
     assert not run.failed
     assert set(run.results["experiment"]) == set(only)
     assert run.results["group_name"].notna().all() and (run.results["group_name"] != "?").all()
-    assert set(run.results.loc[run.results["experiment"] == "routing", "group_name"]) >= {"round-robin",
-                                                                                          "session-affinity"}
+    assert set(run.results.loc[run.results["experiment"] == "routing", "group_name"]) >= {
+        "round-robin",
+        "session-affinity",
+    }
     probes = probe_tool_scale(workload, tiny, scales=[1.0, 8.0])
     out = write_report(run, tmp_path / "report", probes)
     text = out.read_text()
-    for heading in ("## Finding 1: routing", "## Finding 3: tool latency", "### Mechanism (decision log)",
-                    "## Finding 4: memory tiering", "## Finding 5", "**Verdict: "):
+    for heading in (
+        "## Finding 1: routing",
+        "## Finding 3: tool latency",
+        "### Mechanism (decision log)",
+        "## Finding 4: memory tiering",
+        "## Finding 5",
+        "**Verdict: ",
+    ):
         assert heading in text
     for png in ("routing.png", "tool-scale.png", "tiers.png", "probe-tool-scale.png", "bimodal-tools.png"):
         assert (out.parent / png).stat().st_size > 10_000
@@ -38,11 +46,19 @@ def test_study_runs_and_the_report_renders(tiny: StudyOptions, workload: Workloa
 
 
 def test_retention_breakdown_counts_pins_and_expired_pins() -> None:
-    decisions = [{"event": "retention", "program": 0, "turn": 0, "action": "pin", "ttl_s": 1.0, "reason": "x"},
-                 {"event": "retention", "program": 0, "turn": 1, "action": "pin", "ttl_s": 5.0, "reason": "x"},
-                 {"event": "retention", "program": 1, "turn": 0, "action": "release", "ttl_s": float("inf"),
-                  "reason": "test ttl 40 s above cap"},
-                 {"event": "route", "program": 1, "turn": 0}]
+    decisions = [
+        {"event": "retention", "program": 0, "turn": 0, "action": "pin", "ttl_s": 1.0, "reason": "x"},
+        {"event": "retention", "program": 0, "turn": 1, "action": "pin", "ttl_s": 5.0, "reason": "x"},
+        {
+            "event": "retention",
+            "program": 1,
+            "turn": 0,
+            "action": "release",
+            "ttl_s": float("inf"),
+            "reason": "test ttl 40 s above cap",
+        },
+        {"event": "route", "program": 1, "turn": 0},
+    ]
     turns = pd.DataFrame({"program_id": ["a", "a", "b"], "turn_idx": [0, 1, 0], "tool_s": [2.0, 3.0, 40.0]})
     b = retention_breakdown(decisions, turns, ["a", "b"])
     assert b["decisions"] == 3

@@ -22,8 +22,9 @@ from agentreplay.study.spec import (
 
 @pytest.mark.parametrize("eta", [0.0, 0.1, 0.3, 0.5, 0.7, 0.9])
 @pytest.mark.parametrize("programs", [40, 500])
-def test_eta_transform_hits_the_requested_ratio_on_the_real_trace(workload: Workload, eta: float,
-                                                                  programs: int) -> None:
+def test_eta_transform_hits_the_requested_ratio_on_the_real_trace(
+    workload: Workload, eta: float, programs: int
+) -> None:
     w = workload.head(programs)
     assert eta_of(w) > 0.95  # the bundled trace reuses almost its whole history
     got = eta_of(w, reuse_scale_for(w, eta))

@@ -17,8 +17,7 @@ from tests.factories import make_trace
 def tiny_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Six programs of 2-4 turns, prompts up to ~3,000 tokens (189 blocks of 16), tool gaps of 0.5-3 s."""
     programs = [
-        [(1000 + 200 * p + 400 * t, 50 + 10 * t, 0.5 + 0.5 * ((p + t) % 4)) for t in range(2 + p % 3)]
-        for p in range(6)
+        [(1000 + 200 * p + 400 * t, 50 + 10 * t, 0.5 + 0.5 * ((p + t) % 4)) for t in range(2 + p % 3)] for p in range(6)
     ]
     d = tmp_path_factory.mktemp("tiny-trace")
     write_trace(d, make_trace(programs, shared_prefix_tokens=300))
@@ -38,12 +37,15 @@ tools = { mode = "scale" }
 """
 
 #: 8 cells: load x router x tool scale
-GRID = BASE + """
+GRID = (
+    BASE
+    + """
 [grid]
 "workload.concurrency" = [2, 4]
 "router.policy" = ["round-robin", "least-loaded"]
 "tools.scale" = [0.5, 1]
 """
+)
 
 
 @pytest.fixture(scope="session")

@@ -21,10 +21,19 @@ RUN_COLUMNS = {"wall_s", "attempts"}
 def test_dask_cluster_matches_the_local_pool(local_sweep: tuple[Path, Path], tmp_path: Path) -> None:
     spec, local_out = local_sweep
     runner = CliRunner()
-    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None) \
-            as cluster:
-        remote = runner.invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "dask"), "--quiet",
-                                     "--scheduler-address", cluster.scheduler_address])
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None) as cluster:
+        remote = runner.invoke(
+            app,
+            [
+                "sweep",
+                str(spec),
+                "--out",
+                str(tmp_path / "dask"),
+                "--quiet",
+                "--scheduler-address",
+                cluster.scheduler_address,
+            ],
+        )
     assert remote.exit_code == 0, remote.output
     assert "dask scheduler" in remote.output and "2 workers" in remote.output
     a = query("select * from results order by cell_id", local_out)

@@ -30,10 +30,23 @@ def synthetic(params: list[Param]) -> pd.DataFrame:
     rows = []
     for combo in itertools.product(*(p.values for p in params)):
         v = dict(zip((p.column for p in params), combo, strict=True))
-        jct = (v.get("workload_concurrency", 1) * (0.8 if v.get("policy_queue") == "plas" else 1.0)
-               * (0.5 if v.get("tiers_dram_gib") else 1.0) * v.get("tools_scale", 1.0))
-        rows.append({**v, "seed": 0, "status": "ok", "jct_mean_s": jct, "jct_p99_s": 2 * jct,
-                     "prefix_hit_rate_shared_prefix": 0.1, "prefix_hit_rate_own_history": 0.8})
+        jct = (
+            v.get("workload_concurrency", 1)
+            * (0.8 if v.get("policy_queue") == "plas" else 1.0)
+            * (0.5 if v.get("tiers_dram_gib") else 1.0)
+            * v.get("tools_scale", 1.0)
+        )
+        rows.append(
+            {
+                **v,
+                "seed": 0,
+                "status": "ok",
+                "jct_mean_s": jct,
+                "jct_p99_s": 2 * jct,
+                "prefix_hit_rate_shared_prefix": 0.1,
+                "prefix_hit_rate_own_history": 0.8,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -61,8 +74,12 @@ def test_jct_vs_load_has_one_line_per_other_combination() -> None:
     params = [LOAD, QUEUE, TIER]
     fig = jct_vs_load(synthetic(params), detect_axes(params))
     mean_panel, p99_panel = fig.panels
-    assert [s.name for s in mean_panel.series] == ["queue=fcfs dram_gib=0", "queue=fcfs dram_gib=64",
-                                                   "queue=plas dram_gib=0", "queue=plas dram_gib=64"]
+    assert [s.name for s in mean_panel.series] == [
+        "queue=fcfs dram_gib=0",
+        "queue=fcfs dram_gib=64",
+        "queue=plas dram_gib=0",
+        "queue=plas dram_gib=64",
+    ]
     assert mean_panel.series[0].x == [8, 32] and mean_panel.series[0].y == [8.0, 32.0]
     assert p99_panel.series[3].y == [2 * 8 * 0.8 * 0.5, 2 * 32 * 0.8 * 0.5]
 

@@ -26,8 +26,9 @@ def test_every_cell_is_ok_and_queryable(local_sweep: tuple[Path, Path]) -> None:
     spec = load_spec(spec_file)
     assert sorted(df["cell_id"]) == sorted(c.cell_id for c in spec.cells)
     assert set(df["status"]) == {"ok"} and set(df["attempts"]) == {1} and df["error"].isna().all()
-    assert {"workload_concurrency", "router_policy", "tools_scale", "cell_group", "seed", "wall_s",
-            "label"} <= set(df.columns)
+    assert {"workload_concurrency", "router_policy", "tools_scale", "cell_group", "seed", "wall_s", "label"} <= set(
+        df.columns
+    )
     assert {name for name, _ in CORE_FIGURES} <= set(df.columns)
     assert (df["jct_mean_s"] > 0).all() and (df["jct_p99_s"] >= df["jct_p50_s"]).all()
     assert (df["programs"] == 6).all()
@@ -52,16 +53,18 @@ def test_rerun_skips_finished_cells(local_sweep: tuple[Path, Path], tmp_path: Pa
     assert query("select count(*) as n from results", copy)["n"].item() == 8
 
 
-def test_a_folder_of_another_sweep_is_refused(local_sweep: tuple[Path, Path], tiny_trace: Path, tmp_path: Path,
-                                              pool: LocalExecutor) -> None:
+def test_a_folder_of_another_sweep_is_refused(
+    local_sweep: tuple[Path, Path], tiny_trace: Path, tmp_path: Path, pool: LocalExecutor
+) -> None:
     _, out = local_sweep
     other = load_spec(write_spec(tmp_path / "o.toml", tiny_trace, BASE + '[grid]\n"tools.scale" = [3]\n'))
     with pytest.raises(SpecError, match="different sweep"):
         run_sweep(other, out, pool)
 
 
-def test_a_failing_cell_is_retried_once_recorded_and_exits_1(tiny_trace: Path, tmp_path: Path,
-                                                             pool: LocalExecutor) -> None:
+def test_a_failing_cell_is_retried_once_recorded_and_exits_1(
+    tiny_trace: Path, tmp_path: Path, pool: LocalExecutor
+) -> None:
     # 2 KV blocks cannot hold the trace's longest request: simulate() raises CapacityError at run time
     body = BASE + '[grid]\n"cache.num_gpu_blocks" = [2, 4096]\n"router.policy" = ["round-robin", "least-loaded"]\n'
     spec = write_spec(tmp_path / "fail.toml", tiny_trace, body)

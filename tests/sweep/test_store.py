@@ -16,17 +16,39 @@ P = [Param("tools.scale", "tools_scale", "scale", (0.5, 1.0), "float")]
 
 
 def row(cell_id: str, status: str = "ok", **figures: object) -> dict:
-    return {"cell_id": cell_id, "label": cell_id, "seed": 0, "status": status, "error": None, "attempts": 1,
-            "wall_s": 0.1, "tools_scale": 0.5, **figures}
+    return {
+        "cell_id": cell_id,
+        "label": cell_id,
+        "seed": 0,
+        "status": status,
+        "error": None,
+        "attempts": 1,
+        "wall_s": 0.1,
+        "tools_scale": 0.5,
+        **figures,
+    }
 
 
 def test_flatten_moves_the_unit_to_the_end_and_keeps_numbers_only() -> None:
-    summary = {"jct_s": {"mean": 1.0, "p99": 2.0}, "programs": 3, "preemptions": np.int64(4),
-               "cluster": {"gpu": "h100-sxm", "num_gpu_blocks": 10}, "engine": {"busy_s_per_instance": [1.0]},
-               "tiers": {"dram": {"hit_rate": 0.5}}, "flag": True}
+    summary = {
+        "jct_s": {"mean": 1.0, "p99": 2.0},
+        "programs": 3,
+        "preemptions": np.int64(4),
+        "cluster": {"gpu": "h100-sxm", "num_gpu_blocks": 10},
+        "engine": {"busy_s_per_instance": [1.0]},
+        "tiers": {"dram": {"hit_rate": 0.5}},
+        "flag": True,
+    }
     flat = flatten_summary(summary)
-    assert flat == {"jct_mean_s": 1.0, "jct_p99_s": 2.0, "programs": 3, "preemptions": 4,
-                    "cluster_num_gpu_blocks": 10, "tiers_dram_hit_rate": 0.5, "flag": True}
+    assert flat == {
+        "jct_mean_s": 1.0,
+        "jct_p99_s": 2.0,
+        "programs": 3,
+        "preemptions": 4,
+        "cluster_num_gpu_blocks": 10,
+        "tiers_dram_hit_rate": 0.5,
+        "flag": True,
+    }
     assert type(flat["preemptions"]) is int
 
 

@@ -39,10 +39,13 @@ def hash_trace() -> Trace:
     return Trace(tr.programs, turns)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: make_trace([[(100, 10, 1.5), (130, 0, None)], [(50, 2, None)]], shared_prefix_tokens=20),
-    hash_trace,
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: make_trace([[(100, 10, 1.5), (130, 0, None)], [(50, 2, None)]], shared_prefix_tokens=20),
+        hash_trace,
+    ],
+)
 def test_same_workload_as_the_pandas_path(tmp_path, make) -> None:
     write_trace(tmp_path, make())
     assert columns_valid(*read_columns(tmp_path))
@@ -61,6 +64,7 @@ def _set(frame: str, row: int, col: str, value: object):
         if col in ("tool_class", "tokens_kind", "tool_duration_kind", "program_id", "source", "shared_prefix_id"):
             df[col] = df[col].astype(object)
         df.loc[row, col] = value
+
     return mutate
 
 
@@ -68,6 +72,7 @@ def _hash(ids: list[int], block: int | None):
     def mutate(t: Trace) -> None:
         t.turns["prefix_hash_ids"] = [ids, None, None]
         t.turns["hash_block_tokens"] = [block, None, None]
+
     return mutate
 
 

@@ -18,9 +18,17 @@ SIZES = [2048 * 2**k for k in range(12)]
 
 def curve(tp: int, gpu: str = "h100-sxm") -> pd.DataFrame:
     secs = [20e-6 + b * 2 * (tp - 1) / tp / 300e9 for b in SIZES]  # monotone: a ring with a 20 us latency
-    return pd.DataFrame({"cell_id": f"vidur/network/{gpu}/all_reduce/n{tp}", "group": "all_reduce",
-                         "probe": "all_reduce", "tp": tp,
-                         "bytes": SIZES, "measured_s": secs, "gpu": gpu})
+    return pd.DataFrame(
+        {
+            "cell_id": f"vidur/network/{gpu}/all_reduce/n{tp}",
+            "group": "all_reduce",
+            "probe": "all_reduce",
+            "tp": tp,
+            "bytes": SIZES,
+            "measured_s": secs,
+            "gpu": gpu,
+        }
+    )
 
 
 def test_every_other_size_builds_the_table_and_the_rest_judges_it() -> None:
@@ -45,8 +53,15 @@ def test_every_other_size_builds_the_table_and_the_rest_judges_it() -> None:
 
 def test_shipped_allreduce_one_curve_per_gpu_and_count() -> None:
     full = pd.concat([curve(2), curve(4), curve(8), curve(2, gpu="unknown-gpu")], ignore_index=True)
-    data = K.ComponentData(ops=pd.DataFrame(), iterations=pd.DataFrame(), allreduce=pd.DataFrame(), specs={},
-                           tps={}, cells=pd.DataFrame(), allreduce_full=full)
+    data = K.ComponentData(
+        ops=pd.DataFrame(),
+        iterations=pd.DataFrame(),
+        allreduce=pd.DataFrame(),
+        specs={},
+        tps={},
+        cells=pd.DataFrame(),
+        allreduce_full=full,
+    )
     got = K.shipped_allreduce(data)
     assert sorted(got) == ["h100-sxm/tp2", "h100-sxm/tp8"]  # the 4-GPU curve validates: no table of it
     assert list(got["h100-sxm/tp8"].nbytes) == SIZES

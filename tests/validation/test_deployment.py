@@ -21,44 +21,98 @@ RTX4090 = ("measurements", "serving-vllm-llmservingsim", "bench", "examples", "R
 
 #: The recorder's oldest meta.json (LLMServingSim bench/results/rtx4090-llama8b-tp1, vLLM 0.19): engine_kwargs only
 OLD_META = {
-    "schema_version": 1, "model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
-    "engine_kwargs": {"model": "meta-llama/Llama-3.1-8B", "tensor_parallel_size": 1, "data_parallel_size": 1,
-                      "enable_expert_parallel": False, "max_num_seqs": 128, "max_num_batched_tokens": 2048,
-                      "max_model_len": 32768, "dtype": "bfloat16", "kv_cache_dtype": "auto", "seed": 42},
-    "dataset_path": "workloads/sharegpt-llama-3.1-8b-300-sps10.jsonl", "num_requests": 24,
+    "schema_version": 1,
+    "model": "meta-llama/Llama-3.1-8B",
+    "vllm_version": "0.19.0",
+    "engine_kwargs": {
+        "model": "meta-llama/Llama-3.1-8B",
+        "tensor_parallel_size": 1,
+        "data_parallel_size": 1,
+        "enable_expert_parallel": False,
+        "max_num_seqs": 128,
+        "max_num_batched_tokens": 2048,
+        "max_model_len": 32768,
+        "dtype": "bfloat16",
+        "kv_cache_dtype": "auto",
+        "seed": 42,
+    },
+    "dataset_path": "workloads/sharegpt-llama-3.1-8b-300-sps10.jsonl",
+    "num_requests": 24,
 }
 #: A MoE run on 2 GPUs with data + expert parallelism, shaped like LLMServingSim's
 #: bench/examples/RTXPRO6000/Qwen3-30B-A3B-Instruct-2507/vllm/meta.json (vLLM 0.28; trimmed)
 DP_EP_META = {
-    "schema_version": 1, "model": "Qwen/Qwen3-30B-A3B-Instruct-2507", "vllm_version": "0.28.0",
-    "engine_kwargs": {"model": "Qwen/Qwen3-30B-A3B-Instruct-2507", "tensor_parallel_size": 1,
-                      "data_parallel_size": 2, "enable_expert_parallel": True, "max_num_seqs": 128,
-                      "max_num_batched_tokens": 2048, "max_model_len": None, "dtype": "bfloat16",
-                      "kv_cache_dtype": "auto", "seed": 42, "load_format": "auto", "enforce_eager": False},
+    "schema_version": 1,
+    "model": "Qwen/Qwen3-30B-A3B-Instruct-2507",
+    "vllm_version": "0.28.0",
+    "engine_kwargs": {
+        "model": "Qwen/Qwen3-30B-A3B-Instruct-2507",
+        "tensor_parallel_size": 1,
+        "data_parallel_size": 2,
+        "enable_expert_parallel": True,
+        "max_num_seqs": 128,
+        "max_num_batched_tokens": 2048,
+        "max_model_len": None,
+        "dtype": "bfloat16",
+        "kv_cache_dtype": "auto",
+        "seed": 42,
+        "load_format": "auto",
+        "enforce_eager": False,
+    },
     "dataset_path": "workloads/sharegpt-qwen3-30b-a3b-300-sps10.jsonl",
-    "kv_cache": {"num_gpu_blocks": 75638, "block_size": 16, "gpu_memory_utilization": 0.92,
-                 "enable_prefix_caching": True, "num_kv_tokens": 1210208},
+    "kv_cache": {
+        "num_gpu_blocks": 75638,
+        "block_size": 16,
+        "gpu_memory_utilization": 0.92,
+        "enable_prefix_caching": True,
+        "num_kv_tokens": 1210208,
+    },
     "hardware": {"device_count": 2, "device_name": "NVIDIA RTX PRO 6000 Blackwell Server Edition"},
     "resolved_config": {
-        "parallel_config": {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 2,
-                            "enable_expert_parallel": True, "is_moe_model": True, "decode_context_parallel_size": 1},
-        "cache_config": {"block_size": 16, "cache_dtype": "auto", "gpu_memory_utilization": 0.92,
-                         "num_gpu_blocks": 75638, "enable_prefix_caching": True},
-        "scheduler_config": {"max_num_seqs": 128, "max_num_batched_tokens": 2048, "enable_chunked_prefill": True,
-                             "policy": "fcfs", "scheduler_reserve_full_isl": True, "long_prefill_token_threshold": 0},
-        "model_config": {"dtype": "torch.bfloat16", "quantization": None, "max_model_len": 262144,
-                         "enforce_eager": False},
+        "parallel_config": {
+            "tensor_parallel_size": 1,
+            "pipeline_parallel_size": 1,
+            "data_parallel_size": 2,
+            "enable_expert_parallel": True,
+            "is_moe_model": True,
+            "decode_context_parallel_size": 1,
+        },
+        "cache_config": {
+            "block_size": 16,
+            "cache_dtype": "auto",
+            "gpu_memory_utilization": 0.92,
+            "num_gpu_blocks": 75638,
+            "enable_prefix_caching": True,
+        },
+        "scheduler_config": {
+            "max_num_seqs": 128,
+            "max_num_batched_tokens": 2048,
+            "enable_chunked_prefill": True,
+            "policy": "fcfs",
+            "scheduler_reserve_full_isl": True,
+            "long_prefill_token_threshold": 0,
+        },
+        "model_config": {
+            "dtype": "torch.bfloat16",
+            "quantization": None,
+            "max_model_len": 262144,
+            "enforce_eager": False,
+        },
         "compilation_config": {"mode": 3, "cudagraph_mode": [2, 1]},
-        "quant_config": None, "speculative_config": None},
+        "quant_config": None,
+        "speculative_config": None,
+    },
 }
 
 
 #: The same run with pipeline parallelism instead of DP + EP (not modelled)
 PP_META = copy.deepcopy(DP_EP_META)
-PP_META["engine_kwargs"].update(tensor_parallel_size=1, data_parallel_size=1, enable_expert_parallel=False,
-                                pipeline_parallel_size=2)
-PP_META["resolved_config"]["parallel_config"].update(data_parallel_size=1, enable_expert_parallel=False,
-                                                     pipeline_parallel_size=2)
+PP_META["engine_kwargs"].update(
+    tensor_parallel_size=1, data_parallel_size=1, enable_expert_parallel=False, pipeline_parallel_size=2
+)
+PP_META["resolved_config"]["parallel_config"].update(
+    data_parallel_size=1, enable_expert_parallel=False, pipeline_parallel_size=2
+)
 
 
 def requests(n: int = 24) -> list[dict]:
@@ -68,9 +122,18 @@ def requests(n: int = 24) -> list[dict]:
         q = 27000.0 + 0.1 * i + 0.002
         first = q + 0.01 + 0.05
         n_out = 8 + (7 * i) % 40
-        out.append({"request_id": f"bench-{i}", "input_toks": 100 + (37 * i) % 500, "output_toks": n_out,
-                    "arrival_time": 1.7e9 + 0.1 * i, "queued_ts": q, "scheduled_ts": q + 0.01,
-                    "first_token_ts": first, "last_token_ts": first + 0.03 * (n_out - 1)})
+        out.append(
+            {
+                "request_id": f"bench-{i}",
+                "input_toks": 100 + (37 * i) % 500,
+                "output_toks": n_out,
+                "arrival_time": 1.7e9 + 0.1 * i,
+                "queued_ts": q,
+                "scheduled_ts": q + 0.01,
+                "first_token_ts": first,
+                "last_token_ts": first + 0.03 * (n_out - 1),
+            }
+        )
     return out
 
 
@@ -105,6 +168,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory):
 
 # --------------------------------------------------------------------------------------------- the real run
 
+
 def test_real_meta_every_field_read():
     run = shared_path(*RTX4090)
     tables = VllmRunCollector().collect(run).tables
@@ -113,7 +177,11 @@ def test_real_meta_every_field_read():
     assert (dep.block_size, dep.num_gpu_blocks, dep.gpu_memory_utilization) == (16, 2588, 0.9)
     assert (dep.max_num_seqs, dep.max_num_batched_tokens, dep.enable_chunked_prefill) == (256, 2048, True)
     assert (dep.dtype, dep.quantization, dep.kv_cache_dtype, dep.enable_prefix_caching) == (
-        "bfloat16", None, "auto", True)
+        "bfloat16",
+        None,
+        "auto",
+        True,
+    )
     assert dep.cudagraph_mode == "FULL_AND_PIECEWISE"  # recorded as the enum value [2, 1]
     assert dep.paths["cudagraph_mode"] == "resolved_config.compilation_config.cudagraph_mode"
     assert dep.paths["dp"] == "resolved_config.parallel_config.data_parallel_size"
@@ -124,6 +192,7 @@ def test_real_meta_every_field_read():
 
 
 # --------------------------------------------------------------------------------------------- DP + EP
+
 
 def test_dp_ep_run_replayed_with_dp_and_ep(runs):
     """DP 2 + EP of a MoE model: two lockstep ranks behind vLLM's balancer (agentreplay.sim.dp), the all-to-all
@@ -187,11 +256,26 @@ def test_cli_not_simulated_only_folder_is_a_clear_error(tmp_path):
     import sys
 
     pp = write_run(tmp_path / "runs" / "pp" / "vllm", PP_META)
-    cmd = [sys.executable, "-c", "import sys; from agentreplay.cli import main; sys.argv[0] = 'agentreplay'; main()",
-           "validate", "--measured", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--no-default-sources",
-           "--quick"]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[2],
-                         env={**os.environ, "COLUMNS": "400"})
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from agentreplay.cli import main; sys.argv[0] = 'agentreplay'; main()",
+        "validate",
+        "--measured",
+        str(tmp_path / "runs"),
+        "--out",
+        str(tmp_path / "out"),
+        "--no-default-sources",
+        "--quick",
+    ]
+    res = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "COLUMNS": "400"},
+    )
     out = res.stdout + res.stderr
     flat = "".join(out.split())  # rich may still wrap the message
     assert res.returncode != 0 and "Traceback" not in out, out
@@ -201,6 +285,7 @@ def test_cli_not_simulated_only_folder_is_a_clear_error(tmp_path):
 
 # --------------------------------------------------------------------------------------------- older meta.json
 
+
 def test_old_meta_without_kv_cache_simulated_with_derived_blocks(runs):
     tables = runs[3]
     cell = cell_of(tables, "llama-3.1-8b")
@@ -208,8 +293,16 @@ def test_old_meta_without_kv_cache_simulated_with_derived_blocks(runs):
     assert cfg_json["meta_schema"].startswith("engine_kwargs only") and cfg_json["num_gpu_blocks"] is None
     dep = dep_of(cell)
     assert dep.num_gpu_blocks is None and dep.gpu_memory_utilization == 0.9  # vLLM 0.19's default
-    assert {"num_gpu_blocks", "gpu_memory_utilization", "block_size", "pp", "enable_prefix_caching",
-            "enable_chunked_prefill", "cudagraph_mode", "quantization"} <= set(dep.derived)
+    assert {
+        "num_gpu_blocks",
+        "gpu_memory_utilization",
+        "block_size",
+        "pp",
+        "enable_prefix_caching",
+        "enable_chunked_prefill",
+        "cudagraph_mode",
+        "quantization",
+    } <= set(dep.derived)
     expected = kv_capacity_blocks(load_gpu("rtx4090"), load_model("llama-3.1-8b"), "bf16", 1, 0.9, 16)
     rows, dists, _ = e2e.run_all(tables, agent=False)
     assert dists[cell["cell_id"]]["kv_blocks"] == expected
@@ -229,6 +322,7 @@ def test_empty_blocks_as_collection_failed():
 
 # --------------------------------------------------------------------------------------------- each refusal
 
+
 def resolved(**blocks) -> dict:
     meta = copy.deepcopy(DP_EP_META)
     meta["engine_kwargs"].update(data_parallel_size=1, enable_expert_parallel=False)
@@ -241,23 +335,41 @@ def resolved(**blocks) -> dict:
     return meta
 
 
-@pytest.mark.parametrize(("blocks", "path", "value"), [
-    ({"parallel_config": {"pipeline_parallel_size": 2}}, "resolved_config.parallel_config.pipeline_parallel_size",
-     "2"),
-    ({"model_config": {"quantization": "awq"}}, "resolved_config.model_config.quantization", "'awq'"),
-    ({"model_config": {"dtype": "torch.float16"}}, "resolved_config.model_config.dtype", "'float16'"),
-    ({"cache_config": {"cache_dtype": "fp8_inc"}}, "resolved_config.cache_config.cache_dtype", "'fp8_inc'"),
-    ({"parallel_config": {"enable_expert_parallel": True}}, "resolved_config.parallel_config.enable_expert_parallel",
-     "True"),
-    ({"parallel_config": {"data_parallel_size": 2, "all2all_backend": "mori"}},
-     "resolved_config.parallel_config.all2all_backend", "'mori'"),
-    ({"scheduler_config": {"enable_chunked_prefill": False}},
-     "resolved_config.scheduler_config.enable_chunked_prefill", "False"),
-    ({"model_config": {"enforce_eager": True}}, "resolved_config.model_config.enforce_eager", "True"),
-    ({"compilation_config": {"cudagraph_mode": 0}}, "resolved_config.compilation_config.cudagraph_mode", "'NONE'"),
-    ({"speculative_config": {"method": "ngram", "num_speculative_tokens": 3}}, "resolved_config.speculative_config",
-     "'method'"),
-])
+@pytest.mark.parametrize(
+    ("blocks", "path", "value"),
+    [
+        (
+            {"parallel_config": {"pipeline_parallel_size": 2}},
+            "resolved_config.parallel_config.pipeline_parallel_size",
+            "2",
+        ),
+        ({"model_config": {"quantization": "awq"}}, "resolved_config.model_config.quantization", "'awq'"),
+        ({"model_config": {"dtype": "torch.float16"}}, "resolved_config.model_config.dtype", "'float16'"),
+        ({"cache_config": {"cache_dtype": "fp8_inc"}}, "resolved_config.cache_config.cache_dtype", "'fp8_inc'"),
+        (
+            {"parallel_config": {"enable_expert_parallel": True}},
+            "resolved_config.parallel_config.enable_expert_parallel",
+            "True",
+        ),
+        (
+            {"parallel_config": {"data_parallel_size": 2, "all2all_backend": "mori"}},
+            "resolved_config.parallel_config.all2all_backend",
+            "'mori'",
+        ),
+        (
+            {"scheduler_config": {"enable_chunked_prefill": False}},
+            "resolved_config.scheduler_config.enable_chunked_prefill",
+            "False",
+        ),
+        ({"model_config": {"enforce_eager": True}}, "resolved_config.model_config.enforce_eager", "True"),
+        ({"compilation_config": {"cudagraph_mode": 0}}, "resolved_config.compilation_config.cudagraph_mode", "'NONE'"),
+        (
+            {"speculative_config": {"method": "ngram", "num_speculative_tokens": 3}},
+            "resolved_config.speculative_config",
+            "'method'",
+        ),
+    ],
+)
 def test_unmodelled_field_named(blocks, path, value):
     dep = from_config(resolved(**blocks), "x/meta.json", "0.28.0")
     with pytest.raises(NotSimulated) as exc:

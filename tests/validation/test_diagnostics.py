@@ -60,10 +60,19 @@ def test_allreduce_limits_on_ring_data() -> None:
 def test_allreduce_method_is_chosen_on_the_other_gpus() -> None:
     """The method a choice without this GPU's 4-GPU points picks: best mean MAPE on the others; floors (fitted to
     the 4-GPU points) never compete."""
-    rows = [{"gpu": g, "method": m, "all MAPE %": v} for g, m, v in [
-        ("a", "rooflines' ring fit", 40.0), ("a", "per size: ring (relative)", 28.0), ("a", "floor: best", 1.0),
-        ("b", "rooflines' ring fit", 17.0), ("b", "per size: ring (relative)", 25.0), ("b", "floor: best", 0.5),
-        ("c", "rooflines' ring fit", 19.0), ("c", "per size: ring (relative)", 30.0)]]
+    rows = [
+        {"gpu": g, "method": m, "all MAPE %": v}
+        for g, m, v in [
+            ("a", "rooflines' ring fit", 40.0),
+            ("a", "per size: ring (relative)", 28.0),
+            ("a", "floor: best", 1.0),
+            ("b", "rooflines' ring fit", 17.0),
+            ("b", "per size: ring (relative)", 25.0),
+            ("b", "floor: best", 0.5),
+            ("c", "rooflines' ring fit", 19.0),
+            ("c", "per size: ring (relative)", 30.0),
+        ]
+    ]
     a = D._chosen_elsewhere(rows, "a")
     assert "mean MAPE 18.0% there" in a and "the global ring fit the rooflines use, 40.0% here" in a
     b = D._chosen_elsewhere(rows, "b")
@@ -81,8 +90,17 @@ def test_decode_beyond_dram_flags_only_rows_faster_than_the_datasheet() -> None:
     for b, per_key, extra in ((1, 0.5e-9, 1e-3), (2, 2e-9, 0.0), (4, 0.0, 0.0)):
         t = 1e-5 + b * per_key * ctx
         t[0] += extra  # a slow short-context point below max / 8 does not change the slope
-        rows += [{"cell_id": "c", "gpu": "g", "group": "attention_decode", "batch_size": b, "context_tokens": k,
-                  "measured_s": v} for k, v in zip(ctx, t, strict=True)]
+        rows += [
+            {
+                "cell_id": "c",
+                "gpu": "g",
+                "group": "attention_decode",
+                "batch_size": b,
+                "context_tokens": k,
+                "measured_s": v,
+            }
+            for k, v in zip(ctx, t, strict=True)
+        ]
     out = D.decode_beyond_dram(pd.DataFrame(rows), {"c": 1000.0 / 1e12}, {"g": 1e12})
     assert out["batch size"].tolist() == [1]
     assert out.loc[0, "ratio"] == pytest.approx(2.0, rel=1e-9) and out.loc[0, "contexts"] == "1,024 - 8,192"
@@ -92,12 +110,24 @@ def test_grid_rule_cv_on_a_multiple_of_the_reference() -> None:
     """Table points = even ranks of the grid; a profile that is 2x the reference everywhere: the log-reference
     rule predicts every held-out inner row exactly, log tokens does not; the reference-scaled extrapolation is
     exact too."""
+
     def ref(n: float, c: float) -> float:
         return 8e-6 + 1e-12 * n * (c + n / 2)
 
-    rows = [{"cell_id": "c", "gpu": "g", "group": "attention_prefill", "probe": "attn_prefill", "num_tokens": n,
-             "batch_size": 1, "context_tokens": c, "measured_s": 2 * ref(n, c)}
-            for n in (16, 32, 64, 128, 256, 512, 1024) for c in (0, 64, 512, 4096, 16384)]
+    rows = [
+        {
+            "cell_id": "c",
+            "gpu": "g",
+            "group": "attention_prefill",
+            "probe": "attn_prefill",
+            "num_tokens": n,
+            "batch_size": 1,
+            "context_tokens": c,
+            "measured_s": 2 * ref(n, c),
+        }
+        for n in (16, 32, 64, 128, 256, 512, 1024)
+        for c in (0, 64, 512, 4096, 16384)
+    ]
     out = D.grid_rule_cv(pd.DataFrame(rows), {"c": ref}).set_index(["held out", "rule"])["MAPE %"]
     assert out[("interpolate an inner token row", "log reference (in use)")] == pytest.approx(0.0, abs=1e-7)
     assert out[("interpolate an inner token row", "log tokens")] > 1.0  # the CV-chosen rule is log reference
@@ -108,8 +138,9 @@ def test_grid_rule_cv_on_a_multiple_of_the_reference() -> None:
 def test_decode_linear_floor_is_zero_on_linear_data() -> None:
     b, ctx = (v.ravel() for v in np.meshgrid([1, 4, 16], [64, 512, 4096]))
     t = 5e-6 + 3e-9 * b * ctx
-    full = pd.DataFrame({"cell_id": "c", "group": "attention_decode", "batch_size": b, "context_tokens": ctx,
-                         "measured_s": t})
+    full = pd.DataFrame(
+        {"cell_id": "c", "group": "attention_decode", "batch_size": b, "context_tokens": ctx, "measured_s": t}
+    )
     ops = full.assign(gpu="g", role="fidelity", predicted_s=t * 1.2)
     out = D.decode_linear_floor(full, ops)
     assert out.loc[0, "table pricer MAPE %"] == pytest.approx(20.0, rel=1e-9)

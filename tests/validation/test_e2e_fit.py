@@ -26,17 +26,25 @@ RATES = (2, 8, 20)  # requests per second; 8 is held out
 def _run(tmp: Path, rate: int, n: int = 30) -> Path:
     rng = np.random.default_rng(rate)
     ids = [f"q{i}" for i in range(n)]
-    trace = single_turn_trace(ids, np.arange(n) / rate, rng.integers(50, 600, n), rng.integers(20, 120, n),
-                              "llama-3.1-8b")
-    cfg = SimConfig().replace(hardware={"gpu": "h100-sxm", "model": "llama-3.1-8b"},
-                              cache={"num_gpu_blocks": 3000},
-                              scheduler={"max_num_seqs": 256, "max_num_batched_tokens": 2048},
-                              workload={"arrival": "trace"})
+    trace = single_turn_trace(
+        ids, np.arange(n) / rate, rng.integers(50, 600, n), rng.integers(20, 120, n), "llama-3.1-8b"
+    )
+    cfg = SimConfig().replace(
+        hardware={"gpu": "h100-sxm", "model": "llama-3.1-8b"},
+        cache={"num_gpu_blocks": 3000},
+        scheduler={"max_num_seqs": 256, "max_num_batched_tokens": 2048},
+        workload={"arrival": "trace"},
+    )
     gpu = load_gpu("h100-sxm")
     perf = PerfModel(gpu, load_model("llama-3.1-8b"), efficiency=TRUTH.apply(gpu.efficiency))
     res = simulate(trace, cfg, perf=perf)
-    return write_vllm_run(tmp / f"run{rate}", res, "NVIDIA H100 80GB HBM3", "meta-llama/Llama-3.1-8B-Instruct",
-                          dataset_path=f"sharegpt-sps{rate}.jsonl")
+    return write_vllm_run(
+        tmp / f"run{rate}",
+        res,
+        "NVIDIA H100 80GB HBM3",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        dataset_path=f"sharegpt-sps{rate}.jsonl",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -111,10 +119,26 @@ def _iteration_tables() -> dict:
         g = load_gpu(gpu)
         m = PerfModel(g, load_model("llama-2-70b"), tp=tp, efficiency=TRUTH.apply(g.efficiency))
         for b in (1, 4, 16, 64):
-            comp.append({"cell_id": cid, "op": "prefill_iteration", "num_tokens": 512 * b, "batch_size": b,
-                         "context_tokens": 0, "seconds": m.iteration_time_s([(512, 0)] * b, ())})
-            comp.append({"cell_id": cid, "op": "decode_iteration", "num_tokens": b, "batch_size": b,
-                         "context_tokens": 640, "seconds": m.iteration_time_s((), [640] * b)})
+            comp.append(
+                {
+                    "cell_id": cid,
+                    "op": "prefill_iteration",
+                    "num_tokens": 512 * b,
+                    "batch_size": b,
+                    "context_tokens": 0,
+                    "seconds": m.iteration_time_s([(512, 0)] * b, ()),
+                }
+            )
+            comp.append(
+                {
+                    "cell_id": cid,
+                    "op": "decode_iteration",
+                    "num_tokens": b,
+                    "batch_size": b,
+                    "context_tokens": 640,
+                    "seconds": m.iteration_time_s((), [640] * b),
+                }
+            )
     return {"cells": pd.DataFrame(cells), "component": pd.DataFrame(comp)}
 
 

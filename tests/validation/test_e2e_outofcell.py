@@ -39,24 +39,44 @@ def test_catalog_copy_swaps_one_gpus_efficiency_only(tmp_path: Path) -> None:
 def _tables(tmp: Path) -> dict[str, pd.DataFrame]:
     rng = np.random.default_rng(3)
     n = 24
-    trace = single_turn_trace([f"q{i}" for i in range(n)], np.arange(n) / 4.0, rng.integers(50, 600, n),
-                              rng.integers(20, 120, n), "llama-3.1-8b")
-    cfg = SimConfig().replace(hardware={"gpu": "rtx4090", "model": "llama-3.1-8b"}, cache={"num_gpu_blocks": 2000},
-                              scheduler={"max_num_seqs": 256, "max_num_batched_tokens": 2048},
-                              workload={"arrival": "trace"})
+    trace = single_turn_trace(
+        [f"q{i}" for i in range(n)],
+        np.arange(n) / 4.0,
+        rng.integers(50, 600, n),
+        rng.integers(20, 120, n),
+        "llama-3.1-8b",
+    )
+    cfg = SimConfig().replace(
+        hardware={"gpu": "rtx4090", "model": "llama-3.1-8b"},
+        cache={"num_gpu_blocks": 2000},
+        scheduler={"max_num_seqs": 256, "max_num_batched_tokens": 2048},
+        workload={"arrival": "trace"},
+    )
     res = simulate(trace, cfg, perf=PerfModel(load_gpu("rtx4090"), load_model("llama-3.1-8b")))
-    d = write_vllm_run(tmp / "run", res, "NVIDIA GeForce RTX 4090", "meta-llama/Llama-3.1-8B-Instruct",
-                       dataset_path="sharegpt-sps4.jsonl")
+    d = write_vllm_run(
+        tmp / "run",
+        res,
+        "NVIDIA GeForce RTX 4090",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        dataset_path="sharegpt-sps4.jsonl",
+    )
     m = Measured()
     collect_path(d, m)
     return {k: m.table(k) for k in ("cells", "component", "requests", "programs", "metrics")}
 
 
-def test_logo_replay_with_the_shipped_efficiency_reproduces_the_shipped_rows(tmp_path: Path,
-                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_logo_replay_with_the_shipped_efficiency_reproduces_the_shipped_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     tables = _tables(tmp_path)
-    data = ComponentData(ops=pd.DataFrame(columns=["gpu", "role", "cell_id"]), iterations=pd.DataFrame(),
-                         allreduce=pd.DataFrame(), specs={}, tps={}, cells=pd.DataFrame())
+    data = ComponentData(
+        ops=pd.DataFrame(columns=["gpu", "role", "cell_id"]),
+        iterations=pd.DataFrame(),
+        allreduce=pd.DataFrame(),
+        specs={},
+        tps={},
+        cells=pd.DataFrame(),
+    )
     own = load_gpu("rtx4090").efficiency
     slow = dataclasses.replace(own, kernel_overhead_us=own.kernel_overhead_us + 200.0)
     for eff, same in ((own, True), (slow, False)):

@@ -8,28 +8,44 @@ import pytest
 from validation import headline as H
 
 
-def _row(source: str, cell: str, metric: str, measured: float, simulated: float, judged: bool = True,
-         **kw: object) -> dict[str, object]:
-    return {"source": source, "cell_id": cell, "gpu": "g", "model": "m", "dtype": "bf16", "tp": 1,
-            "metric": metric, "measured": measured, "simulated": simulated,
-            "rel_error": simulated / measured - 1, "role": "validation", "note": "", "judged": judged, **kw}
+def _row(
+    source: str, cell: str, metric: str, measured: float, simulated: float, judged: bool = True, **kw: object
+) -> dict[str, object]:
+    return {
+        "source": source,
+        "cell_id": cell,
+        "gpu": "g",
+        "model": "m",
+        "dtype": "bf16",
+        "tp": 1,
+        "metric": metric,
+        "measured": measured,
+        "simulated": simulated,
+        "rel_error": simulated / measured - 1,
+        "role": "validation",
+        "note": "",
+        "judged": judged,
+        **kw,
+    }
 
 
 @pytest.fixture
 def errors() -> pd.DataFrame:
-    return pd.DataFrame([
-        _row("vllm-run", "vllm-run/a", "ttft_mean_s", 1.0, 1.05),  # +5%: met
-        _row("vllm-run", "vllm-run/a", "e2e_mean_s", 2.0, 2.1),  # +5%: met
-        _row("llmperf", "llmperf/b", "ttft_mean_s", 1.0, 1.5),  # +50%: missed by 40 pp
-        _row("llmperf", "llmperf/b", "throughput_output_tok_s", 100.0, 70.0, judged=False),  # fixed by construction
-        _row("llmperf", "llmperf/c", "e2e_mean_s", 1.0, 1.08),  # met
-        _row("llmperf", "llmperf/c", "throughput_output_tok_s", 100.0, 150.0, judged=False),  # +50% but not judged
-        _row("agent-jct", "agent-jct/d", "jct_mean_s", 10.0, 90.0),  # stand-in, apart
-        _row("splitwise", "splitwise/e", "decode_iteration_s", 1.0, 1.2),  # |e| 20%
-        _row("splitwise", "splitwise/e", "decode_iteration_s", 1.0, 1.0),  # |e| 0% -> MAPE 10%: met (boundary)
-        _row("splitwise", "splitwise/e", "prefill_iteration_s", 2.0, 1.0),  # MAPE 50%: missed
-        _row("vidur", "vidur/f", "layer_time_s", 1.0, 3.0, role="calibration"),  # a component: not end to end
-    ])
+    return pd.DataFrame(
+        [
+            _row("vllm-run", "vllm-run/a", "ttft_mean_s", 1.0, 1.05),  # +5%: met
+            _row("vllm-run", "vllm-run/a", "e2e_mean_s", 2.0, 2.1),  # +5%: met
+            _row("llmperf", "llmperf/b", "ttft_mean_s", 1.0, 1.5),  # +50%: missed by 40 pp
+            _row("llmperf", "llmperf/b", "throughput_output_tok_s", 100.0, 70.0, judged=False),  # fixed by construction
+            _row("llmperf", "llmperf/c", "e2e_mean_s", 1.0, 1.08),  # met
+            _row("llmperf", "llmperf/c", "throughput_output_tok_s", 100.0, 150.0, judged=False),  # +50% but not judged
+            _row("agent-jct", "agent-jct/d", "jct_mean_s", 10.0, 90.0),  # stand-in, apart
+            _row("splitwise", "splitwise/e", "decode_iteration_s", 1.0, 1.2),  # |e| 20%
+            _row("splitwise", "splitwise/e", "decode_iteration_s", 1.0, 1.0),  # |e| 0% -> MAPE 10%: met (boundary)
+            _row("splitwise", "splitwise/e", "prefill_iteration_s", 2.0, 1.0),  # MAPE 50%: missed
+            _row("vidur", "vidur/f", "layer_time_s", 1.0, 3.0, role="calibration"),  # a component: not end to end
+        ]
+    )
 
 
 def test_every_end_to_end_metric_once_misses_first(errors: pd.DataFrame) -> None:
@@ -55,8 +71,10 @@ def test_cell_verdicts_and_the_line(errors: pd.DataFrame) -> None:
     assert not cells.loc["splitwise/e", "within_target"]
     assert cells.loc["agent-jct/d", "workload"] == "stand-in"
     assert s["cells"] == 4 and s["cells_within_target"] == 2  # the stand-in counts in neither
-    assert s["line"] == ("2 of 4 end-to-end cells within target (every judged metric within +-10%); stand-in "
-                         "workload, reported apart: 0 of 1; 1 not simulated")
+    assert s["line"] == (
+        "2 of 4 end-to-end cells within target (every judged metric within +-10%); stand-in "
+        "workload, reported apart: 0 of 1; 1 not simulated"
+    )
     assert s["metrics_judged"] == 6 and s["metrics_met"] == 4 and s["metrics_not_judged"] == 2
 
 
@@ -69,6 +87,10 @@ def test_groups_never_mix_the_stand_in(errors: pd.DataFrame) -> None:
 
 
 def test_not_simulated_keeps_end_to_end_cells_only() -> None:
-    ns = H.not_simulated([{"cell_id": "llmperf/db/run1/a5000/fp8", "reason": "GPU not in the catalog"},
-                          {"cell_id": "vidur/a40/phi-2/tp1", "reason": "non-gated MLP"}])
+    ns = H.not_simulated(
+        [
+            {"cell_id": "llmperf/db/run1/a5000/fp8", "reason": "GPU not in the catalog"},
+            {"cell_id": "vidur/a40/phi-2/tp1", "reason": "non-gated MLP"},
+        ]
+    )
     assert ns["cell_id"].tolist() == ["llmperf/db/run1/a5000/fp8"]

@@ -36,14 +36,26 @@ def test_admission_order_refuses_missing_times() -> None:
 
 
 def _figs(scale: float, hits: float, pre: float, fcfs: float = 1.0) -> dict[str, float]:
-    return {**{k: 10.0 * scale for k in TIMING}, "cached_tokens": hits, "preemptions": pre,
-            "admission_fcfs": fcfs, "admission_pairs": 50.0}
+    return {
+        **{k: 10.0 * scale for k in TIMING},
+        "cached_tokens": hits,
+        "preemptions": pre,
+        "admission_fcfs": fcfs,
+        "admission_pairs": 50.0,
+    }
 
 
-def _repeats(real_scales: list[float], sim_scales: list[float], pre_real: list[float], pre_sim: list[float],
-             fcfs_sim: float = 1.0) -> list[dict]:
-    return [{"real": _figs(r, 1000.0, pr), "sim": _figs(s, 1000.0, ps, fcfs_sim)}
-            for r, s, pr, ps in zip(real_scales, sim_scales, pre_real, pre_sim, strict=True)]
+def _repeats(
+    real_scales: list[float],
+    sim_scales: list[float],
+    pre_real: list[float],
+    pre_sim: list[float],
+    fcfs_sim: float = 1.0,
+) -> list[dict]:
+    return [
+        {"real": _figs(r, 1000.0, pr), "sim": _figs(s, 1000.0, ps, fcfs_sim)}
+        for r, s, pr, ps in zip(real_scales, sim_scales, pre_real, pre_sim, strict=True)
+    ]
 
 
 def test_spread_and_tolerances_follow_the_engine_and_the_pricer() -> None:
@@ -53,8 +65,9 @@ def test_spread_and_tolerances_follow_the_engine_and_the_pricer() -> None:
     assert calm["jct_mean_s"] == 0.15 and calm["cached_tokens"] == 0.25
     assert noisy["jct_mean_s"] == pytest.approx(0.8)  # 2 x 40% spread
     assert calm["preemptions"] == 5.0 and noisy["preemptions"] == 7.0
-    pricer_noise = tolerances(_repeats([1.0] * 3, [1.0] * 3, [5] * 3, [5] * 3),
-                              profile_sims=[_figs(s, 0, 0) for s in (0.9, 1.0, 1.1)])
+    pricer_noise = tolerances(
+        _repeats([1.0] * 3, [1.0] * 3, [5] * 3, [5] * 3), profile_sims=[_figs(s, 0, 0) for s in (0.9, 1.0, 1.1)]
+    )
     assert pricer_noise["jct_mean_s"] == pytest.approx(0.4)
 
 
@@ -63,9 +76,11 @@ def test_judge_passes_a_matching_simulator_and_fails_each_broken_figure() -> Non
     assert judge(good)["verdict"] == "pass"
     # a load burst in one repeat: the median error and the spread absorb it
     assert judge(_repeats([1.0, 1.6, 1.0], [1.0, 1.1, 1.0], [5, 6, 5], [5, 6, 5]))["verdict"] == "pass"
-    for broken, figure in ((_repeats([1.0] * 3, [1.0] * 3, [5, 6, 5], [25, 30, 20]), "preemptions"),
-                           (_repeats([1.0] * 3, [1.0] * 3, [5, 6, 5], [5, 6, 5], fcfs_sim=0.7), "admission_fcfs"),
-                           (_repeats([1.0] * 3, [1.4] * 3, [5, 6, 5], [5, 6, 5]), "jct_mean_s")):
+    for broken, figure in (
+        (_repeats([1.0] * 3, [1.0] * 3, [5, 6, 5], [25, 30, 20]), "preemptions"),
+        (_repeats([1.0] * 3, [1.0] * 3, [5, 6, 5], [5, 6, 5], fcfs_sim=0.7), "admission_fcfs"),
+        (_repeats([1.0] * 3, [1.4] * 3, [5, 6, 5], [5, 6, 5]), "jct_mean_s"),
+    ):
         res = judge(broken)
         assert res["verdict"] == "fail"
         assert figure in {c["figure"] for c in res["checks"] if not c["ok"]}
@@ -116,9 +131,14 @@ def test_committed_session_is_three_repeats_and_passes(committed) -> None:
     assert v.judge_sim(rep, sim)["verdict"] == "pass"
 
 
-@pytest.mark.parametrize(("broken", "figure"), [({"reserve_full_isl": False}, "preemptions"),
-                                                ({"queue": "program-fcfs"}, "admission_fcfs"),
-                                                ({"queue": "plas"}, "admission_fcfs")])
+@pytest.mark.parametrize(
+    ("broken", "figure"),
+    [
+        ({"reserve_full_isl": False}, "preemptions"),
+        ({"queue": "program-fcfs"}, "admission_fcfs"),
+        ({"queue": "plas"}, "admission_fcfs"),
+    ],
+)
 def test_a_wrong_scheduler_fails_the_check_on_the_committed_session(committed, broken, figure) -> None:
     v, rep = committed
     res = v.judge_sim(rep, v.resimulate(rep, **broken), tol=rep["check"]["tolerances"])

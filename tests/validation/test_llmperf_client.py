@@ -13,8 +13,7 @@ from tests.conftest import shared_path
 from validation import e2e_llmperf as E
 from validation import llmperf_client as C
 
-DIST = {"min": 1.0, "max": 8.0, "quantiles": {"p25": 2.0, "p50": 3.0, "p75": 4.0, "p90": 5.0, "p95": 6.0,
-                                               "p99": 7.0}}
+DIST = {"min": 1.0, "max": 8.0, "quantiles": {"p25": 2.0, "p50": 3.0, "p75": 4.0, "p90": 5.0, "p95": 6.0, "p99": 7.0}}
 
 
 def test_quantile_draws_by_hand() -> None:
@@ -51,8 +50,16 @@ def test_launch_spread_by_hand() -> None:
     assert a == pytest.approx(3.0, abs=1e-9) and "solved" in note
     a, note = C.solve_spread(4.0, d, 2)
     assert a == 0.0 and "burst" in note
-    launch = C.reconstruct(C.quantile_points({"min": 2.0, "max": 2.0, "quantiles": dict.fromkeys(
-        ("p25", "p50", "p75", "p90", "p95", "p99"), 2.0)}), C.quantile_points(DIST), 2, 2, 5.0, seed=0)
+    launch = C.reconstruct(
+        C.quantile_points(
+            {"min": 2.0, "max": 2.0, "quantiles": dict.fromkeys(("p25", "p50", "p75", "p90", "p95", "p99"), 2.0)}
+        ),
+        C.quantile_points(DIST),
+        2,
+        2,
+        5.0,
+        seed=0,
+    )
     assert launch.spread_s == pytest.approx(3.0, abs=1e-9) and launch.starts_s.tolist() == pytest.approx([0, 3])
 
 
@@ -70,8 +77,13 @@ def test_kv_demand_by_hand() -> None:
 def test_client_cut_applies_the_stop_rule() -> None:
     # two threads, two recorded: completions 000/0 at 1, 001/0 at 2 (the 2nd: thread 1 stops), 000/1 at 3 (sent,
     # not recorded), 000/2 and 001/1 never sent by the client
-    turns = pd.DataFrame({"program_id": ["thread000"] * 3 + ["thread001"] * 2, "turn_idx": [0, 1, 2, 0, 1],
-                          "finish_s": [1.0, 3.0, 4.0, 2.0, 5.0]})
+    turns = pd.DataFrame(
+        {
+            "program_id": ["thread000"] * 3 + ["thread001"] * 2,
+            "turn_idx": [0, 1, 2, 0, 1],
+            "finish_s": [1.0, 3.0, 4.0, 2.0, 5.0],
+        }
+    )
     sends, recorded = E.client_cut(turns, threads=2, requests=2)
     assert sends.tolist() == [2, 1]
     assert recorded.tolist() == [True, False, False, True, False]
@@ -93,8 +105,9 @@ def test_client_trace_prefix_states() -> None:
 
 
 def test_judged_flag_only_for_metrics_fixed_by_construction() -> None:
-    rows = [{"metric": m, "note": "n"} for m in ("ttft_mean_s", "e2e_p99_s", "throughput_output_tok_s",
-                                                   "throughput_req_s")]
+    rows = [
+        {"metric": m, "note": "n"} for m in ("ttft_mean_s", "e2e_p99_s", "throughput_output_tok_s", "throughput_req_s")
+    ]
     out = E._judge(rows)
     assert [x["judged"] for x in out] == [True, True, False, False]
     assert out[2]["note"].startswith("fixed by construction") and out[0]["note"] == "n"
@@ -105,6 +118,7 @@ def test_judged_flag_only_for_metrics_fixed_by_construction() -> None:
 @pytest.fixture(scope="module")
 def llmperf_tables():
     from validation.measured import collect_path
+
     return collect_path(shared_path("measurements", "serving-llmperf"))
 
 
@@ -113,8 +127,7 @@ def test_rtx3090_bf16_replayed_with_the_reconstructed_client(llmperf_tables) -> 
     cells = m.table("cells")
     cell = cells[(cells["gpu"] == "rtx3090") & (cells["dtype"] == "bf16")].iloc[0]
     cfg = json.loads(cell["config_json"])
-    assert set(cfg["distributions"]["end_to_end_latency_s"]["quantiles"]) == {"p25", "p50", "p75", "p90", "p95",
-                                                                             "p99"}
+    assert set(cfg["distributions"]["end_to_end_latency_s"]["quantiles"]) == {"p25", "p50", "p75", "p90", "p95", "p99"}
     rows, extra = E.llmperf(cell, m.tables, None)
     launch = extra["launch"]
     assert launch["threads"] == launch["requests"] == 64
@@ -134,14 +147,31 @@ def test_rtx3090_bf16_replayed_with_the_reconstructed_client(llmperf_tables) -> 
 
 def test_sensitivity_frame_columns(llmperf_tables) -> None:
     m = llmperf_tables
-    df = E.llmperf_sensitivity(m.tables, None, (("rtx3090", "bf16"),),
-                               (("gpu_memory_utilization", (0.9, 0.95)), ("prefix_cache", ("off", "warm"))))
-    assert {"cell_id", "gpu", "dtype", "setting", "value", "metric", "measured", "simulated", "rel_error",
-            "judged"} <= set(df.columns)
+    df = E.llmperf_sensitivity(
+        m.tables,
+        None,
+        (("rtx3090", "bf16"),),
+        (("gpu_memory_utilization", (0.9, 0.95)), ("prefix_cache", ("off", "warm"))),
+    )
+    assert {
+        "cell_id",
+        "gpu",
+        "dtype",
+        "setting",
+        "value",
+        "metric",
+        "measured",
+        "simulated",
+        "rel_error",
+        "judged",
+    } <= set(df.columns)
     one = df[df["metric"] == "e2e_mean_s"]
     assert set(zip(one["setting"], one["value"], strict=True)) == {
-        ("gpu_memory_utilization", "0.9"), ("gpu_memory_utilization", "0.95"), ("prefix_cache", "off"),
-        ("prefix_cache", "warm")}
+        ("gpu_memory_utilization", "0.9"),
+        ("gpu_memory_utilization", "0.95"),
+        ("prefix_cache", "off"),
+        ("prefix_cache", "warm"),
+    }
     base = one[(one["setting"] == "prefix_cache") & (one["value"] == "off")]["simulated"].to_numpy()
     warm = one[(one["setting"] == "prefix_cache") & (one["value"] == "warm")]["simulated"].to_numpy()
     assert np.all(warm < base)  # cached prompts: less prefill work in the same launch

@@ -21,7 +21,10 @@ def test_roles_are_per_whole_cell() -> None:
     assert P.cell_role("llmservingsim-v0/h100-sxm/llama-3.1-70b/tp4", 4) == "validation"
     assert P.cell_role("splitwise/a100-80gb/llama-2-70b/tp2", 2) == "validation"
     assert [P.cell_role("vidur/network/h100_dgx/all_reduce/n2-pernode2", n) for n in (2, 4, 8)] == [
-        "calibration", "validation", "calibration"]
+        "calibration",
+        "validation",
+        "calibration",
+    ]
     with pytest.raises(ValueError, match="no TP degree"):
         P.cell_role("vidur/a40/llama-2-7b/tp1", None)
     data = K.component_data(synthetic(tps=(1, 2)))
@@ -52,33 +55,50 @@ def test_table_cv_reads_calibration_cells_only() -> None:
     full = data.full.copy()
     full.loc[full["tp"] == 2, "measured_s"] *= 3.0
     import dataclasses
+
     cv2 = X.table_cv(dataclasses.replace(data, ops=moved, full=full))
     assert np.allclose(cv["mape_pct"], cv2["mape_pct"])
     bent = data.full.copy()
     bent.loc[(bent["tp"] == 1) & (bent["group"] == "qkv_proj"), "measured_s"] *= np.linspace(
-        0.7, 1.3, int(((bent["tp"] == 1) & (bent["group"] == "qkv_proj")).sum()))
+        0.7, 1.3, int(((bent["tp"] == 1) & (bent["group"] == "qkv_proj")).sum())
+    )
     ops3 = data.ops.copy()
     sel = (ops3["tp"] == 1) & (ops3["group"] == "qkv_proj")
     key = ["cell_id", "group", "probe", "num_tokens", "batch_size", "context_tokens"]
-    ops3.loc[sel, "measured_s"] = ops3.loc[sel, key].merge(bent[[*key, "measured_s"]], on=key, how="left")[
-        "measured_s"].to_numpy()
+    ops3.loc[sel, "measured_s"] = (
+        ops3.loc[sel, key].merge(bent[[*key, "measured_s"]], on=key, how="left")["measured_s"].to_numpy()
+    )
     cv3 = X.table_cv(dataclasses.replace(data, ops=ops3, full=bent))
     assert not np.allclose(cv["mape_pct"], cv3["mape_pct"])
 
 
 def test_choose_takes_the_lowest_cv_score() -> None:
-    cv = pd.DataFrame({"tunable": ["t"] * 4, "candidate": ["a", "a", "b", "b"], "gpu": "g",
-                       "cell_id": ["c1", "c2", "c1", "c2"], "points": 10, "mape_pct": [5.0, 1.0, 2.0, 3.0]})
+    cv = pd.DataFrame(
+        {
+            "tunable": ["t"] * 4,
+            "candidate": ["a", "a", "b", "b"],
+            "gpu": "g",
+            "cell_id": ["c1", "c2", "c1", "c2"],
+            "points": 10,
+            "mape_pct": [5.0, 1.0, 2.0, 3.0],
+        }
+    )
     assert X.choose(cv, "t") == "b"  # mean 2.5 < 3.0, each cell one fold
     s = X.cv_scores(cv).set_index("candidate")
     assert s.loc["a", "cv_score_pct"] == pytest.approx(3.0) and s.loc["b", "folds"] == 2
 
 
 def test_constants_registry_says_where_each_comes_from() -> None:
-    rows = P.catalog_rows(str(K.packaged_catalog()), {"h100-sxm": {"fitted": ["compute_efficiency"]},
-                                                      "h200": {"fitted": ["compute_efficiency"],
-                                                               "calibrated_from": "h100-sxm"}},
-                          {}, {"h100-sxm": ["vidur/h100-sxm/llama-2-7b/tp1"]}, K.NEAREST)
+    rows = P.catalog_rows(
+        str(K.packaged_catalog()),
+        {
+            "h100-sxm": {"fitted": ["compute_efficiency"]},
+            "h200": {"fitted": ["compute_efficiency"], "calibrated_from": "h100-sxm"},
+        },
+        {},
+        {"h100-sxm": ["vidur/h100-sxm/llama-2-7b/tp1"]},
+        K.NEAREST,
+    )
     got = {(r["scope"], r["constant"]): r for r in rows}
     assert got[("h100-sxm", "compute_efficiency")]["provenance"] == "fitted"
     assert "vidur/h100-sxm/llama-2-7b/tp1" in got[("h100-sxm", "compute_efficiency")]["detail"]
@@ -93,14 +113,32 @@ def test_constants_registry_says_where_each_comes_from() -> None:
 
 
 def test_render_has_the_four_sections() -> None:
-    summary = {"protocol": {"split": P.SPLIT, "constants": P.global_rows([]), "cv_scores": [], "logo": [
-        {"gpu": "a40", "pricer": "roofline", "donor": "a100-80gb", "logo_components_n": 3,
-         "logo_components_mape_pct": 9.7, "own_components_mape_pct": 7.4}], "lomo": [], "table_fidelity": [
-        {"gpu": "a40", "points": 5, "mape_pct": 1.2}]}}
+    summary = {
+        "protocol": {
+            "split": P.SPLIT,
+            "constants": P.global_rows([]),
+            "cv_scores": [],
+            "logo": [
+                {
+                    "gpu": "a40",
+                    "pricer": "roofline",
+                    "donor": "a100-80gb",
+                    "logo_components_n": 3,
+                    "logo_components_mape_pct": 9.7,
+                    "own_components_mape_pct": 7.4,
+                }
+            ],
+            "lomo": [],
+            "table_fidelity": [{"gpu": "a40", "points": 5, "mape_pct": 1.2}],
+        }
+    }
     md = "\n".join(P.render_protocol_markdown(summary))
-    for h in ("## Validation protocol", "## Constants and where they come from",
-              "## Out-of-cell errors: leave-one-GPU-out / leave-one-model-out",
-              "## Table fidelity (in-cell interpolation; not validation)"):
+    for h in (
+        "## Validation protocol",
+        "## Constants and where they come from",
+        "## Out-of-cell errors: leave-one-GPU-out / leave-one-model-out",
+        "## Table fidelity (in-cell interpolation; not validation)",
+    ):
         assert h in md
     assert "| a40 | roofline | a100-80gb | 3 | 9.7 | 7.4 |" in md
 
@@ -127,17 +165,21 @@ def test_leave_one_gpu_out_never_reads_the_gpus_own_fit(tmp_path) -> None:
     head = '[gpu."h100-sxm".efficiency]\n'
     i = text.index(head)
     block = text[i:].split("\n\n", 1)[0]
-    (tmp_path / "gpus.toml").write_text(text.replace(block, block.replace(
-        "compute_efficiency = ", "compute_efficiency = 0.3  # was ", 1)))
+    (tmp_path / "gpus.toml").write_text(
+        text.replace(block, block.replace("compute_efficiency = ", "compute_efficiency = 0.3  # was ", 1))
+    )
     after = X.leave_one_gpu_out(data, tmp_path / "gpus.toml").set_index(["gpu", "pricer"])
     assert before.loc[("h100-sxm", "roofline"), "donor"] == "a100-80gb"
     assert after.loc[("h100-sxm", "roofline"), "logo_components_mape_pct"] == pytest.approx(
-        before.loc[("h100-sxm", "roofline"), "logo_components_mape_pct"], rel=1e-12)
+        before.loc[("h100-sxm", "roofline"), "logo_components_mape_pct"], rel=1e-12
+    )
     assert after.loc[("h100-sxm", "roofline"), "own_components_mape_pct"] != pytest.approx(
-        before.loc[("h100-sxm", "roofline"), "own_components_mape_pct"], rel=1e-3)
+        before.loc[("h100-sxm", "roofline"), "own_components_mape_pct"], rel=1e-3
+    )
     # the A100, whose donor is the H100, sees the change
     assert after.loc[("a100-80gb", "roofline"), "logo_components_mape_pct"] != pytest.approx(
-        before.loc[("a100-80gb", "roofline"), "logo_components_mape_pct"], rel=1e-3)
+        before.loc[("a100-80gb", "roofline"), "logo_components_mape_pct"], rel=1e-3
+    )
 
 
 def _two_models(scale: float = 1.0) -> K.ComponentData:
@@ -152,8 +194,10 @@ def _two_models(scale: float = 1.0) -> K.ComponentData:
     comp["cell_id"] = comp["cell_id"].str.replace("llama-3.1-8b", "llama-2-7b")
     comp["seconds"] = comp["seconds"] * scale
     m = Measured()
-    m.tables = {"cells": pd.concat([a.tables["cells"], cells], ignore_index=True),
-                "component": pd.concat([a.tables["component"], comp], ignore_index=True)}
+    m.tables = {
+        "cells": pd.concat([a.tables["cells"], cells], ignore_index=True),
+        "component": pd.concat([a.tables["component"], comp], ignore_index=True),
+    }
     return K.component_data(m)
 
 
@@ -167,14 +211,14 @@ def test_leave_one_model_out_fits_without_the_held_out_model(monkeypatch: pytest
         out = real(*args, **kw)  # type: ignore[arg-type]
         seen.append(out)
         return out
+
     monkeypatch.setattr(X, "judged_rows", spy)
     runs = []
     for scale in (1.0, 3.0):
         seen.clear()
         lomo = X.leave_one_model_out(_two_models(scale))
         # per (model, pricer): the LOMO call, then the shipped-fit call
-        runs.append({(r.model, r.pricer): seen[2 * i]["simulated"].to_numpy()
-                     for i, r in enumerate(lomo.itertuples())})
+        runs.append({(r.model, r.pricer): seen[2 * i]["simulated"].to_numpy() for i, r in enumerate(lomo.itertuples())})
     assert set(runs[0]) == {(m, p) for m in ("llama-2-7b", "llama-3.1-8b") for p in ("roofline", "refined")}
     for p in ("roofline", "refined"):
         assert np.allclose(runs[0][("llama-2-7b", p)], runs[1][("llama-2-7b", p)], rtol=1e-9)

@@ -87,8 +87,9 @@ def test_tiny_and_all_zero_classes() -> None:
     assert f is not None and [g.family for g in f.fits] == ["exponential"]
     assert f.chosen.params["scale"] == pytest.approx(3.0)
     assert fit_class(np.zeros(10)) is None
-    fits, overall, skipped = fit_classes(np.array(["a"] * 3 + ["b"] * 20),
-                                         np.r_[np.zeros(3), np.random.default_rng(0).exponential(1, 20)])
+    fits, overall, skipped = fit_classes(
+        np.array(["a"] * 3 + ["b"] * 20), np.r_[np.zeros(3), np.random.default_rng(0).exponential(1, 20)]
+    )
     assert skipped == ["a"] and set(fits) == {"b"} and overall.n == 23
     with pytest.raises(ValueError, match="negative"):
         fit_class(np.array([1.0, -1.0]))
@@ -144,13 +145,24 @@ def test_report_writes_markdown_and_plots(tmp_path) -> None:
     rng = np.random.default_rng(6)
     import pandas as pd
 
-    d = pd.DataFrame({"trace": "t", "source": "s", "program_id": "p", "task_id": "r__1", "repo": "r",
-                      "tool_class": "test", "duration_s": rng.lognormal(1, 0.5, 300), "kind": "measured"})
+    d = pd.DataFrame(
+        {
+            "trace": "t",
+            "source": "s",
+            "program_id": "p",
+            "task_id": "r__1",
+            "repo": "r",
+            "tool_class": "test",
+            "duration_s": rng.lognormal(1, 0.5, 300),
+            "kind": "measured",
+        }
+    )
     fits, overall, skipped = fit_classes(d["tool_class"].to_numpy(), d["duration_s"].to_numpy())
     from validation.toolmodel import ToolFitResult
 
-    result = ToolFitResult({"default_source": "s:measured", "provenance": {"unit": "turn", "inputs": []}},
-                           fits, overall, skipped, d)
+    result = ToolFitResult(
+        {"default_source": "s:measured", "provenance": {"unit": "turn", "inputs": []}}, fits, overall, skipped, d
+    )
     md = write_report(result, tmp_path / "r", comparison=compare_sources(d, d, "a", "b"))
     text = md.read_text()
     assert "## test" in text and "## overall" in text and "two-sample KS" in text

@@ -49,8 +49,9 @@ def vllm_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, o
     copy = root / "copied-run"
     shutil.copytree(src / "bench", copy / "bench")
     out = root / "report"
-    res = CliRunner().invoke(app, ["validate", "--out", str(out), "--measured", str(copy), "--no-default-sources",
-                                   "--quick"])
+    res = CliRunner().invoke(
+        app, ["validate", "--out", str(out), "--measured", str(copy), "--no-default-sources", "--quick"]
+    )
     return out, copy, res
 
 
@@ -133,18 +134,19 @@ def test_unrecognised_measured_path(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("nothing to see")
     with pytest.raises(ValueError, match="no registered measured-data collector"):
         collect_path(tmp_path)
-    res = CliRunner().invoke(app, ["validate", "--out", str(tmp_path / "o"), "--measured", str(tmp_path),
-                                   "--no-default-sources"])
+    res = CliRunner().invoke(
+        app, ["validate", "--out", str(tmp_path / "o"), "--measured", str(tmp_path), "--no-default-sources"]
+    )
     assert res.exit_code == 1
 
 
 def test_only_uncomparable_component_cells_fail_with_the_reason(tmp_path: Path) -> None:
     """A user source whose every component cell is skipped (Vidur profile of phi-2: a non-gated MLP the
     performance model does not price) exits 1 naming the cell and why, instead of a bare pandas error."""
-    src = shared_path("measurements", "profiles-vidur", "data", "profiling", "compute", "h100", "microsoft",
-                      "phi-2")
-    res = CliRunner().invoke(app, ["validate", "--out", str(tmp_path / "o"), "--measured", str(src),
-                                   "--no-default-sources"])
+    src = shared_path("measurements", "profiles-vidur", "data", "profiling", "compute", "h100", "microsoft", "phi-2")
+    res = CliRunner().invoke(
+        app, ["validate", "--out", str(tmp_path / "o"), "--measured", str(src), "--no-default-sources"]
+    )
     assert res.exit_code == 1
     text = " ".join(res.output.replace("│", " ").split())  # the message may be wrapped in a box
     assert "vidur/h100-sxm/phi-2/tp1" in text and "non-gated MLP" in text
@@ -155,8 +157,9 @@ def test_whole_model_iterations_alone_are_validated(tmp_path: Path) -> None:
     comparison, which is per operator, is left out rather than failing)."""
     src = shared_path("measurements", "profiles-splitwise", "perf_model.csv")
     out = tmp_path / "o"
-    res = CliRunner().invoke(app, ["validate", "--out", str(out), "--measured", str(src), "--no-default-sources",
-                                   "--quick"])
+    res = CliRunner().invoke(
+        app, ["validate", "--out", str(out), "--measured", str(src), "--no-default-sources", "--quick"]
+    )
     assert res.exit_code == 0, res.output
     df = pd.read_parquet(out / "errors.parquet")
     check_errors(df)

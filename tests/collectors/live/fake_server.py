@@ -45,10 +45,20 @@ class Seen:
 
 
 class FakeServer:
-    def __init__(self, *, ttft_s: float = 0.002, token_delay_s: float = 0.0005, prefill_s_per_token: float = 0.0,
-                 decode_s_per_seq: float = 0.0, accept_ids: bool = True, return_ids: bool = True,
-                 natural_len: int | None = None, model: str = "fake/Fake-Model-1B", max_model_len: int = 1 << 20,
-                 metrics: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        ttft_s: float = 0.002,
+        token_delay_s: float = 0.0005,
+        prefill_s_per_token: float = 0.0,
+        decode_s_per_seq: float = 0.0,
+        accept_ids: bool = True,
+        return_ids: bool = True,
+        natural_len: int | None = None,
+        model: str = "fake/Fake-Model-1B",
+        max_model_len: int = 1 << 20,
+        metrics: bool = True,
+    ) -> None:
         self.ttft_s, self.token_delay_s = ttft_s, token_delay_s
         self.prefill_s_per_token, self.decode_s_per_seq = prefill_s_per_token, decode_s_per_seq
         self.accept_ids, self.return_ids, self.natural_len = accept_ids, return_ids, natural_len
@@ -95,8 +105,14 @@ class FakeServer:
             headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
             body = await reader.readexactly(int(headers.get("content-length", "0")))
             if method == "GET" and path == "/v1/models":
-                await self._json(writer, 200, {"object": "list", "data": [
-                    {"id": self.model, "object": "model", "max_model_len": self.max_model_len}]})
+                await self._json(
+                    writer,
+                    200,
+                    {
+                        "object": "list",
+                        "data": [{"id": self.model, "object": "model", "max_model_len": self.max_model_len}],
+                    },
+                )
             elif method == "GET" and path == "/version":
                 await self._json(writer, 200, {"version": "0.0.0-fake"})
             elif method == "GET" and path == "/metrics" and self.metrics:
@@ -114,8 +130,11 @@ class FakeServer:
 
     async def _send(self, writer: asyncio.StreamWriter, status: int, data: bytes, ctype: str) -> None:
         reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 503: "Service Unavailable"}[status]
-        writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(data)}\r\n"
-                     "Connection: close\r\n\r\n".encode() + data)
+        writer.write(
+            f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(data)}\r\n"
+            "Connection: close\r\n\r\n".encode()
+            + data
+        )
         await writer.drain()
 
     async def _json(self, writer: asyncio.StreamWriter, status: int, obj: object) -> None:
@@ -168,8 +187,11 @@ class FakeServer:
             for k, tid in enumerate(ids):
                 if k:
                     await asyncio.sleep(self.token_delay_s + self.decode_s_per_seq * self.in_flight)
-                choice: dict[str, Any] = {"index": 0, "text": f" w{tid}",
-                                          "finish_reason": "length" if k == n_out - 1 else None}
+                choice: dict[str, Any] = {
+                    "index": 0,
+                    "text": f" w{tid}",
+                    "finish_reason": "length" if k == n_out - 1 else None,
+                }
                 if body.get("return_token_ids") and self.return_ids:
                     choice["token_ids"] = [tid]
                 self._event(writer, {"id": "cmpl-fake", "object": "text_completion", "choices": [choice]})
@@ -181,8 +203,18 @@ class FakeServer:
                     writer.transport.abort()
                     return
             if (body.get("stream_options") or {}).get("include_usage"):
-                self._event(writer, {"id": "cmpl-fake", "choices": [], "usage": {
-                    "prompt_tokens": len(tokens), "completion_tokens": n_out, "total_tokens": len(tokens) + n_out}})
+                self._event(
+                    writer,
+                    {
+                        "id": "cmpl-fake",
+                        "choices": [],
+                        "usage": {
+                            "prompt_tokens": len(tokens),
+                            "completion_tokens": n_out,
+                            "total_tokens": len(tokens) + n_out,
+                        },
+                    },
+                )
             writer.write(b"data: [DONE]\n\n")
             await writer.drain()
             seen.t_done = time.monotonic()
@@ -195,25 +227,27 @@ class FakeServer:
 
     def metrics_text(self) -> str:
         lab = f'engine="0",model_name="{self.model}"'
-        return "\n".join([
-            "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.",
-            "# TYPE vllm:prefix_cache_queries_total counter",
-            f"vllm:prefix_cache_queries_total{{{lab}}} {float(self.queries)}",
-            "# TYPE vllm:prefix_cache_hits_total counter",
-            f"vllm:prefix_cache_hits_total{{{lab}}} {float(self.hits)}",
-            "# TYPE vllm:num_preemptions_total counter",
-            f"vllm:num_preemptions_total{{{lab}}} {float(self.preemptions)}",
-            "# TYPE vllm:kv_cache_usage_perc gauge",
-            f"vllm:kv_cache_usage_perc{{{lab}}} {min(1.0, self.in_flight / 10)}",
-            "# TYPE vllm:num_requests_running gauge",
-            f"vllm:num_requests_running{{{lab}}} {float(self.in_flight)}",
-            "# TYPE vllm:num_requests_waiting gauge",
-            f"vllm:num_requests_waiting{{{lab}}} 0.0",
-            "# TYPE vllm:cache_config_info gauge",
-            f'vllm:cache_config_info{{block_size="16",cache_dtype="auto",enable_prefix_caching="True",'
-            f'gpu_memory_utilization="0.9",num_gpu_blocks="4096",num_cpu_blocks="None",{lab}}} 1.0',
-            "",
-        ])
+        return "\n".join(
+            [
+                "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.",
+                "# TYPE vllm:prefix_cache_queries_total counter",
+                f"vllm:prefix_cache_queries_total{{{lab}}} {float(self.queries)}",
+                "# TYPE vllm:prefix_cache_hits_total counter",
+                f"vllm:prefix_cache_hits_total{{{lab}}} {float(self.hits)}",
+                "# TYPE vllm:num_preemptions_total counter",
+                f"vllm:num_preemptions_total{{{lab}}} {float(self.preemptions)}",
+                "# TYPE vllm:kv_cache_usage_perc gauge",
+                f"vllm:kv_cache_usage_perc{{{lab}}} {min(1.0, self.in_flight / 10)}",
+                "# TYPE vllm:num_requests_running gauge",
+                f"vllm:num_requests_running{{{lab}}} {float(self.in_flight)}",
+                "# TYPE vllm:num_requests_waiting gauge",
+                f"vllm:num_requests_waiting{{{lab}}} 0.0",
+                "# TYPE vllm:cache_config_info gauge",
+                f'vllm:cache_config_info{{block_size="16",cache_dtype="auto",enable_prefix_caching="True",'
+                f'gpu_memory_utilization="0.9",num_gpu_blocks="4096",num_cpu_blocks="None",{lab}}} 1.0',
+                "",
+            ]
+        )
 
 
 class ThreadedFakeServer:

@@ -40,10 +40,10 @@ def opts(**kw) -> DriveOptions:
     return DriveOptions(**{"metrics_interval_s": 0.0, "backoff_s": 0.01, **kw})
 
 
-async def run_drive(srv: FakeServer, trace, out: Path, cfg: WorkloadConfig | None = None,
-                    tools: ToolConfig = FAST, **kw):
-    return await drive_async(srv.url, trace, cfg or WorkloadConfig(concurrency=1), out, tools=tools,
-                             options=opts(**kw))
+async def run_drive(
+    srv: FakeServer, trace, out: Path, cfg: WorkloadConfig | None = None, tools: ToolConfig = FAST, **kw
+):
+    return await drive_async(srv.url, trace, cfg or WorkloadConfig(concurrency=1), out, tools=tools, options=opts(**kw))
 
 
 def read_dir(out: Path) -> dict[str, pd.DataFrame]:
@@ -112,8 +112,11 @@ def test_tool_gaps_are_slept_before_the_next_release(tmp_path) -> None:
         async with FakeServer() as srv:
             return await run_drive(srv, tr, tmp_path / tools.mode, cfg=WorkloadConfig(concurrency=2), tools=tools)
 
-    for tools, gaps in ((ToolConfig(mode="fixed", fixed_s=0.01), [0.01, 0.01]), (ToolConfig(mode="replay"),
-                        [0.03, 0.01]), (ToolConfig(mode="scale", scale=0.5), [0.015, 0.005])):
+    for tools, gaps in (
+        (ToolConfig(mode="fixed", fixed_s=0.01), [0.01, 0.01]),
+        (ToolConfig(mode="replay"), [0.03, 0.01]),
+        (ToolConfig(mode="scale", scale=0.5), [0.015, 0.005]),
+    ):
         t = asyncio.run(go(tools)).turns
         for _, prog in t.groupby("program_id"):
             prog = prog.sort_values("turn_idx")
@@ -132,8 +135,10 @@ def test_poisson_and_trace_arrivals_follow_the_simulator_schedule(tmp_path) -> N
             return await run_drive(srv, tr, tmp_path / cfg.arrival, cfg=cfg, seed=7)
 
     gaps = np.random.default_rng(np.random.SeedSequence(7).spawn(2)[0]).exponential(1 / 40.0, size=4)
-    for cfg, expect in ((WorkloadConfig(arrival="poisson", rate_per_s=40.0), np.cumsum(gaps) - gaps[0]),
-                        (WorkloadConfig(arrival="trace"), np.array([0.0, 0.05, 0.02, 0.1]))):
+    for cfg, expect in (
+        (WorkloadConfig(arrival="poisson", rate_per_s=40.0), np.cumsum(gaps) - gaps[0]),
+        (WorkloadConfig(arrival="trace"), np.array([0.0, 0.05, 0.02, 0.1])),
+    ):
         t = asyncio.run(go(cfg)).turns.sort_values("program_id")
         got = t["release_s"].to_numpy() - t["release_s"].min()
         assert np.allclose(got, expect - expect.min(), atol=0.015), (cfg.arrival, got, expect)
@@ -232,8 +237,9 @@ def test_cancelled_run_writes_a_valid_partial_dataset(tmp_path) -> None:
                 me.cancel()
 
         async with FakeServer() as srv:
-            await drive_async(srv.url, tr, WorkloadConfig(concurrency=1), tmp_path, tools=FAST, options=opts(),
-                              progress=progress)
+            await drive_async(
+                srv.url, tr, WorkloadConfig(concurrency=1), tmp_path, tools=FAST, options=opts(), progress=progress
+            )
 
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(go())
@@ -252,8 +258,16 @@ def test_outputs_match_the_measured_schema_and_engine_counters(tmp_path) -> None
 
     async def go():
         async with FakeServer() as srv:
-            res = await run_drive(srv, tr, tmp_path, cfg=WorkloadConfig(concurrency=2), token_scale=0.5,
-                                  metrics_interval_s=0.005, gpu="NVIDIA H100 80GB HBM3", tp=1)
+            res = await run_drive(
+                srv,
+                tr,
+                tmp_path,
+                cfg=WorkloadConfig(concurrency=2),
+                token_scale=0.5,
+                metrics_interval_s=0.005,
+                gpu="NVIDIA H100 80GB HBM3",
+                tp=1,
+            )
             return srv, res
 
     srv, _ = asyncio.run(go())
@@ -277,8 +291,11 @@ def test_outputs_match_the_measured_schema_and_engine_counters(tmp_path) -> None
     assert m["prefix_cache_query_tokens"] == sum(len(s.tokens) for s in srv.turns)
     assert m["preemptions"] == 0 and m["completed_programs"] == 3 and "kv_cache_usage_max" in m
     req = got["requests"]
-    assert ((req["arrival_s"] <= req["scheduled_s"]) & (req["scheduled_s"] <= req["first_token_s"])
-            & (req["first_token_s"] <= req["last_token_s"])).all()
+    assert (
+        (req["arrival_s"] <= req["scheduled_s"])
+        & (req["scheduled_s"] <= req["first_token_s"])
+        & (req["first_token_s"] <= req["last_token_s"])
+    ).all()
     jct = got["programs"].set_index("program_id")["jct_s"]
     last = req.assign(p=req["request_id"].str.split("#").str[0]).groupby("p")
     assert np.allclose(jct, last["last_token_s"].max() - last["arrival_s"].min())

@@ -24,12 +24,14 @@ runner = CliRunner()
 
 
 def test_profile_measures_prefill_and_decode_iterations(tmp_path) -> None:
-    prof = ProfileOptions(prefill_sizes=(16, 512, 2000, 4096), repeats=3, batch_sizes=(1, 4), contexts=(32, 2045),
-                          decode_tokens=8)
+    prof = ProfileOptions(
+        prefill_sizes=(16, 512, 2000, 4096), repeats=3, batch_sizes=(1, 4), contexts=(32, 2045), decode_tokens=8
+    )
 
     async def go():
-        async with FakeServer(ttft_s=0.001, prefill_s_per_token=2e-5, token_delay_s=0.004, decode_s_per_seq=0.003,
-                              max_model_len=2048) as srv:
+        async with FakeServer(
+            ttft_s=0.001, prefill_s_per_token=2e-5, token_delay_s=0.004, decode_s_per_seq=0.003, max_model_len=2048
+        ) as srv:
             return srv, await profile_async(srv.url, tmp_path, options=DriveOptions(gpu="RTX 4090"), profile=prof)
 
     srv, res = asyncio.run(go())
@@ -62,16 +64,54 @@ def test_drive_cli_end_to_end(tmp_path) -> None:
     trace_dir, out = tmp_path / "trace", tmp_path / "out"
     write_trace(trace_dir, make_trace([[(30, 3, 0.01), (50, 2, None)]] * 3, shared_prefix_tokens=8))
     with ThreadedFakeServer() as srv:
-        r = runner.invoke(app, ["drive", "--endpoint", srv.url, "--trace", str(trace_dir), "--out", str(out),
-                                "--concurrency", "2", "--tools", "fixed", "--tool-fixed", "0.005", "--quiet",
-                                "--token-scale", "2", "--metrics-interval", "0"])
+        r = runner.invoke(
+            app,
+            [
+                "drive",
+                "--endpoint",
+                srv.url,
+                "--trace",
+                str(trace_dir),
+                "--out",
+                str(out),
+                "--concurrency",
+                "2",
+                "--tools",
+                "fixed",
+                "--tool-fixed",
+                "0.005",
+                "--quiet",
+                "--token-scale",
+                "2",
+                "--metrics-interval",
+                "0",
+            ],
+        )
         assert r.exit_code == 0, r.output
         assert "live run" in r.output and "prefix hit rate" in r.output
-        assert [len(s.tokens) for s in srv.turns] == [60, 60, 100, 100, 60, 100] or \
-            sorted(len(s.tokens) for s in srv.turns) == [60, 60, 60, 100, 100, 100]
-        r = runner.invoke(app, ["drive-profile", "--endpoint", srv.url, "--out", str(tmp_path / "prof"),
-                                "--prefill-sizes", "16,64", "--batch-sizes", "1,2", "--contexts", "16",
-                                "--decode-tokens", "4", "--repeats", "1"])
+        assert [len(s.tokens) for s in srv.turns] == [60, 60, 100, 100, 60, 100] or sorted(
+            len(s.tokens) for s in srv.turns
+        ) == [60, 60, 60, 100, 100, 100]
+        r = runner.invoke(
+            app,
+            [
+                "drive-profile",
+                "--endpoint",
+                srv.url,
+                "--out",
+                str(tmp_path / "prof"),
+                "--prefill-sizes",
+                "16,64",
+                "--batch-sizes",
+                "1,2",
+                "--contexts",
+                "16",
+                "--decode-tokens",
+                "4",
+                "--repeats",
+                "1",
+            ],
+        )
         assert r.exit_code == 0, r.output
         assert "decode_iteration" in r.output
     cells = pd.read_parquet(out / "cells.parquet")
@@ -85,7 +125,19 @@ def test_drive_cli_reports_an_unreachable_endpoint(tmp_path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    r = runner.invoke(app, ["drive", "--endpoint", f"http://127.0.0.1:{port}/v1", "--trace", str(trace_dir), "--out",
-                            str(tmp_path / "out"), "--tools", "fixed"])
+    r = runner.invoke(
+        app,
+        [
+            "drive",
+            "--endpoint",
+            f"http://127.0.0.1:{port}/v1",
+            "--trace",
+            str(trace_dir),
+            "--out",
+            str(tmp_path / "out"),
+            "--tools",
+            "fixed",
+        ],
+    )
     assert r.exit_code == 1
     assert f"cannot reach http://127.0.0.1:{port}/v1/models" in r.output

@@ -36,6 +36,7 @@ def only_cell_metrics(result) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------------------ real data
 
+
 def test_vllm_rtx4090_run(tmp_path):
     run = shared_path(*VLLM_RUN)
     result = VllmRunCollector().collect(run.parents[1])
@@ -45,7 +46,13 @@ def test_vllm_rtx4090_run(tmp_path):
     cells = result.tables["cells"]
     c = cells.iloc[0]
     assert (c["gpu"], c["model"], c["dtype"], c["tp"], c["engine"], c["engine_version"]) == (
-        "rtx4090", "llama-3.1-8b", "bf16", 1, "vllm", "0.19.0")
+        "rtx4090",
+        "llama-3.1-8b",
+        "bf16",
+        1,
+        "vllm",
+        "0.19.0",
+    )
     assert c["workload"] == "sharegpt 300 req @ 10 req/s" and c["kind"] == "end-to-end"
     config = json.loads(c["config_json"])
     assert config["num_gpu_blocks"] == 2588 and config["block_size"] == 16 and config["max_num_seqs"] == 256
@@ -101,8 +108,13 @@ def test_agent_jct():
     assert m["jct_p50_s"] == pytest.approx(own["median_duration"], rel=1e-6)
     assert m["makespan_s"] == own["total_duration"] and m["num_programs"] == 500
     c = result.tables["cells"].iloc[0]
-    assert (c["gpu"], c["n_gpus"], c["model"], c["tp"], c["load"]) == ("h100-sxm", 4, "llama-3.1-70b", 4,
-                                                                       "64 in flight")
+    assert (c["gpu"], c["n_gpus"], c["model"], c["tp"], c["load"]) == (
+        "h100-sxm",
+        4,
+        "llama-3.1-70b",
+        4,
+        "64 in flight",
+    )
 
 
 def test_mlperf_both_scenarios():
@@ -127,20 +139,48 @@ def test_each_source_detected_by_exactly_one_collector():
 
 # ------------------------------------------------------------------------------------------ broken inputs
 
+
 def write_run(d, requests=None, meta=None):
     d.mkdir(parents=True)
-    meta = meta if meta is not None else {
-        "model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
-        "engine_kwargs": {"tensor_parallel_size": 1, "dtype": "bfloat16", "max_num_seqs": 8},
-        "kv_cache": {"num_gpu_blocks": 100, "block_size": 16}, "hardware": {"device_name": "NVIDIA GeForce RTX 4090"},
-        "dataset_path": "workloads/sharegpt-tiny-sps2.jsonl"}
+    meta = (
+        meta
+        if meta is not None
+        else {
+            "model": "meta-llama/Llama-3.1-8B",
+            "vllm_version": "0.19.0",
+            "engine_kwargs": {"tensor_parallel_size": 1, "dtype": "bfloat16", "max_num_seqs": 8},
+            "kv_cache": {"num_gpu_blocks": 100, "block_size": 16},
+            "hardware": {"device_name": "NVIDIA GeForce RTX 4090"},
+            "dataset_path": "workloads/sharegpt-tiny-sps2.jsonl",
+        }
+    )
     # arrivals on the wall clock, engine stamps on a monotonic clock (as vLLM records them)
-    requests = requests if requests is not None else [
-        {"request_id": "r0", "input_toks": 10, "output_toks": 11, "arrival_time": 1e9, "queued_ts": 100.0,
-         "scheduled_ts": 100.0, "first_token_ts": 101.0, "last_token_ts": 102.0},
-        {"request_id": "r1", "input_toks": 20, "output_toks": 21, "arrival_time": 1e9 + 0.5, "queued_ts": 100.6,
-         "scheduled_ts": 100.7, "first_token_ts": 101.5, "last_token_ts": 103.5},
-    ]
+    requests = (
+        requests
+        if requests is not None
+        else [
+            {
+                "request_id": "r0",
+                "input_toks": 10,
+                "output_toks": 11,
+                "arrival_time": 1e9,
+                "queued_ts": 100.0,
+                "scheduled_ts": 100.0,
+                "first_token_ts": 101.0,
+                "last_token_ts": 102.0,
+            },
+            {
+                "request_id": "r1",
+                "input_toks": 20,
+                "output_toks": 21,
+                "arrival_time": 1e9 + 0.5,
+                "queued_ts": 100.6,
+                "scheduled_ts": 100.7,
+                "first_token_ts": 101.5,
+                "last_token_ts": 103.5,
+            },
+        ]
+    )
     (d / "meta.json").write_text(json.dumps(meta))
     (d / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in requests))
     return d
@@ -179,9 +219,21 @@ def test_vllm_missing_meta_field(tmp_path):
 
 
 def test_vllm_non_monotonic_timestamps(tmp_path):
-    d = write_run(tmp_path / "run", requests=[
-        {"request_id": "r0", "input_toks": 10, "output_toks": 11, "arrival_time": 1e9, "queued_ts": 100.0,
-         "scheduled_ts": 100.0, "first_token_ts": 101.0, "last_token_ts": 100.5}])
+    d = write_run(
+        tmp_path / "run",
+        requests=[
+            {
+                "request_id": "r0",
+                "input_toks": 10,
+                "output_toks": 11,
+                "arrival_time": 1e9,
+                "queued_ts": 100.0,
+                "scheduled_ts": 100.0,
+                "first_token_ts": 101.0,
+                "last_token_ts": 100.5,
+            }
+        ],
+    )
     result = VllmRunCollector().collect(tmp_path)
     assert result.skips[0].path == str(d / "requests.jsonl") and "non-monotonic" in result.skips[0].reason
 
@@ -192,9 +244,17 @@ def test_agent_results_without_job_durations(tmp_path):
     (tmp_path / "neg").mkdir()
     (tmp_path / "neg" / "results.json").write_text(json.dumps({"job_durations": {"1": 5.0, "2": -1.0}}))
     (tmp_path / "good").mkdir()
-    (tmp_path / "good" / "results.json").write_text(json.dumps(
-        {"num_jobs": 2, "average_duration": 2.0, "median_duration": 2.0, "total_duration": 4.0,
-         "job_durations": {"2": 3.0, "1": 1.0}}))
+    (tmp_path / "good" / "results.json").write_text(
+        json.dumps(
+            {
+                "num_jobs": 2,
+                "average_duration": 2.0,
+                "median_duration": 2.0,
+                "total_duration": 4.0,
+                "job_durations": {"2": 3.0, "1": 1.0},
+            }
+        )
+    )
     result = AgentJctCollector().collect(tmp_path)
     reasons = {s.path: s.reason for s in result.skips}
     assert "job_durations" in reasons[str(tmp_path / "bad" / "results.json")]
@@ -209,8 +269,9 @@ def test_mlperf_summary_without_result_line(tmp_path):
     good = tmp_path / src.name
     shutil.copy(src, good)
     bad = tmp_path / src.name.replace("Server", "Broken")
-    bad.write_text("".join(line for line in src.read_text().splitlines(keepends=True)
-                           if "tokens per second" not in line.lower()))
+    bad.write_text(
+        "".join(line for line in src.read_text().splitlines(keepends=True) if "tokens per second" not in line.lower())
+    )
     result = MLPerfCollector().collect(tmp_path)
     assert [s.path for s in result.skips] == [str(bad)] and "result line" in result.skips[0].reason
     assert len(result.tables["cells"]) == 1
@@ -219,15 +280,27 @@ def test_mlperf_summary_without_result_line(tmp_path):
 def test_llmperf_unreadable_db_and_bad_row(tmp_path):
     (tmp_path / "junk.db").write_bytes(b"not a database at all")
     con = sqlite3.connect(tmp_path / "runs.db")
-    con.execute("create table benchmark_runs (id integer primary key, model text, gpu_info text, data_type text,"
-                " num_concurrent_requests integer, raw_results text)")
+    con.execute(
+        "create table benchmark_runs (id integer primary key, model text, gpu_info text, data_type text,"
+        " num_concurrent_requests integer, raw_results text)"
+    )
     dist = {"mean": 0.1, "min": 0.05, "quantiles": {f"p{q}": 0.1 for q in (50, 90, 95, 99)}}
     e2e = {"mean": 2.0, "min": 1.0, "quantiles": {f"p{q}": 2.0 for q in (50, 90, 95, 99)}}
-    good = {"results": {"ttft_s": dist, "inter_token_latency_s": dist, "end_to_end_latency_s": e2e,
-                        "mean_output_throughput_token_per_s": 500.0, "num_completed_requests": 8,
-                        "num_completed_requests_per_min": 120.0, "number_output_tokens": {"mean": 100.0}}}
-    con.execute("insert into benchmark_runs values (1, 'unsloth/Meta-Llama-3.1-8B-Instruct', 'RTX 3090', 'BF16', 8,"
-                " ?)", (json.dumps(good),))
+    good = {
+        "results": {
+            "ttft_s": dist,
+            "inter_token_latency_s": dist,
+            "end_to_end_latency_s": e2e,
+            "mean_output_throughput_token_per_s": 500.0,
+            "num_completed_requests": 8,
+            "num_completed_requests_per_min": 120.0,
+            "number_output_tokens": {"mean": 100.0},
+        }
+    }
+    con.execute(
+        "insert into benchmark_runs values (1, 'unsloth/Meta-Llama-3.1-8B-Instruct', 'RTX 3090', 'BF16', 8, ?)",
+        (json.dumps(good),),
+    )
     con.execute("insert into benchmark_runs values (2, 'm', 'RTX 3090', 'BF16', 8, '{\"results\": {')")
     con.commit()
     con.close()

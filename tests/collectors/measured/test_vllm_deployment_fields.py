@@ -52,8 +52,13 @@ def test_fp8_quantization_labels_the_cell_fp8(tmp_path):
     assert c["dtype"] == "fp8" and cfg["resolved_config"]["quant_config"]["weight_block_size"] == [128, 128]
 
 
-@pytest.mark.parametrize("broken", [{"kv_cache": None, "resolved_config": "<VllmConfig>"},
-                                    {"kv_cache": [], "resolved_config": {"parallel_config": "<ParallelConfig>"}}])
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"kv_cache": None, "resolved_config": "<VllmConfig>"},
+        {"kv_cache": [], "resolved_config": {"parallel_config": "<ParallelConfig>"}},
+    ],
+)
 def test_blocks_not_objects_are_read_as_absent(tmp_path, broken):
     """The recorder tags values it cannot serialise ("<type>"): such a block is absent, not a crash."""
     meta = {**copy.deepcopy(DP_EP_META), **broken}
@@ -66,7 +71,14 @@ def test_real_run_keeps_resolved_blocks():
     c = VllmRunCollector().collect(run).tables["cells"].iloc[0]
     cfg = json.loads(c["config_json"])
     res = cfg["resolved_config"]
-    assert set(res) >= {"parallel_config", "cache_config", "scheduler_config", "model_config", "compilation_config",
-                        "quant_config", "speculative_config"}
+    assert set(res) >= {
+        "parallel_config",
+        "cache_config",
+        "scheduler_config",
+        "model_config",
+        "compilation_config",
+        "quant_config",
+        "speculative_config",
+    }
     assert res["parallel_config"]["pipeline_parallel_size"] == 1 and res["model_config"]["quantization"] is None
     assert c["cell_id"] == "vllm-run/rtx4090/llama-3.1-8b/tp1/10rps" and c["n_gpus"] == 1
