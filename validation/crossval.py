@@ -487,7 +487,7 @@ def outputs(
     data: K.ComponentData, pricers: pd.DataFrame, catalog: Any = None, lomo: bool = True
 ) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
     """Everything the protocol reports: frames (``constants``, ``cv``, ``logo``, ``lomo``, ``fidelity``) to be
-    written as parquet, and the ``protocol`` summary entry :func:`validation.protocol.render_protocol_markdown`
+    written as parquet, and the ``protocol`` summary entry :func:`validation.protocol_render.render_protocol_markdown`
     renders. ``lomo=False`` skips the leave-one-model-out refits (minutes)."""
     cv = table_cv(data, catalog)
     scores = cv_scores(cv)

@@ -134,7 +134,7 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
 
 def as_summary(rows: pd.DataFrame) -> dict[str, Any]:
     """The ``summary.json`` entry ``protocol.e2e_out_of_cell`` (rendered by
-    :func:`validation.protocol.render_protocol_markdown`): the per-family MAPE table, the donors, and why a mode
+    :func:`validation.protocol_render.render_protocol_markdown`): the per-family MAPE table, the donors, and why a mode
     could not be replayed."""
     s = summary(rows)
     donors: dict[str, str] = {}

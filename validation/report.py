@@ -22,7 +22,8 @@ from validation.calibrate_data import SPLIT, mape_table
 from validation.calibrate_settings import FIT_EXCLUDE
 from validation.figures import figures
 from validation.headline import not_simulated, summarise
-from validation.protocol import PRICERS, render_protocol_markdown
+from validation.protocol import PRICERS
+from validation.protocol_render import render_protocol_markdown
 from validation.report_e2e import e2e_sections, llmperf_section, split_sections
 from validation.tables import md as _md
 

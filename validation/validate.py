@@ -476,7 +476,7 @@ def run(
     summary["sources"] = measured.origins
     # ---- validation protocol outputs (validation/protocol.py, validation/crossval.py): constants with their
     # provenance, CV scores, leave-one-GPU-out / leave-one-model-out, table fidelity; rendered by
-    # protocol.render_protocol_markdown(summary)
+    # protocol_render.render_protocol_markdown(summary)
     if has_components and len(data.ops):
         step("protocol: CV, leave-one-GPU/model-out")
         frames, summary["protocol"] = crossval.outputs(data, pricers, catalog, lomo=not quick)

@@ -12,6 +12,7 @@ from tests.validation.test_calibration import synthetic
 from validation import calibrate as K
 from validation import crossval as X
 from validation import protocol as P
+from validation import protocol_render as PR
 
 PROFILED = ("a100-80gb", "a40", "a6000", "h100-sxm", "rtx3090", "rtx4090", "rtxpro6000")
 
@@ -132,7 +133,7 @@ def test_render_has_the_four_sections() -> None:
             "table_fidelity": [{"gpu": "a40", "points": 5, "mape_pct": 1.2}],
         }
     }
-    md = "\n".join(P.render_protocol_markdown(summary))
+    md = "\n".join(PR.render_protocol_markdown(summary))
     for h in (
         "## Validation protocol",
         "## Constants and where they come from",
