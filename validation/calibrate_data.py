@@ -12,6 +12,7 @@ import pandas as pd
 
 from agentreplay.perf import Efficiency, GpuSpec, load_gpu
 from validation import components as C
+from validation import components_predict as CP
 from validation import protocol as P
 from validation.calibrate_settings import FIT_EXCLUDE
 from validation.measured import Measured
@@ -88,9 +89,9 @@ def predict(data: ComponentData, gpu: GpuSpec, eff: Efficiency) -> tuple[np.ndar
     i = data.iterations[data.iterations["gpu"] == gpu.name].reset_index(drop=True)
     a = data.allreduce[data.allreduce["gpu"] == gpu.name].reset_index(drop=True)
     return (
-        C.predict_ops(o, gpu, data.specs, data.tps, eff),  # type: ignore[arg-type]
-        C.predict_iterations(i, gpu, data.specs, data.tps, eff),  # type: ignore[arg-type]
-        C.predict_allreduce(a, gpu, eff),
+        CP.predict_ops(o, gpu, data.specs, data.tps, eff),  # type: ignore[arg-type]
+        CP.predict_iterations(i, gpu, data.specs, data.tps, eff),  # type: ignore[arg-type]
+        CP.predict_allreduce(a, gpu, eff),
     )
 
 
@@ -120,7 +121,7 @@ def op_errors(data: ComponentData, effs: dict[str, Efficiency]) -> pd.DataFrame:
     for g in sorted(set(data.ops["gpu"]) & set(effs)):
         gpu = dataclasses.replace(load_gpu(g), efficiency=effs[g])
         o = data.ops[data.ops["gpu"] == g].reset_index(drop=True)
-        parts.append(o.assign(predicted_s=C.predict_ops(o, gpu, data.specs, data.tps, effs[g])))  # type: ignore
+        parts.append(o.assign(predicted_s=CP.predict_ops(o, gpu, data.specs, data.tps, effs[g])))  # type: ignore
     out = pd.concat(parts, ignore_index=True) if parts else data.ops.assign(predicted_s=np.nan)
     out["rel_error"] = out["predicted_s"] / out["measured_s"] - 1
     return out

@@ -14,7 +14,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from agentreplay.perf import Efficiency, GpuSpec, list_gpus, load_gpu
-from validation import components as C
+from validation import components_predict as CP
 from validation.calibrate_data import ComponentData, component_data, fit_rows
 from validation.calibrate_settings import (
     BOUNDS,
@@ -96,8 +96,8 @@ def _stage(
         e = eff_of(x)
         pred = np.concatenate(
             [
-                C.predict_ops(o, gpu, data.specs, data.tps, e),  # type: ignore[arg-type]
-                C.predict_allreduce(a, gpu, e),
+                CP.predict_ops(o, gpu, data.specs, data.tps, e),  # type: ignore[arg-type]
+                CP.predict_allreduce(a, gpu, e),
             ]
         )
         return w * (np.log(np.maximum(pred, 1e-12)) - meas)

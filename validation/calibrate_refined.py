@@ -13,7 +13,7 @@ import pandas as pd
 
 from agentreplay.perf import Efficiency, GpuSpec, list_gpus, load_gpu
 from agentreplay.perf.table import REFINEMENT_FIELDS, Refinement
-from validation import components as C
+from validation import components_predict as CP
 from validation.calibrate_data import ComponentData, fit_rows
 from validation.calibrate_fit import borrowable, fit_least_squares
 from validation.calibrate_settings import (
@@ -63,8 +63,8 @@ def _refined_stage(
         e, r = _apply(eff, ref, params, x)
         pred = np.concatenate(
             [
-                C.predict_ops(o, gpu, data.specs, data.tps, e, r),  # type: ignore[arg-type]
-                C.predict_allreduce(a, gpu, e, r),
+                CP.predict_ops(o, gpu, data.specs, data.tps, e, r),  # type: ignore[arg-type]
+                CP.predict_allreduce(a, gpu, e, r),
             ]
         )
         return w * (np.log(np.maximum(pred, 1e-12)) - meas)

@@ -38,6 +38,7 @@ from agentreplay.perf.table import (
 )
 from validation import calibrate as K
 from validation import components as C
+from validation import components_predict as CP
 from validation import protocol as P
 
 TILE_CANDIDATES: Final = (1, 16, 32, 64, 128)
@@ -89,7 +90,7 @@ def in_cell_tables(
 def _refined_fallbacks(data: K.ComponentData, g: str, cells: list[str], catalog: Any) -> dict[str, Any]:
     gpu = load_gpu(g, catalog)
     eff, ref = load_refinement(gpu, refinement_path(catalog))
-    return {c: C.roofline(gpu, data.specs[c], data.tps[c], eff, ref) for c in cells}  # type: ignore[arg-type]
+    return {c: CP.roofline(gpu, data.specs[c], data.tps[c], eff, ref) for c in cells}  # type: ignore[arg-type]
 
 
 def table_cv(data: K.ComponentData, catalog: Any = None) -> pd.DataFrame:
@@ -117,7 +118,7 @@ def table_cv(data: K.ComponentData, catalog: Any = None) -> pd.DataFrame:
                 if not len(held):
                     continue
                 held = held.reset_index(drop=True)
-                err = C.predict_with(held, own) / held["measured_s"].to_numpy() - 1
+                err = CP.predict_with(held, own) / held["measured_s"].to_numpy() - 1
                 for cid, idx in held.groupby("cell_id", sort=False).indices.items():
                     rows.append(
                         {
@@ -173,9 +174,11 @@ def judged_rows(
     parts = []
     if len(o):
         pred = (
-            C.predict_with(o, pricers) if pricers is not None else C.predict_ops(o, gpu, data.specs, data.tps, eff, ref)
-        )  # type: ignore[arg-type]
-        layer = C.layer_sums(o, pred, {c: C.source_of(c) for c in o["cell_id"].unique()})
+            CP.predict_with(o, pricers)
+            if pricers is not None
+            else CP.predict_ops(o, gpu, data.specs, data.tps, eff, ref)  # type: ignore[arg-type]
+        )
+        layer = CP.layer_sums(o, pred, {c: C.source_of(c) for c in o["cell_id"].unique()})
         parts.append(layer.assign(metric="layer_time_s")[["cell_id", "metric", "measured_s", "predicted_s"]])
         att = o["group"].isin(["attention_prefill", "attention_decode", "lm_head"]) & (o["probe"] != "tokens")
         parts.append(
@@ -186,7 +189,7 @@ def judged_rows(
     it = data.iterations[(data.iterations["gpu"] == gpu.name) & data.iterations["cell_id"].isin(cells)]
     if len(it) and pricers is None:
         it = it.reset_index(drop=True)
-        pred = C.predict_iterations(it, gpu, data.specs, data.tps, eff, ref)  # type: ignore[arg-type]
+        pred = CP.predict_iterations(it, gpu, data.specs, data.tps, eff, ref)  # type: ignore[arg-type]
         parts.append(
             it.assign(metric=it["group"] + "_s", predicted_s=pred)[["cell_id", "metric", "measured_s", "predicted_s"]]
         )
@@ -194,7 +197,7 @@ def judged_rows(
     if len(ar):
         ar = ar.reset_index(drop=True)
         parts.append(
-            ar.assign(metric="all_reduce_s", predicted_s=C.predict_allreduce(ar, gpu, eff, ref))[
+            ar.assign(metric="all_reduce_s", predicted_s=CP.predict_allreduce(ar, gpu, eff, ref))[
                 ["cell_id", "metric", "measured_s", "predicted_s"]
             ]
         )
@@ -358,8 +361,8 @@ def donor_tables(
         table = C.table_from_points(f, src, donor, spec.name, 1)  # type: ignore[attr-defined]
         out[cid] = TablePerfModel(
             table,
-            C.roofline(gpu, data.specs[cid], data.tps[cid], gpu.efficiency, ref),
-            C.roofline(dspec, spec, 1, d_eff, d_ref),
+            CP.roofline(gpu, data.specs[cid], data.tps[cid], gpu.efficiency, ref),
+            CP.roofline(dspec, spec, 1, d_eff, d_ref),
         )  # type: ignore[arg-type]
     return out
 

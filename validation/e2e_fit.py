@@ -299,7 +299,7 @@ def iteration_cells_from_tables(tables: dict[str, pd.DataFrame]) -> tuple[list[I
 
 
 def _iteration_times(cell: IterationCell, cost: StepCost) -> np.ndarray:
-    from validation.components import predict_iterations
+    from validation.components_predict import predict_iterations
 
     gpu = load_gpu(cell.gpu)
     return predict_iterations(

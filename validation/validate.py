@@ -6,7 +6,7 @@ component point, and ``note``). ``rel_error = simulated / measured - 1`` (signed
 for component points that fitted the efficiencies (:data:`validation.calibrate.SPLIT`), else ``validation``.
 
 Component metrics: ``layer_time_s`` (one decoder layer = the sum of the measured per-layer operators at
-``num_tokens``, see :func:`validation.components.layer_sums`), ``attention_prefill_s`` / ``attention_decode_s``,
+``num_tokens``, see :func:`validation.components_predict.layer_sums`), ``attention_prefill_s`` / ``attention_decode_s``,
 ``lm_head_s``, ``prefill_iteration_s`` / ``decode_iteration_s`` (Splitwise whole-model iterations) and
 ``all_reduce_s``. Operator-level rows (the fit diagnostics) go to ``component_ops.parquet``.
 
@@ -41,6 +41,7 @@ from agentreplay.perf.table import (
 from validation import bands, crossval, diagnostics, e2e, e2e_llmperf, e2e_outofcell, headline, report, report_data
 from validation import calibrate as K
 from validation import components as C
+from validation import components_predict as CP
 from validation.measured import Measured, load
 
 COLUMNS: Final = [
@@ -81,7 +82,7 @@ def component_rows(
     effs = {g: load_gpu(g, catalog).efficiency for g in known}
     ops = K.op_errors(data, effs)
     src = {c: C.source_of(c) for c in ops["cell_id"].unique()}
-    layer = C.layer_sums(ops, ops["predicted_s"].to_numpy(), src)
+    layer = CP.layer_sums(ops, ops["predicted_s"].to_numpy(), src)
     roles = ops.drop_duplicates(["cell_id", "num_tokens"]).set_index(["cell_id", "num_tokens"])["role"]
     layer["role"] = [
         roles.get((c, n), "validation") for c, n in zip(layer["cell_id"], layer["num_tokens"], strict=True)
@@ -94,7 +95,7 @@ def component_rows(
         gpu = dataclasses.replace(load_gpu(g, catalog), efficiency=effs[g])
         it = data.iterations[data.iterations["gpu"] == g].reset_index(drop=True)
         if len(it):
-            pred = C.predict_iterations(it, gpu, data.specs, data.tps, effs[g])  # type: ignore[arg-type]
+            pred = CP.predict_iterations(it, gpu, data.specs, data.tps, effs[g])  # type: ignore[arg-type]
             parts.append(
                 it.assign(predicted_s=pred, metric=it["group"] + "_s", note="whole model, Splitwise")[
                     [
@@ -113,7 +114,7 @@ def component_rows(
         ar = data.allreduce[data.allreduce["gpu"] == g].reset_index(drop=True)
         if len(ar):
             parts.append(
-                ar.assign(predicted_s=C.predict_allreduce(ar, gpu, effs[g]), metric="all_reduce_s", note="")[
+                ar.assign(predicted_s=CP.predict_allreduce(ar, gpu, effs[g]), metric="all_reduce_s", note="")[
                     ["cell_id", "bytes", "measured_s", "predicted_s", "role", "metric", "note"]
                 ]
             )
@@ -157,8 +158,8 @@ def pricer_rows(data: K.ComponentData, catalog: str | Path | None = None) -> tup
         gpu = load_gpu(g, catalog)
         eff_r, ref_r = load_refinement(gpu, ref_path)
         ops = data.ops[data.ops["gpu"] == g]
-        plain = {c: C.roofline(gpu, data.specs[c], data.tps[c], gpu.efficiency) for c in ops["cell_id"].unique()}
-        refined = {c: C.roofline(gpu, data.specs[c], data.tps[c], eff_r, ref_r) for c in ops["cell_id"].unique()}
+        plain = {c: CP.roofline(gpu, data.specs[c], data.tps[c], gpu.efficiency) for c in ops["cell_id"].unique()}
+        refined = {c: CP.roofline(gpu, data.specs[c], data.tps[c], eff_r, ref_r) for c in ops["cell_id"].unique()}
         own, inside = crossval.in_cell_tables(data, g, refined)
         other = out_of_cell_tables(data, g, refined)
         ar = data.allreduce[data.allreduce["gpu"] == g].reset_index(drop=True)
@@ -171,12 +172,12 @@ def pricer_rows(data: K.ComponentData, catalog: str | Path | None = None) -> tup
         ):
             if not len(sel):
                 continue
-            o = sel.assign(pricer=name, predicted_s=C.predict_with(sel.reset_index(drop=True), pricers))
+            o = sel.assign(pricer=name, predicted_s=CP.predict_with(sel.reset_index(drop=True), pricers))
             if pricers is own:
                 o["role"] = "fidelity"
             o = o.reset_index(drop=True)
             op_parts.append(o)
-            layer = C.layer_sums(o, o["predicted_s"].to_numpy(), src)
+            layer = CP.layer_sums(o, o["predicted_s"].to_numpy(), src)
             lr = o.drop_duplicates(["cell_id", "num_tokens", "role"]).groupby(["cell_id", "num_tokens"])["role"].max()
             layer["role"] = [
                 lr.get((c, n), "validation") for c, n in zip(layer["cell_id"], layer["num_tokens"], strict=True)
@@ -202,7 +203,7 @@ def pricer_rows(data: K.ComponentData, catalog: str | Path | None = None) -> tup
                 continue  # the all-reduce and Splitwise rows of the table come once, with its in-cell pricers
             if len(ar):
                 e, r = (gpu.efficiency, None) if name == "roofline" else (eff_r, ref_r)
-                parts = [ar.assign(predicted_s=C.predict_allreduce(ar, gpu, e, r))]
+                parts = [ar.assign(predicted_s=CP.predict_allreduce(ar, gpu, e, r))]
                 if name == "table":  # fidelity on every curve; validation: the fallback on validation curves
                     pred, inside_ar = _allreduce_held_out(ar, gpu, e, r)
                     parts = [
@@ -220,7 +221,7 @@ def pricer_rows(data: K.ComponentData, catalog: str | Path | None = None) -> tup
                 tables = _splitwise_tables(data, gpu, it, e, r) if name == "table" else None
                 sub = it if tables is None else it[it["cell_id"].isin(list(tables))].reset_index(drop=True)
                 if len(sub):
-                    pred = C.predict_iterations(sub, gpu, data.specs, data.tps, e, r, pricers=tables)  # type: ignore
+                    pred = CP.predict_iterations(sub, gpu, data.specs, data.tps, e, r, pricers=tables)  # type: ignore
                     metric_parts.append(
                         sub.assign(pricer=name, predicted_s=pred, metric=sub["group"] + "_s")[
                             [
@@ -288,7 +289,7 @@ def _allreduce_held_out(ar: pd.DataFrame, gpu: Any, eff: Any, ref: Any) -> tuple
     for _, idx in ar.groupby("cell_id", sort=False).indices.items():
         d = ar.iloc[idx]
         table = C.allreduce_table(d[cal[idx]])
-        pred[idx] = C.predict_allreduce(d, gpu, eff, ref, tables={table.tp: table})
+        pred[idx] = CP.predict_allreduce(d, gpu, eff, ref, tables={table.tp: table})
     return pred, cal
 
 
@@ -311,8 +312,8 @@ def _splitwise_tables(data: K.ComponentData, gpu: Any, it: pd.DataFrame, eff: An
         if len(f):
             out[cid] = TablePerfModel(
                 C.table_from_points(f, vid, g, spec.name, 1),  # type: ignore[attr-defined]
-                C.roofline(gpu, spec, tp, eff, ref),  # type: ignore[arg-type]
-                C.roofline(gpu, spec, 1, eff, ref),  # type: ignore[arg-type]
+                CP.roofline(gpu, spec, tp, eff, ref),  # type: ignore[arg-type]
+                CP.roofline(gpu, spec, 1, eff, ref),  # type: ignore[arg-type]
                 all_reduce=C.allreduce_table(a) if tp > 1 and len(a) else None,
             )
     return out
@@ -535,7 +536,7 @@ def table_limits(
         gpu = load_gpu(str(g), catalog)
         eff, ref = load_refinement(gpu, refinement_path(catalog))
         peak[str(g)] = gpu.mem_bandwidth_gbps * 1e9
-        fallback.update({c: C.roofline(gpu, data.specs[c], data.tps[c], eff, ref) for c in cells})  # type: ignore
+        fallback.update({c: CP.roofline(gpu, data.specs[c], data.tps[c], eff, ref) for c in cells})  # type: ignore
     beyond = diagnostics.decode_beyond_dram(data.full, {c: dram_key_s(fb) for c, fb in fallback.items()}, peak)
     rules = diagnostics.grid_rule_cv(data.full, {c: partial(TablePerfModel._pf_ref, fb) for c, fb in fallback.items()})
     return {
@@ -565,7 +566,7 @@ def prefill_forms(data: K.ComponentData, catalog: str | Path | None = None) -> p
         flop = K.fit_refined(data, gpu, tiles=False)
         forms = (("FLOP", flop.efficiency, flop.refinement), ("tile", *load_refinement(gpu, refinement_path(catalog))))
         for form, eff, ref in forms:
-            err = C.predict_ops(pf, gpu, data.specs, data.tps, eff, ref) / pf["measured_s"].to_numpy() - 1  # type: ignore
+            err = CP.predict_ops(pf, gpu, data.specs, data.tps, eff, ref) / pf["measured_s"].to_numpy() - 1  # type: ignore
             row: dict[str, Any] = {"gpu": g, "form": form}
             for r in ("calibration", "validation"):
                 sel = (pf["role"] == r).to_numpy()

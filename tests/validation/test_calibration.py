@@ -15,6 +15,7 @@ from agentreplay.perf import Refinement, load_gpu
 from collectors.measured.common import cell, component, frame
 from validation import calibrate as K
 from validation import components as C
+from validation import components_predict as CP
 from validation.measured import Measured
 
 GPU = "h100-sxm"
@@ -99,7 +100,7 @@ def synthetic(
     data = K.component_data(m)
     eff = dataclasses.replace(load_gpu(gpu_name).efficiency, **truth)
     gpu = dataclasses.replace(load_gpu(gpu_name), efficiency=eff)
-    pred = C.predict_ops(data.ops, gpu, data.specs, data.tps, eff, refinement)  # type: ignore[arg-type]
+    pred = CP.predict_ops(data.ops, gpu, data.specs, data.tps, eff, refinement)  # type: ignore[arg-type]
     pts = data.ops.assign(
         op=data.ops["group"].str.replace(r"^attention_(prefill|decode)$", "attention", regex=True),
         phase=data.ops["group"].str.extract(r"^attention_(\w+)$")[0],
@@ -222,7 +223,7 @@ def test_refined_fit_recovers_known_parameters() -> None:
     ):
         assert fit.value(p) == pytest.approx(getattr(REFINEMENT, p), rel=0.05, abs=0.02), p
     ops = data.ops[data.ops["role"] == "calibration"]
-    pred = C.predict_ops(ops, load_gpu(GPU), data.specs, data.tps, fit.efficiency, fit.refinement)  # type: ignore
+    pred = CP.predict_ops(ops, load_gpu(GPU), data.specs, data.tps, fit.efficiency, fit.refinement)  # type: ignore
     assert np.mean(np.abs(pred / ops["measured_s"] - 1)) < 0.01  # the refined model fits itself
 
 
@@ -234,7 +235,7 @@ def test_table_fidelity_uses_only_table_points() -> None:
 
     data = K.component_data(synthetic(tps=(1,)))
     gpu = load_gpu(GPU)
-    fb = {c: C.roofline(gpu, data.specs[c], data.tps[c], gpu.efficiency) for c in data.ops["cell_id"].unique()}
+    fb = {c: CP.roofline(gpu, data.specs[c], data.tps[c], gpu.efficiency) for c in data.ops["cell_id"].unique()}
     own, inside = X.in_cell_tables(data, GPU, fb)
     assert not V.out_of_cell_tables(data, GPU, fb)  # no TP>1 cell
     ((_cid, pm),) = own.items()
@@ -244,7 +245,7 @@ def test_table_fidelity_uses_only_table_points() -> None:
         sizes = sorted(set(d["num_tokens"]))
         assert sorted(set(pm.table.ops[grp][0])) == sizes[::2], grp  # every other size, from the smallest
     assert inside.any() and (~inside).any()
-    pred = C.predict_with(o, own)
+    pred = CP.predict_with(o, own)
     cal = inside.to_numpy() & ~o["group"].str.startswith("attention_decode").to_numpy()
     assert np.allclose(pred[cal], o["measured_s"].to_numpy()[cal], rtol=1e-9)
     pf = pm.table.attention_prefill
