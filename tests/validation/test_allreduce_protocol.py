@@ -11,7 +11,7 @@ from agentreplay.perf import load_gpu
 from agentreplay.perf.table import load_refinement
 from validation import calibrate as K
 from validation import components as C
-from validation.validate import _allreduce_held_out
+from validation.validate_pricers import _allreduce_held_out
 
 SIZES = [2048 * 2**k for k in range(12)]
 

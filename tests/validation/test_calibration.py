@@ -231,7 +231,7 @@ def test_table_fidelity_uses_only_table_points() -> None:
     """Table fidelity (in-cell interpolation): tables built from every other token count / grid point; those rows
     reproduce to float precision, the held-out rows are not in the table; no TP>1 cell, no out-of-cell table."""
     from validation import crossval as X
-    from validation import validate as V
+    from validation import validate_pricers as V
 
     data = K.component_data(synthetic(tps=(1,)))
     gpu = load_gpu(GPU)

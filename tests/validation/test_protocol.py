@@ -229,7 +229,7 @@ def test_leave_one_model_out_fits_without_the_held_out_model(monkeypatch: pytest
 def test_table_pricer_validates_out_of_cell_only() -> None:
     """Pricer rows: the table's in-cell rows are 'fidelity' (every cell), its 'validation' rows are the TP=2 cell
     priced from the TP=1 table; the rooflines carry their cells' roles; no table row claims calibration."""
-    from validation import validate as V
+    from validation import validate_pricers as V
 
     data = K.component_data(synthetic(tps=(1, 2)))
     met, ops = V.pricer_rows(data)
