@@ -233,7 +233,8 @@ def default_efficiency(catalog: Any = None) -> dict[str, float]:
     return out
 
 
-def _shipped(catalog: Any) -> dict[str, Any]:
+def shipped_calibration(catalog: Any) -> dict[str, Any]:
+    """The calibration the catalog ships (its calibration.json), or {} when it has none."""
     path = calibration_path(catalog)
     return json.loads(path.read_text()) if path.exists() else {}
 
@@ -244,7 +245,7 @@ def _profiled(
 ) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]], list[str], dict[str, GpuSpec]]:
     """(plain fitted parameters per GPU, refined fitted parameters per GPU, the profiled catalog GPUs with a fit
     of their own, their specs)."""
-    shipped = _shipped(catalog)
+    shipped = shipped_calibration(catalog)
     fitted = {g: tuple(v.get("fitted", ())) for g, v in shipped.get("gpus", {}).items() if not v.get("calibrated_from")}
     rfitted = {
         g: tuple(v.get("fitted", {}))
@@ -408,7 +409,7 @@ def leave_one_model_out(data: K.ComponentData, catalog: Any = None) -> pd.DataFr
         models = sorted({_model_of(data, c) for c in cal.loc[cal["gpu"] == g, "cell_id"].unique()})
         if len(models) < 2:
             continue
-        shipped = _shipped(catalog)
+        shipped = shipped_calibration(catalog)
         fitted_plain = set(shipped.get("gpus", {}).get(g, {}).get("fitted", ()))
         fitted_ref = set(shipped.get("refined", {}).get("gpus", {}).get(g, {}).get("fitted", {}))
         o_eff, o_ref = load_refinement(gpu, refinement_path(catalog))
@@ -450,85 +451,3 @@ def per_gpu(lomo: pd.DataFrame) -> pd.DataFrame:
     if not len(lomo):
         return lomo
     return lomo.groupby(["gpu", "pricer"])[["lomo_components_mape_pct", "own_components_mape_pct"]].mean().reset_index()
-
-
-# ---------------------------------------------------------------------------------------------- outputs
-def _json(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """JSON-ready rows: floats rounded to 3 decimals, NaN as None."""
-    return [
-        {
-            k: (
-                None
-                if isinstance(v, float) and not np.isfinite(v)
-                else round(v, 3)
-                if isinstance(v, float)
-                else v.item()
-                if isinstance(v, np.generic)
-                else v
-            )
-            for k, v in r.items()
-        }
-        for r in df.to_dict("records")
-    ]
-
-
-def fidelity(pricers: pd.DataFrame) -> pd.DataFrame:
-    """Table fidelity per GPU: the in-cell rows (role ``fidelity``) of the table pricer, MAPE % and points."""
-    f = pricers[(pricers.get("pricer") == "table") & (pricers.get("role") == P.FIDELITY)] if len(pricers) else pricers
-    if not len(f):
-        return pd.DataFrame(columns=["gpu", "points", "mape_pct"])
-    comp = f[f["metric"].isin(COMPONENT_METRICS)]
-    ar = f[f["metric"] == "all_reduce_s"]
-    out = comp.groupby("gpu")["rel_error"].agg(points="size", mape_pct=K.mape).reset_index()
-    if len(ar):
-        a = ar.groupby("gpu")["rel_error"].agg(all_reduce_points="size", all_reduce_mape_pct=K.mape).reset_index()
-        out = out.merge(a, on="gpu", how="outer")
-    return out
-
-
-def outputs(
-    data: K.ComponentData, pricers: pd.DataFrame, catalog: Any = None, lomo: bool = True
-) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
-    """Everything the protocol reports: frames (``constants``, ``cv``, ``logo``, ``lomo``, ``fidelity``) to be
-    written as parquet, and the ``protocol`` summary entry :func:`validation.protocol_render.render_protocol_markdown`
-    renders. ``lomo=False`` skips the leave-one-model-out refits (minutes)."""
-    cv = table_cv(data, catalog)
-    scores = cv_scores(cv)
-    shipped = _shipped(catalog)
-    cal = data.ops[data.ops["role"] == P.CALIBRATION]
-    cells = {str(g): sorted(d["cell_id"].unique()) for g, d in cal.groupby("gpu")}
-    ar = data.allreduce[data.allreduce["role"] == P.CALIBRATION]
-    for g, d in ar.groupby("gpu"):
-        cells.setdefault(str(g), []).extend(sorted(d["cell_id"].unique()))
-    rows = P.catalog_rows(
-        str(Path(catalog) if catalog else K.packaged_catalog()),
-        shipped.get("gpus", {}),
-        shipped.get("refined", {}).get("gpus", {}),
-        cells,
-        K.NEAREST,
-    )
-    constants = pd.DataFrame(P.global_rows(_json(scores)) + rows, columns=list(P.CONSTANT_COLUMNS))
-    constants["value"] = constants["value"].astype(str)
-    logo = leave_one_gpu_out(data, catalog)
-    lo = leave_one_model_out(data, catalog) if lomo else pd.DataFrame()
-    fid = fidelity(pricers)
-    frames = {"constants": constants, "cv": cv, "logo": logo, "lomo": lo, "fidelity": fid}
-    summary = {
-        "split": P.SPLIT,
-        "nearest_rule": P.NEAREST_RULE,
-        "cv_scores": _json(scores),
-        "constants": _json(constants),
-        "logo": _json(logo),
-        "lomo": _json(lo),
-        "lomo_per_gpu": _json(per_gpu(lo)),
-        "table_fidelity": _json(fid),
-        "cells": {
-            r: sorted(
-                set(data.ops.loc[data.ops["role"] == r, "cell_id"])
-                | set(data.iterations.loc[data.iterations["role"] == r, "cell_id"])
-                | set(data.allreduce.loc[data.allreduce["role"] == r, "cell_id"])
-            )
-            for r in (P.CALIBRATION, P.VALIDATION)
-        },
-    }
-    return frames, summary

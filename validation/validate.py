@@ -37,7 +37,17 @@ from agentreplay.perf.table import (
     load_refinement,
     refinement_path,
 )
-from validation import bands, crossval, diagnostics, e2e, e2e_llmperf, e2e_outofcell, headline, report, report_data
+from validation import (
+    bands,
+    crossval_outputs,
+    diagnostics,
+    e2e,
+    e2e_llmperf,
+    e2e_outofcell,
+    headline,
+    report,
+    report_data,
+)
 from validation import calibrate as K
 from validation import components as C
 from validation import components_predict as CP
@@ -286,7 +296,7 @@ def run(
     # protocol_render.render_protocol_markdown(summary)
     if has_components and len(data.ops):
         step("protocol: CV, leave-one-GPU/model-out")
-        frames, summary["protocol"] = crossval.outputs(data, pricers, catalog, lomo=not quick)
+        frames, summary["protocol"] = crossval_outputs.outputs(data, pricers, catalog, lomo=not quick)
         if not quick:
             step("end to end out of cell")
             ooc = e2e_outofcell.out_of_cell_rows(tables, data, catalog, shipped=e2e_rows)
