@@ -14,7 +14,8 @@ import pandas as pd
 
 from agentreplay.perf.deploy import kv_cache_dtype
 from agentreplay.sim.run import simulate
-from validation.deployment import from_config, sim_config
+from validation.deployment import from_config
+from validation.deployment_sim import sim_config
 from validation.e2e_common import _metrics, _perf, _rows, dist, single_turn_trace, turn_metrics
 
 

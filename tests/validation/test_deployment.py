@@ -15,7 +15,8 @@ from agentreplay.perf import kv_capacity_blocks, load_gpu, load_model
 from collectors.measured.vllm_run import VllmRunCollector
 from tests.conftest import shared_path
 from validation import e2e
-from validation.deployment import NotSimulated, check, from_config, sim_config, unmodelled
+from validation.deployment import NotSimulated, from_config
+from validation.deployment_sim import check, sim_config, unmodelled
 
 RTX4090 = ("measurements", "serving-vllm-llmservingsim", "bench", "examples", "RTX4090")
 
