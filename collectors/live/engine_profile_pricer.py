@@ -37,7 +37,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import pandas as pd
@@ -56,6 +56,13 @@ class PricerCoeffs:
     p: float  #: per prefill item (request overhead beyond a step)
     b: float  #: per prefill token
     d: float  #: per unit of prefill attention work chunk * (prefix + chunk/2)
+
+
+#: A decode-step measurement below this share of the measured steps' 75th percentile is a streaming artefact
+#: (vLLM's CPU build, sharing cores with its API server, can deliver a whole window's chunks in one burst: steps of
+#: 15-40 us beside 5-8 ms ones), dropped before the fit. Physical reasoning, not tuned on an error: the steps of one
+#: profile differ by batch and context, which moves a step by a few times, never by 100x.
+ARTEFACT_SHARE: Final = 0.1
 
 
 def _fit(x: np.ndarray, y: np.ndarray, iterations: int = 50) -> tuple[np.ndarray, float]:
@@ -94,6 +101,15 @@ class ProfilePricer:
                 f"need >= 3 decode_iteration and >= 3 prefill_iteration rows, got {len(dec)} and "
                 f"{len(pre)}: run `agentreplay drive-profile` with more sizes"
             )
+        # a decode step measured at a small fraction of the typical one is a streaming artefact (the API server
+        # delivered the window's chunks back to back), not a step time: out of the fit, counted in the report
+        yd_all = dec["seconds"].to_numpy(dtype=float)
+        keep = yd_all >= ARTEFACT_SHARE * float(np.percentile(yd_all, 75))
+        dropped = int((~keep).sum())
+        if keep.sum() < 3:
+            keep[:] = True  # too few real steps to tell: fit everything (the report's error shows it)
+            dropped = 0
+        dec = dec[keep]
         n = dec["batch_size"].to_numpy(dtype=float)
         ctx = dec["context_tokens"].to_numpy(dtype=float)
         yd = dec["seconds"].to_numpy(dtype=float)
@@ -104,6 +120,7 @@ class ProfilePricer:
         p = max(q - a0 - a1, 0.0) if per_request_overhead else 0.0
         report = {
             "decode_rows": len(yd),
+            "decode_rows_dropped_as_artefacts": dropped,
             "decode_median_abs_rel_err": rms_d,
             "prefill_rows": len(yp),
             "prefill_median_abs_rel_err": rms_p,

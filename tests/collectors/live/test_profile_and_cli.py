@@ -141,3 +141,36 @@ def test_drive_cli_reports_an_unreachable_endpoint(tmp_path) -> None:
     )
     assert r.exit_code == 1
     assert f"cannot reach http://127.0.0.1:{port}/v1/models" in r.output
+
+
+def test_profile_fit_drops_streaming_artefacts_and_recovers_the_steps() -> None:
+    """Decode steps measured at ~20 us beside ~6 ms ones (a burst of chunks) leave the fit; the true line is found."""
+    import numpy as np
+    import pandas as pd
+
+    from collectors.live.engine_profile_pricer import ProfilePricer
+
+    rows = []
+    for b in (1, 2, 4, 8):
+        for ctx in (80, 140, 270):
+            sec = 5e-3 + 1e-4 * b + 2e-7 * b * ctx
+            rows.append(
+                {"op": "decode_iteration", "batch_size": b, "context_tokens": ctx, "num_tokens": b, "seconds": sec}
+            )
+            rows.append(
+                {"op": "decode_iteration", "batch_size": b, "context_tokens": ctx, "num_tokens": b, "seconds": 2e-5}
+            )  # the artefact: chunks delivered back to back
+    for t in (16, 64, 256):
+        rows.append(
+            {
+                "op": "prefill_iteration",
+                "batch_size": 1,
+                "context_tokens": 0,
+                "num_tokens": t,
+                "seconds": 0.015 + 1.7e-5 * t,
+            }
+        )
+    p = ProfilePricer.from_component(pd.DataFrame(rows))
+    assert p.fit_report["decode_rows_dropped_as_artefacts"] == 12
+    assert p.fit_report["decode_median_abs_rel_err"] < 1e-6
+    assert np.allclose([p.coeffs.a0, p.coeffs.a1, p.coeffs.c], [5e-3, 1e-4, 2e-7], rtol=1e-4)
