@@ -125,9 +125,11 @@ def plan(
     ] = Path("out/plan"),
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Find the cheapest configuration (GPU, model, TP, preset, instance count) that meets an objective at a
-    sustained load, in GPU-hours per 1,000 tasks, with the runners-up, each figure's error band, a figure of cost
-    vs the objective's metrics, and every configuration tried with its wall time.
+    """Find the cheapest fleet that meets an objective at a load.
+
+    Cost in GPU-hours per 1,000 tasks at a sustained load; a configuration is a GPU, model, TP, preset and
+    instance count. Reported: the runners-up, each figure's error band, a figure of cost vs the objective's
+    metrics, and every configuration tried with its wall time.
 
     Per GPU / model / TP / preset the instance count is searched (1, 2, 3, 5, 8, ... until the objective is met,
     then bisection), assuming more instances never hurt (checked on the results); the cheapest pending

@@ -76,10 +76,11 @@ def tasks(
     ] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """Task-level view of a simulate run: provider cost per task with prompt-cache pricing for the 5-minute and
-    1-hour TTL tiers and their break-even share of long gaps, goodput against a task deadline, TTFT p50 / p99 by
-    step, per-session cache health and the programs whose prefix reuse collapses (with the cause; run simulate
-    with --decision-log to tell eviction, TTL expiry and drops apart).
+    """Task view of a simulate run: cost, goodput, cache health.
+
+    Provider cost per task with prompt-cache pricing for the 5-minute and 1-hour TTL tiers and their break-even
+    share of long gaps; goodput against a task deadline; TTFT p50 / p99 by step; the programs whose prefix reuse
+    collapses, with the cause (run simulate with --decision-log to tell eviction, TTL expiry and drops apart).
 
     Example: agentreplay simulate --trace datasets/swebench-verified --concurrency 64 --decision-log --out out/sim
     && agentreplay tasks out/sim --deadline-x 3

@@ -52,8 +52,9 @@ def calibrate(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the calibration summary as JSON.")] = False,
 ) -> None:
-    """Fit the performance model's per-GPU efficiencies to the measured component profiles; with
-    ``--calibration``, fit the per-step engine cost end to end on measured runs with a declared split.
+    """Fit per-GPU efficiencies to the measured component profiles.
+
+    With ``--calibration``, fit the per-step engine cost end to end on measured runs with a declared split.
 
     Example: agentreplay calibrate            (rewrites agentreplay/perf/catalog/gpus.toml efficiency tables)
     Example: agentreplay calibrate --measured runs/ --calibration 'vllm-run/*/1rps'

@@ -153,3 +153,20 @@ def test_max_model_len_is_shared_by_simulate_and_compare() -> None:
     sim, cmp = dict(_options_of("simulate")), dict(_options_of("compare"))
     assert cmp["--max-model-len"].help == sim["--max-model-len"].help
     assert "tokens" in sim["--max-model-len"].help and "Default: none" in sim["--max-model-len"].help
+
+
+def test_every_commands_short_help_is_one_line_in_the_listing() -> None:
+    """The top-level listing shows each command's first docstring paragraph with its line breaks kept, which puts
+    a description word at the start of a line, where a reader (or a tool) takes it for a command."""
+    import typer.main
+
+    from agentreplay.cli import app
+
+    group = typer.main.get_command(app)
+    long = {}
+    assert len(group.commands) > 10
+    for name, cmd in group.commands.items():
+        first = (cmd.help or "").strip().split("\n\n")[0]
+        if "\n" in first:
+            long[name] = first
+    assert not long, long
