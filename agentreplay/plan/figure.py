@@ -52,11 +52,14 @@ def plot_term(ax: Any, data: dict[str, Any], slo_text: str) -> Any:
             label="chosen",
             zorder=5,
         )
-        ax.annotate(
+        xs = [r["gpu_hours_per_1000_tasks"] for r in rows] or [chosen["gpu_hours_per_1000_tasks"]]
+        right_half = chosen["gpu_hours_per_1000_tasks"] > (min(xs) + max(xs)) / 2
+        ax.annotate(  # the label reads away from the nearer side of the panel, so it is never cut
             chosen["label"],
             (chosen["gpu_hours_per_1000_tasks"], chosen[metric]),
-            xytext=(10, -14),
+            xytext=(-10 if right_half else 10, -14),
             textcoords="offset points",
+            ha="right" if right_half else "left",
             fontsize=8,
             color="red",
         )

@@ -160,3 +160,36 @@ def test_cli_rerun_with_another_load_into_the_same_folder_is_refused(bundled: Pa
     assert again.exit_code == 0 and '"configurations_simulated_now": 0' in again.output.replace("\n", "")
     other = runner.invoke(app, [*args, "--load", "0.25"])
     assert other.exit_code == 1 and "different sweep" in other.output
+
+
+def test_chosen_label_stays_inside_its_panel() -> None:
+    """The chosen configuration's label reads away from the nearer edge: at the right end of the cost axis it ends
+    left of the point (it used to run off the panel, cut at the figure's edge)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from agentreplay.plan.figure import plot_term
+
+    def row(cost: float, p90: float, label: str) -> dict:
+        return {
+            "gpu": "h100-sxm",
+            "preset": "vllm",
+            "tp": 1,
+            "feasible": True,
+            "gpu_hours_per_1000_tasks": cost,
+            "jct_p90": p90,
+            "label": label,
+        }
+
+    long = "3x b200 tp1 agent-affinity (llama-3.1-8b) with a long label"
+    for chosen in (row(2.0, 100.0, long), row(0.5, 100.0, long)):
+        data = {"configurations": [row(0.5, 900.0, "a"), row(2.0, 100.0, "b")], "chosen": chosen}
+        fig = Figure(figsize=(6, 4))
+        ax = fig.add_subplot()
+        plot_term(ax, data, "jct_p90<=600")
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        text = next(t for t in ax.texts if t.get_text() == long)
+        box, panel = text.get_window_extent(renderer), ax.get_window_extent(renderer)
+        assert panel.x0 <= box.x0 and box.x1 <= panel.x1, (chosen["gpu_hours_per_1000_tasks"], box, panel)
