@@ -36,6 +36,7 @@ from agentreplay.scheduler.victim import VICTIMS
 from agentreplay.sim import tables
 from agentreplay.sim.admission import apply_max_model_len
 from agentreplay.sim.config import ConfigError, SimConfig, to_toml
+from agentreplay.sim.disagg import Disagg, disagg_hardware, link_gbps
 from agentreplay.sim.dp import LockstepGroup
 from agentreplay.sim.instance import Instance
 from agentreplay.sim.metrics import Recorder, summarize
@@ -249,13 +250,13 @@ def simulate(
         workload = workload.head(cfg.workload.max_programs)
     workload = workload.with_reuse_scale(cfg.workload.reuse_scale)
     workload, rejections = apply_max_model_len(workload, cfg.scheduler.max_model_len)
-    hw = cfg.hardware
+    hw = cfg.hardware if not cfg.disagg.enabled else disagg_hardware(cfg.disagg, cfg.hardware)
     if hw.dp > 1:
         try:
             check_deployment(load_model(hw.model), hw.dp, hw.tp, hw.ep, hw.all2all_backend)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    plans = plan_cluster(cfg, workload)
+    plans = plan_cluster(cfg if hw is cfg.hardware else dataclasses.replace(cfg, hardware=hw), workload)
     specs = hw.instance_specs()
     pricers: dict[tuple[str, int, str], IterationPricer] = {}
     kv_dtype = kv_cache_dtype(hw.kv_cache_dtype)
@@ -303,6 +304,14 @@ def simulate(
         old.sync_pool()  # its decode run's evictions so far, as step by step
         return old.pool, fabric
 
+    dc, disagg = cfg.disagg, None
+    if dc.enabled:  # the KV-transfer link into each instance (agentreplay.sim.disagg)
+        pd_links = [
+            Link(f"kvxfer{i}", engine, link_gbps(dc, g, t), dc.link_latency_us * 1e-6)
+            for i, (g, t, _) in enumerate(specs)
+        ]
+        links += pd_links
+        disagg = Disagg(dc, engine, pd_links, block_bytes, cfg.router, on_finish)
     tc = cfg.tiers
     for i, spec in enumerate(specs):
         plan, pricer = plans[i], pricers[spec]
@@ -316,7 +325,12 @@ def simulate(
                 link = Link(f"{name}{i}", engine, gbps, lat_us * 1e-6)
                 links.append(link)
                 tiers.append(HostTier(name, int(gib * GIB) // block_bytes, link))
-        residency = Residency(engine, pool, block_bytes, tiers, remote, cfg.policy.unpin_on_pressure)
+        fin, rem = on_finish, remote
+        if disagg is not None:  # the prefill pool hands finished prefills over and pulls from the decode pool
+            fin, rem = (
+                (disagg.on_prefill_done, disagg.remote) if i < dc.prefill_instances else (disagg.on_decode_done, None)
+            )
+        residency = Residency(engine, pool, block_bytes, tiers, rem, cfg.policy.unpin_on_pressure)
         kv = KVManager(pool, cfg.cache.enable_prefix_caching, residency, retention)
         sched = Scheduler(
             kv,
@@ -330,7 +344,7 @@ def simulate(
             log=log,
         )
         instances.append(
-            Instance(i, engine, pricer, sched, on_finish, fast_decode=cfg.scheduler.fast_decode, on_sample=rec.sample)
+            Instance(i, engine, pricer, sched, fin, fast_decode=cfg.scheduler.fast_decode, on_sample=rec.sample)
         )
     group: LockstepGroup | None = None
     if lockstep(model_spec, hw.dp):
@@ -341,8 +355,8 @@ def simulate(
         workload,
         cfg.workload,
         make_tools(cfg.tools, workload),
-        ROUTERS.build(cfg.router.policy, cfg.router),
-        instances,
+        ROUTERS.build((dc.enabled and dc.prefill_router) or cfg.router.policy, cfg.router),
+        instances if disagg is None else instances[: dc.prefill_instances],
         rec,
         rng_arrivals,
         rng_tools,
@@ -352,6 +366,9 @@ def simulate(
         admission=ADMISSIONS.build("admit-all", cfg.policy),
     )
     orch_ref.append(orch)
+    if disagg is not None:
+        disagg.attach(instances)
+        orch.on_route = disagg.prepare
     orch.start()
     engine.run()
     unfinished = int(np.isnan(rec.program_finish_s).sum())
@@ -359,6 +376,7 @@ def simulate(
         raise RuntimeError(f"simulation ended with {unfinished} unfinished programs (a bug: please report)")
     for inst in instances:
         inst.check_idle()
+    assert disagg is None or disagg.idle(), "disaggregated hand-offs left in flight"
     migrations = [0 if info is None else info.affinity_breaks for info in orch.infos]
     result = SimResult(rec, migrations, {}, cfg, decisions)
     summary = result.summary
@@ -403,6 +421,8 @@ def simulate(
         "decode_runs": sum(i.stats.decode_runs for i in instances),
         "busy_s_per_instance": [i.stats.busy_s for i in instances],
     }
+    if disagg is not None:
+        summary["disagg"] = disagg.summary(engine.now)
     if hw.dp > 1:  # (absent otherwise: summaries of other deployments keep their exact form)
         summary["cluster"].update(
             {"dp": hw.dp, "ep": hw.ep, "all2all_backend": hw.all2all_backend, "lockstep": group is not None}
