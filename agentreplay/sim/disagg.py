@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -218,7 +219,7 @@ class Disagg:
             nbytes = max(0, held_blocks(d.prompt, 0, bs) - local) * self.block_bytes
             self.kv_bytes_transferred += nbytes
             self._xfer_start[d.turn] = now
-            self.links[inst.index].start(nbytes, lambda d=d, inst=inst: self._arrived(d, inst))
+            self.links[inst.index].start(nbytes, partial(self._arrived, d, inst))
             inst.submit(d)
 
     def _arrived(self, d: Request, inst: Instance) -> None:

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -325,7 +326,8 @@ def simulate(
                 link = Link(f"{name}{i}", engine, gbps, lat_us * 1e-6)
                 links.append(link)
                 tiers.append(HostTier(name, int(gib * GIB) // block_bytes, link))
-        fin, rem = on_finish, remote
+        fin: Callable[[Any], None] = on_finish
+        rem: Callable[[Any], tuple[SegmentPool, Link] | None] | None = remote
         if disagg is not None:  # the prefill pool hands finished prefills over and pulls from the decode pool
             fin, rem = (
                 (disagg.on_prefill_done, disagg.remote) if i < dc.prefill_instances else (disagg.on_decode_done, None)
