@@ -140,3 +140,30 @@ def test_bad_values_name_section_field_and_value(field: str, value: object, word
 def test_custom_link_needs_a_bandwidth() -> None:
     with pytest.raises(ConfigError, match=r"\[disagg\] link_gbps = 0.0 is invalid"):
         SimConfig().replace(disagg={"link": "custom"})
+
+
+def test_fast_decode_runs_equal_step_by_step_under_hand_offs() -> None:
+    """Hand-offs allocate on a decode instance mid-run (after syncing the run's blocks): the result equals a
+    step-by-step replay, preemptions and admission waits included."""
+    trace = make_trace(
+        [[(200 + 40 * p, 30 + 7 * p, 0.05 * p), (300 + 40 * p, 25, 0.1), (420 + 40 * p, 20, None)] for p in range(5)]
+    )
+    c = cfg(blocks=60, decode_instances=2).replace(workload={"concurrency": 5})
+    fast = simulate(trace, c, perf=perf())
+    slow = simulate(trace, c.replace(scheduler={"fast_decode": False}), perf=perf())
+    for col in ("first_token_s", "finish_s", "cached_tokens", "reloaded_remote_tokens", "preemptions"):
+        assert fast.turns[col].tolist() == slow.turns[col].tolist(), col
+    assert fast.summary["disagg"] == slow.summary["disagg"]
+    assert fast.summary["disagg"]["decode_admit_wait_s"]["p99"] > 0  # some hand-off waited for blocks
+
+
+def test_link_bandwidth_per_receiving_instance() -> None:
+    """rdma: 50 GB/s per GPU; nvlink: the catalogue's per-GPU NVLink figure (H100 SXM 450 GB/s); custom: as given."""
+    from agentreplay.perf import load_gpu
+    from agentreplay.sim.disagg import link_gbps
+    from agentreplay.sim.disagg_config import DisaggConfig
+
+    assert link_gbps(DisaggConfig(), "h100-sxm", 4) == 200.0
+    nv = load_gpu("h100-sxm").interconnect_bw_gbps
+    assert link_gbps(DisaggConfig(link="nvlink"), "h100-sxm", 2) == 2 * nv
+    assert link_gbps(DisaggConfig(link="custom", link_gbps=12.5), "h100-sxm", 8) == 12.5
