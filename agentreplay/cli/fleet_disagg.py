@@ -23,6 +23,9 @@ def fleet_disagg(
         str, typer.Option(help='[disagg] session_home: "decode" (next turn pulls its prefix) or "none".')
     ] = "decode",
     link: Annotated[str, typer.Option(help='[disagg] link: "rdma" (50 GB/s per GPU) or "nvlink".')] = "rdma",
+    first_token: Annotated[
+        str, typer.Option(help='[disagg] first_token: the client\'s first token from "decode" (vLLM) or "prefill".')
+    ] = "decode",
     max_programs: Annotated[int | None, typer.Option(help="Replay only the first N programs. Default: all.")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for disagg.md, disagg.png, rows.json.")] = Path(
         "reports/fleet/disagg"
@@ -57,7 +60,7 @@ def fleet_disagg(
         base = SimConfig().replace(
             hardware={"gpu": gpu, "model": model, "tp": tp},
             workload={"max_programs": max_programs},
-            disagg={"session_home": session_home, "link": link},
+            disagg={"session_home": session_home, "link": link, "first_token": first_token},
         )
         workload = compile_trace(read_trace(trace))
         with console.status("simulating") as status:
@@ -67,6 +70,8 @@ def fleet_disagg(
     except (ConfigError, CapacityError, TraceError, ValueError) as exc:
         raise fail(str(exc)) from None
     title = f"{model} on {gpus}x {gpu} (TP {tp}), {trace.name}, session_home={session_home}, link={link}"
+    if first_token != "decode":
+        title += f", first token from {first_token}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "disagg.md").write_text(to_markdown(rows, title))
     (out / "rows.json").write_text(json.dumps(rows, indent=1) + "\n")

@@ -5,8 +5,8 @@ What is modelled, and where it comes from:
 - **Two pools** (DistServe OSDI'24 §3: prefill and decode instances; Mooncake FAST'25 §3: prefill pool, decode
   pool). Both are ordinary :class:`~agentreplay.sim.instance.Instance` s (the same vLLM v1 scheduler and KV
   manager); the pool sizes, GPUs and TPs come from ``[disagg]`` (:mod:`agentreplay.sim.disagg_config`).
-- **Prefill** (vLLM disaggregated prefill, ``benchmarks/disagg_benchmarks/disagg_prefill_proxy_server.py`` and the
-  NIXL ``toy_proxy_server.py``: the proxy sends the request to a prefill instance with ``max_tokens = 1``): a
+- **Prefill** (vLLM's NIXL proxy, ``tests/v1/kv_connector/nixl_integration/toy_proxy_server.py``
+  ``send_request_to_service``: the request goes to a prefill instance with ``max_tokens = 1``): a
   released turn is routed over the prefill pool (``prefill_router``) and runs there as a request with one output
   token (:meth:`Disagg.prepare` sets ``target_out = 1``). Its cached prefix is a local prefix-cache hit, plus, with
   ``session_home = "decode"``, the blocks the session's decode instance still caches, pulled over the prefill
@@ -27,10 +27,12 @@ What is modelled, and where it comes from:
   the decode instance computes the last prompt token, emits the first output token and decodes the rest; the
   decode request holds its KV through the tool gap under the retention policy, where the next turn's prefill finds
   it (``session_home = "decode"``).
-- **TTFT** is the first token the client sees: in vLLM's proxies the prefill instance's token is discarded and the
-  client's stream is the decode instance's (``disagg_prefill_proxy_server.py``: ``async for chunk in
-  forward_request(decode ...)``), so the turn's ``first_token_s`` is the decode instance's first token. DistServe
-  returns the prefill's token (§3); that time is reported apart (``prefill_ttft_s`` in the summary).
+- **TTFT** is the first token the client sees. ``first_token = "decode"`` (default): vLLM's proxy reads the prefill's
+  one-token response only for its ``kv_transfer_params`` and streams the decode instance's response to the client
+  (``toy_proxy_server.py`` ``_handle_completions``), so the turn's ``first_token_s`` is the decode instance's first
+  token. ``first_token = "prefill"`` (DistServe §3; LMCache's disaggregated proxy with ``ret_first_tok``): the
+  prefill's token reaches the client first and the decode instance continues from prompt + that token for the
+  other ``output - 1`` tokens. The prefill instance's token time is reported either way (``prefill_ttft_s``).
 
 The turn's row (turns table) keeps the prefill instance in ``instance`` and the prefill's cached / reloaded
 tokens; its first token and finish are the decode side's; preemptions and recomputed tokens add up both sides.
@@ -109,6 +111,8 @@ class Disagg:
         self.router: Router = ROUTERS.build(cfg.decode_router, router_cfg)
         self.deliver = deliver
         self.pull_home = cfg.session_home == "decode"
+        #: the client's first token is the prefill's: the decode side continues from prompt + that token
+        self.shift = 1 if cfg.first_token == "prefill" else 0
         self._out: dict[int, int] = {}  #: turn -> output tokens (the prefill request runs with 1)
         self._prefill_req: dict[int, Request] = {}  #: turn -> its prefill request, until the decode side ends
         self._dinfo: dict[int, ProgramInfo] = {}  #: program -> its decode-side info (home = decode-pool index)
@@ -156,19 +160,22 @@ class Disagg:
     def on_prefill_done(self, r: Request) -> None:
         """The prefill instance produced the token: route the turn over the decode pool and queue it there."""
         now = self.engine.now
-        self.handoffs += 1
         self.prefill_ttft_s.append(r.first_token_s - r.release_s)
         info = self._dinfo.get(r.program)
         if info is None:
             info = self._dinfo[r.program] = ProgramInfo(r.info.arrival_s)
-        out = self._out.pop(r.turn)
+        out = self._out.pop(r.turn) - self.shift
+        if out == 0:  # (first_token = "prefill") a one-token call is done at the prefill instance
+            self.deliver(r)
+            return
+        self.handoffs += 1
         d = Request(
             turn=r.turn,
             program=r.program,
             turn_idx=r.turn_idx,
-            prompt=r.prompt,
+            prompt=r.prompt + self.shift,
             target_out=out,
-            reuse=r.prompt,
+            reuse=r.prompt + self.shift,
             pfx=None,
             prog=self.decode[0].pool.segment(("prog", r.program), 0),  # (replaced once routed)
             base=0,
@@ -216,7 +223,7 @@ class Disagg:
             self.decode_local_hit_tokens += local * bs
             d.computed = local * bs
             d.held = d.loading = True
-            nbytes = max(0, held_blocks(d.prompt, 0, bs) - local) * self.block_bytes
+            nbytes = max(0, held_blocks(d.prompt - self.shift, 0, bs) - local) * self.block_bytes  # the prefill's KV
             self.kv_bytes_transferred += nbytes
             self._xfer_start[d.turn] = now
             self.links[inst.index].start(nbytes, partial(self._arrived, d, inst))
@@ -232,9 +239,10 @@ class Disagg:
     def on_decode_done(self, d: Request) -> None:
         """The decode instance finished the turn: complete its prefill request and hand it on."""
         r = self._prefill_req.pop(d.turn)
-        r.target_out = d.target_out
-        r.generated = d.generated
-        r.first_token_s = d.first_token_s
+        r.target_out = d.target_out + self.shift
+        r.generated = d.generated + self.shift
+        if not self.shift:
+            r.first_token_s = d.first_token_s
         r.finish_s = d.finish_s
         r.preemptions += d.preemptions
         r.recomputed_tokens += d.recomputed_tokens

@@ -26,6 +26,13 @@ DisaggLink = Literal["rdma", "nvlink", "custom"]
 #: where a session's KV lives across tool gaps: on its decode instance (the next turn's prefill pulls the
 #: cached prefix from there), or nowhere in particular (prefill instances keep their own prefix cache)
 SessionHome = Literal["decode", "none"]
+#: which instance's token the client sees first: the decode instance's (vLLM's NIXL proxy,
+#: ``tests/v1/kv_connector/nixl_integration/toy_proxy_server.py`` ``_handle_completions``: the prefill's one-token
+#: response is read for its ``kv_transfer_params`` and the decode instance's stream is forwarded) or the prefill
+#: instance's (DistServe OSDI'24 §3; LMCache's ``examples/disagg_prefill/.../disagg_proxy_server.py`` with
+#: ``ret_first_tok``: the proxy sends the prefill's token first, and the decode instance continues from prompt +
+#: that token with ``max_tokens - 1``)
+FirstToken = Literal["decode", "prefill"]
 
 RDMA_GBPS_PER_GPU = 50.0  #: 400 Gb/s ConnectX-7, one per GPU (DGX H100; Mooncake FAST'25 testbed 8 x 400 Gb/s)
 
@@ -52,6 +59,7 @@ class DisaggConfig:
     link_gbps: float = 0.0  #: ``link = "custom"``: GB/s into one instance
     link_latency_us: float = 10.0  #: per-transfer setup latency, microseconds
     session_home: SessionHome = "decode"
+    first_token: FirstToken = "decode"
     prefill_router: str = ""  #: router over the prefill pool; "" = ``[router] policy``
     decode_router: str = "session-affinity"  #: router over the decode pool (its parameters from ``[router]``)
 
@@ -71,6 +79,8 @@ class DisaggConfig:
         _check(self.link_latency_us >= 0, "link_latency_us", self.link_latency_us, ">= 0")
         hs = get_args(SessionHome)
         _check(self.session_home in hs, "session_home", self.session_home, f"one of {list(hs)}")
+        ft = get_args(FirstToken)
+        _check(self.first_token in ft, "first_token", self.first_token, f"one of {list(ft)}")
         for name in ("prefill_router", "decode_router"):
             v = getattr(self, name)
             ok = v in ROUTERS or (name == "prefill_router" and v == "")

@@ -167,3 +167,18 @@ def test_link_bandwidth_per_receiving_instance() -> None:
     nv = load_gpu("h100-sxm").interconnect_bw_gbps
     assert link_gbps(DisaggConfig(link="nvlink"), "h100-sxm", 2) == 2 * nv
     assert link_gbps(DisaggConfig(link="custom", link_gbps=12.5), "h100-sxm", 8) == 12.5
+
+
+def test_first_token_from_the_prefill_instance() -> None:
+    """``first_token = "prefill"``: the client's first token is the prefill's (0.11 s); the decode instance gets
+    prompt + that token (101 tokens), loads the prefill's 100 tokens (7 blocks, arriving at 0.124780064), computes
+    the 101st (0.011 s) and emits token 2, then 8 more steps: done at 0.124780064 + 0.011 + 8 x 0.011. A one-token
+    call ends at the prefill instance."""
+    res = simulate(make_trace([[(100, 10, None)], [(50, 1, None)]]), cfg(first_token="prefill"), perf=perf())
+    t, d = res.turns, res.summary["disagg"]
+    arrive = 0.11 + xfer(7)
+    assert t["first_token_s"][0] == pytest.approx(0.11)
+    assert t["finish_s"][0] == pytest.approx(arrive + 0.011 + 8 * 0.011)
+    assert t["ttft_s"][1] == pytest.approx(0.06) and t["finish_s"][1] == t["first_token_s"][1]
+    assert d["handoffs"] == 1 and d["kv_bytes_transferred"] == 7 * 2_097_152
+    assert res.summary["output_tokens"] == 11
