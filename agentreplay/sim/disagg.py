@@ -55,14 +55,13 @@ from agentreplay.kv.tiers import Link
 from agentreplay.perf import load_gpu
 from agentreplay.request import ProgramInfo, Request
 from agentreplay.router.policies import ROUTERS, Router
+from agentreplay.sim.config import ConfigError, HardwareConfig
 from agentreplay.sim.disagg_config import RDMA_GBPS_PER_GPU, DisaggConfig
 from agentreplay.sim.instance import Instance
 
 
-def disagg_hardware(dc: DisaggConfig, hw: Any) -> Any:
+def disagg_hardware(dc: DisaggConfig, hw: HardwareConfig) -> HardwareConfig:
     """``[hardware]`` with the two pools as groups: prefill instances first, then decode instances."""
-    from agentreplay.sim.config import ConfigError
-
     if hw.dp > 1 or hw.groups:
         raise ConfigError(
             f"[disagg] enabled = true needs a plain [hardware] (dp = 1, no groups): got dp = {hw.dp}, "

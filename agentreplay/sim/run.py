@@ -36,7 +36,7 @@ from agentreplay.scheduler.scheduler import Scheduler
 from agentreplay.scheduler.victim import VICTIMS
 from agentreplay.sim import tables
 from agentreplay.sim.admission import apply_max_model_len
-from agentreplay.sim.config import ConfigError, SimConfig, to_toml
+from agentreplay.sim.config import ConfigError, HardwareConfig, SimConfig, to_toml
 from agentreplay.sim.disagg import Disagg, disagg_hardware, link_gbps
 from agentreplay.sim.dp import LockstepGroup
 from agentreplay.sim.instance import Instance
@@ -159,11 +159,16 @@ def plan_cluster(cfg: SimConfig, workload: Workload | None = None) -> list[Clust
     """One :class:`ClusterPlan` per instance (instances of the same GPU / TP / dtype share one)."""
     plans: dict[tuple[str, int, str], ClusterPlan] = {}
     out = []
-    for spec in cfg.hardware.instance_specs():
+    for spec in cluster_hardware(cfg).instance_specs():
         if spec not in plans:
             plans[spec] = plan_instance(cfg, *spec, workload=workload)
         out.append(plans[spec])
     return out
+
+
+def cluster_hardware(cfg: SimConfig) -> HardwareConfig:
+    """``[hardware]`` as the instances are built: with ``[disagg]`` on, the prefill pool then the decode pool."""
+    return cfg.hardware if not cfg.disagg.enabled else disagg_hardware(cfg.disagg, cfg.hardware)
 
 
 def plan_instance(cfg: SimConfig, gpu_name: str, tp: int, dtype: str, workload: Workload | None = None) -> ClusterPlan:
@@ -251,13 +256,13 @@ def simulate(
         workload = workload.head(cfg.workload.max_programs)
     workload = workload.with_reuse_scale(cfg.workload.reuse_scale)
     workload, rejections = apply_max_model_len(workload, cfg.scheduler.max_model_len)
-    hw = cfg.hardware if not cfg.disagg.enabled else disagg_hardware(cfg.disagg, cfg.hardware)
+    hw = cluster_hardware(cfg)
     if hw.dp > 1:
         try:
             check_deployment(load_model(hw.model), hw.dp, hw.tp, hw.ep, hw.all2all_backend)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    plans = plan_cluster(cfg if hw is cfg.hardware else dataclasses.replace(cfg, hardware=hw), workload)
+    plans = plan_cluster(cfg, workload)
     specs = hw.instance_specs()
     pricers: dict[tuple[str, int, str], IterationPricer] = {}
     kv_dtype = kv_cache_dtype(hw.kv_cache_dtype)
