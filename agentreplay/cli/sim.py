@@ -233,6 +233,15 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary", plans: l
         table.add_row(
             "affinity breaks / KV bytes moved", f"{s['affinity_breaks']:,} / {s['bytes_moved_total'] / 1e9:,.1f} GB"
         )
+    d = s.get("disagg")
+    if d is not None:  # (agentreplay.sim.disagg)
+        table.add_row(
+            "disaggregated prefill / decode",
+            f"{d['prefill_instances']}P + {d['decode_instances']}D, session home {d['session_home']}; KV moved "
+            f"{d['kv_bytes_transferred'] / 1e9:,.1f} GB P->D, pulled {d['kv_bytes_pulled'] / 1e9:,.1f} GB D->P; "
+            f"transfer p50 / p99 {d['transfer_s']['p50']:.4f} / {d['transfer_s']['p99']:.4f} s; utilisation "
+            f"prefill {d['utilisation']['prefill']:.0%}, decode {d['utilisation']['decode']:.0%}",
+        )
     for f in s.get("findings", []):
         table.add_row(f"[bold yellow]{f['kind']}[/]", escape(f["message"]))
     show(table)

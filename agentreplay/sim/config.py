@@ -18,6 +18,7 @@ from agentreplay.policy.registry import ParamError, Registry
 from agentreplay.router.policies import ROUTERS, LoadMetric
 from agentreplay.scheduler.queue import QUEUE_ORDERS
 from agentreplay.scheduler.victim import VICTIMS
+from agentreplay.sim.disagg_config import DisaggConfig
 
 Arrival = Literal["closed", "poisson", "trace"]
 ToolMode = Literal["replay", "fixed", "scale", "generative"]
@@ -433,6 +434,7 @@ class SimConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     tiers: TierConfig = field(default_factory=TierConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    disagg: DisaggConfig = field(default_factory=DisaggConfig)
     seed: int = 0
 
     def replace(self, **sections: dict[str, Any]) -> SimConfig:
@@ -507,6 +509,8 @@ def to_toml(cfg: SimConfig) -> str:
     for f in fields(SimConfig):
         if f.name == "seed":
             continue
+        if getattr(getattr(cfg, f.name), "enabled", True) is False:
+            continue  # a mechanism section that is off: left out, so runs without it keep their config bytes
         lines.append(f"[{f.name}]")
         for k, v in dataclasses.asdict(getattr(cfg, f.name)).items():
             if v is None:

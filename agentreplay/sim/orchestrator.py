@@ -74,6 +74,8 @@ class Orchestrator:
         self.affinity_breaks = 0
         #: the segment a request names until it is routed (the router reads only its tokens and program)
         self._unrouted = Segment(("unrouted",), 0, 0)
+        #: called with each routed call before it is submitted (disaggregated prefill: agentreplay.sim.disagg)
+        self.on_route: Callable[[Request], None] | None = None
 
     def start(self) -> None:
         n = self.w.n_programs
@@ -201,6 +203,8 @@ class Orchestrator:
             r.chain, r.prog, r.base = self._chain(inst, r.turn, ids)
         else:
             r.pfx, r.prog, r.base = self._segments(inst, p)
+        if self.on_route is not None:
+            self.on_route(r)
         inst.submit(r)
 
     def _offer_deferred(self) -> None:

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,8 @@ from agentreplay.scheduler.scheduler import Scheduler
 from agentreplay.scheduler.victim import VICTIMS
 from agentreplay.sim import tables
 from agentreplay.sim.admission import apply_max_model_len
-from agentreplay.sim.config import ConfigError, SimConfig, to_toml
+from agentreplay.sim.config import ConfigError, HardwareConfig, SimConfig, to_toml
+from agentreplay.sim.disagg import Disagg, disagg_hardware, link_gbps
 from agentreplay.sim.dp import LockstepGroup
 from agentreplay.sim.instance import Instance
 from agentreplay.sim.metrics import Recorder, summarize
@@ -157,11 +159,16 @@ def plan_cluster(cfg: SimConfig, workload: Workload | None = None) -> list[Clust
     """One :class:`ClusterPlan` per instance (instances of the same GPU / TP / dtype share one)."""
     plans: dict[tuple[str, int, str], ClusterPlan] = {}
     out = []
-    for spec in cfg.hardware.instance_specs():
+    for spec in cluster_hardware(cfg).instance_specs():
         if spec not in plans:
             plans[spec] = plan_instance(cfg, *spec, workload=workload)
         out.append(plans[spec])
     return out
+
+
+def cluster_hardware(cfg: SimConfig) -> HardwareConfig:
+    """``[hardware]`` as the instances are built: with ``[disagg]`` on, the prefill pool then the decode pool."""
+    return cfg.hardware if not cfg.disagg.enabled else disagg_hardware(cfg.disagg, cfg.hardware)
 
 
 def plan_instance(cfg: SimConfig, gpu_name: str, tp: int, dtype: str, workload: Workload | None = None) -> ClusterPlan:
@@ -249,7 +256,7 @@ def simulate(
         workload = workload.head(cfg.workload.max_programs)
     workload = workload.with_reuse_scale(cfg.workload.reuse_scale)
     workload, rejections = apply_max_model_len(workload, cfg.scheduler.max_model_len)
-    hw = cfg.hardware
+    hw = cluster_hardware(cfg)
     if hw.dp > 1:
         try:
             check_deployment(load_model(hw.model), hw.dp, hw.tp, hw.ep, hw.all2all_backend)
@@ -303,6 +310,14 @@ def simulate(
         old.sync_pool()  # its decode run's evictions so far, as step by step
         return old.pool, fabric
 
+    dc, disagg = cfg.disagg, None
+    if dc.enabled:  # the KV-transfer link into each instance (agentreplay.sim.disagg)
+        pd_links = [
+            Link(f"kvxfer{i}", engine, link_gbps(dc, g, t), dc.link_latency_us * 1e-6)
+            for i, (g, t, _) in enumerate(specs)
+        ]
+        links += pd_links
+        disagg = Disagg(dc, engine, pd_links, block_bytes, cfg.router, on_finish)
     tc = cfg.tiers
     for i, spec in enumerate(specs):
         plan, pricer = plans[i], pricers[spec]
@@ -316,7 +331,13 @@ def simulate(
                 link = Link(f"{name}{i}", engine, gbps, lat_us * 1e-6)
                 links.append(link)
                 tiers.append(HostTier(name, int(gib * GIB) // block_bytes, link))
-        residency = Residency(engine, pool, block_bytes, tiers, remote, cfg.policy.unpin_on_pressure)
+        fin: Callable[[Any], None] = on_finish
+        rem: Callable[[Any], tuple[SegmentPool, Link] | None] | None = remote
+        if disagg is not None:  # the prefill pool hands finished prefills over and pulls from the decode pool
+            fin, rem = (
+                (disagg.on_prefill_done, disagg.remote) if i < dc.prefill_instances else (disagg.on_decode_done, None)
+            )
+        residency = Residency(engine, pool, block_bytes, tiers, rem, cfg.policy.unpin_on_pressure)
         kv = KVManager(pool, cfg.cache.enable_prefix_caching, residency, retention)
         sched = Scheduler(
             kv,
@@ -330,7 +351,7 @@ def simulate(
             log=log,
         )
         instances.append(
-            Instance(i, engine, pricer, sched, on_finish, fast_decode=cfg.scheduler.fast_decode, on_sample=rec.sample)
+            Instance(i, engine, pricer, sched, fin, fast_decode=cfg.scheduler.fast_decode, on_sample=rec.sample)
         )
     group: LockstepGroup | None = None
     if lockstep(model_spec, hw.dp):
@@ -341,8 +362,8 @@ def simulate(
         workload,
         cfg.workload,
         make_tools(cfg.tools, workload),
-        ROUTERS.build(cfg.router.policy, cfg.router),
-        instances,
+        ROUTERS.build((dc.enabled and dc.prefill_router) or cfg.router.policy, cfg.router),
+        instances if disagg is None else instances[: dc.prefill_instances],
         rec,
         rng_arrivals,
         rng_tools,
@@ -352,6 +373,9 @@ def simulate(
         admission=ADMISSIONS.build("admit-all", cfg.policy),
     )
     orch_ref.append(orch)
+    if disagg is not None:
+        disagg.attach(instances)
+        orch.on_route = disagg.prepare
     orch.start()
     engine.run()
     unfinished = int(np.isnan(rec.program_finish_s).sum())
@@ -359,6 +383,7 @@ def simulate(
         raise RuntimeError(f"simulation ended with {unfinished} unfinished programs (a bug: please report)")
     for inst in instances:
         inst.check_idle()
+    assert disagg is None or disagg.idle(), "disaggregated hand-offs left in flight"
     migrations = [0 if info is None else info.affinity_breaks for info in orch.infos]
     result = SimResult(rec, migrations, {}, cfg, decisions)
     summary = result.summary
@@ -403,6 +428,8 @@ def simulate(
         "decode_runs": sum(i.stats.decode_runs for i in instances),
         "busy_s_per_instance": [i.stats.busy_s for i in instances],
     }
+    if disagg is not None:
+        summary["disagg"] = disagg.summary(engine.now)
     if hw.dp > 1:  # (absent otherwise: summaries of other deployments keep their exact form)
         summary["cluster"].update(
             {"dp": hw.dp, "ep": hw.ep, "all2all_backend": hw.all2all_backend, "lockstep": group is not None}
