@@ -330,7 +330,16 @@ def simulate(
             log=log,
         )
         instances.append(
-            Instance(i, engine, pricer, sched, on_finish, fast_decode=cfg.scheduler.fast_decode, on_sample=rec.sample)
+            Instance(
+                i,
+                engine,
+                pricer,
+                sched,
+                on_finish,
+                fast_decode=cfg.scheduler.fast_decode,
+                on_sample=rec.sample,
+                gpus=spec[1],
+            )
         )
     group: LockstepGroup | None = None
     if lockstep(model_spec, hw.dp):
