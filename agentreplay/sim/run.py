@@ -37,6 +37,7 @@ from agentreplay.sim import tables
 from agentreplay.sim.admission import apply_max_model_len
 from agentreplay.sim.config import ConfigError, SimConfig, to_toml
 from agentreplay.sim.dp import LockstepGroup
+from agentreplay.sim.footprint import FootprintSampler
 from agentreplay.sim.instance import Instance
 from agentreplay.sim.metrics import Recorder, summarize
 from agentreplay.sim.orchestrator import Orchestrator
@@ -69,7 +70,7 @@ class SimResult:
     or DataFrames (``turns``, ``programs``, ``instances``); the DataFrames are built on first use, since importing
     pandas is most of a small run's start-up (:mod:`agentreplay.sim.tables`)."""
 
-    __slots__ = ("_columns", "_frames", "_migrations", "_rec", "config", "decisions", "summary")
+    __slots__ = ("_columns", "_frames", "_migrations", "_rec", "config", "decisions", "extra", "summary")
 
     def __init__(
         self,
@@ -83,6 +84,7 @@ class SimResult:
         self._rec, self._migrations = rec, migrations
         self._columns: dict[str, tables.Columns | None] = {}
         self._frames: dict[str, pd.DataFrame] = {}
+        self.extra: dict[str, tables.Columns] = {}  #: further tables of optional mechanisms (e.g. footprint)
 
     def columns(self, name: str) -> tables.Columns | None:
         """``turns``, ``programs`` or ``instances`` as NumPy columns (None: instances of a run without
@@ -96,6 +98,8 @@ class SimResult:
                 self._columns[name] = tables.program_columns(self._rec, turns, self._migrations)
             elif name == "instances":
                 self._columns[name] = tables.instance_columns(self._rec)
+            elif name in self.extra:
+                self._columns[name] = self.extra[name]
             else:
                 raise KeyError(name)
         return self._columns[name]
@@ -133,6 +137,8 @@ class SimResult:
                 if cols is not None
                 else pa.Table.from_pandas(self._frame(name), preserve_index=False)
             )
+        for name, cols in self.extra.items():
+            out[name] = tables.to_arrow(cols)
         return out
 
     def write(self, out_dir: str | os.PathLike[str]) -> dict[str, Path]:
@@ -303,6 +309,8 @@ def simulate(
         old.sync_pool()  # its decode run's evictions so far, as step by step
         return old.pool, fabric
 
+    fp = FootprintSampler(cfg.footprint.interval_s, block_bytes) if cfg.footprint.interval_s > 0 else None
+    on_sample = rec.sample if fp is None else fp.hook(rec.sample)
     tc = cfg.tiers
     for i, spec in enumerate(specs):
         plan, pricer = plans[i], pricers[spec]
@@ -337,7 +345,7 @@ def simulate(
                 sched,
                 on_finish,
                 fast_decode=cfg.scheduler.fast_decode,
-                on_sample=rec.sample,
+                on_sample=on_sample,
                 gpus=spec[1],
             )
         )
@@ -370,6 +378,9 @@ def simulate(
         inst.check_idle()
     migrations = [0 if info is None else info.affinity_breaks for info in orch.infos]
     result = SimResult(rec, migrations, {}, cfg, decisions)
+    fp_cols = fp.columns() if fp is not None else None
+    if fp_cols is not None:
+        result.extra["footprint"] = fp_cols
     summary = result.summary
     turns, programs = result.columns("turns"), result.columns("programs")
     assert turns is not None and programs is not None
@@ -416,6 +427,8 @@ def simulate(
         summary["cluster"].update(
             {"dp": hw.dp, "ep": hw.ep, "all2all_backend": hw.all2all_backend, "lockstep": group is not None}
         )
+    if fp is not None:  # (absent otherwise, like dp_group)
+        summary["footprint"] = {"interval_s": fp.interval_s, "block_bytes": block_bytes, "samples": len(fp.rows)}
     if group is not None:
         summary["dp_group"] = dataclasses.asdict(group.stats)
     return result
