@@ -102,3 +102,32 @@ def test_bad_interval_names_section_field_and_value() -> None:
         FootprintConfig(interval_s=-1.0)
     with pytest.raises(ConfigError, match=r"\[footprint\] interval_s"):
         SimConfig().replace(footprint={"interval_s": float("inf")})
+
+
+def test_cluster_series_carries_each_instance_forward_and_sums() -> None:
+    """Instance 0 sampled at t = 0 and 2, instance 1 at t = 1 (before: all free); grid of 1 s, 1 GiB blocks.
+    t=0: inst 0 (running 2, free 8) + inst 1 not sampled yet (free 10) -> running 2, free 18.
+    t=1: inst 0 still (2, 8) + inst 1 (running 5, free 5) -> running 7, free 13.
+    t=2: inst 0 (running 1, free 9) + inst 1 (5, 5) -> running 6, free 14."""
+    import pandas as pd
+
+    from agentreplay.fleet.footprint import GIB, cluster_series
+
+    def row(t: float, i: int, run: int) -> dict[str, float]:
+        return {
+            "time_s": t,
+            "instance": i,
+            "running_blocks": run,
+            "waiting_blocks": 0,
+            "idle_blocks": 0,
+            "cached_free_blocks": 0,
+            "free_blocks": 10 - run,
+            "total_blocks": 10,
+            "offloaded_blocks": 0,
+        }
+
+    fp = pd.DataFrame([row(0.0, 0, 2), row(2.0, 0, 1), row(1.0, 1, 5)])
+    s = cluster_series(fp, GIB, 1.0)
+    assert s["time_s"].tolist() == [0.0, 1.0, 2.0]
+    assert s["running_gib"].tolist() == [2.0, 7.0, 6.0]
+    assert s["free_gib"].tolist() == [18.0, 13.0, 14.0]
