@@ -11,6 +11,15 @@ from rich.table import Table
 from agentreplay.cli.app import app, console, fail, print_json, show
 
 
+def _table(title: str, head: list[str], rows: list[list[str]], left: int = 1) -> Table:
+    t = Table(title=title)
+    for i, h in enumerate(head):
+        t.add_column(h, justify="left" if i < left else "right")
+    for r in rows:
+        t.add_row(*r)
+    return t
+
+
 @app.command("fleet-footprint")
 def fleet_footprint(
     trace: Annotated[Path, typer.Option("--trace", "-t", help="Trace folder.")] = Path("datasets/swebench-verified"),
@@ -51,11 +60,7 @@ def fleet_footprint(
     if as_json:
         print_json([r.summary for r in runs])
         return
-    head, rows = F.table_rows(runs)
-    t = Table(title=f"KV footprint of live sessions ({model} on {gpu}, {concurrency} in flight)")
-    for i, h in enumerate(head):
-        t.add_column(h, justify="left" if i < 2 else "right")
-    for r in rows:
-        t.add_row(*r)
-    show(t)
+    title = f"KV footprint of live sessions ({model} on {gpu}, {concurrency} in flight)"
+    show(_table(title, *F.table_rows(runs), left=2))
+    show(_table("GPU time per 1,000 tasks (attributed vs fleet: the difference is idle GPU time)", *F.gpu_rows(runs)))
     console.print(f"wrote {', '.join(str(p) for p in written)}", markup=False, soft_wrap=True)

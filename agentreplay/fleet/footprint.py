@@ -127,15 +127,18 @@ def table_rows(runs: list[FootprintRun]) -> tuple[list[str], list[list[str]]]:
                     "-" if share != share else f"{share:.3f}",
                 ]
             )
-        rows.append(
-            [
-                r.cluster.name,
-                "GPU-h / 1,000 tasks: attributed / fleet",
-                f"{s['gpu_hours_per_1000_tasks_attributed']:.2f}",
-                f"{s['gpu_hours_per_1000_tasks_fleet']:.2f}",
-                f"JCT p50 {s['jct_p50_s']:,.0f} s",
-            ]
-        )
+    return head, rows
+
+
+def gpu_rows(runs: list[FootprintRun]) -> tuple[list[str], list[list[str]]]:
+    """Per cluster: GPU-hours per 1,000 tasks attributed to programs and GPUs x makespan (the difference is idle
+    GPU time), and the median JCT."""
+    head = ["cluster", "GPU-h / 1,000 tasks attributed", "GPU-h / 1,000 tasks fleet", "idle share", "JCT p50 (s)"]
+    rows = []
+    for r in runs:
+        s = r.summary
+        a, f = s["gpu_hours_per_1000_tasks_attributed"], s["gpu_hours_per_1000_tasks_fleet"]
+        rows.append([r.cluster.name, f"{a:.2f}", f"{f:.2f}", f"{1 - a / f:.3f}", f"{s['jct_p50_s']:,.0f}"])
     return head, rows
 
 
@@ -172,6 +175,7 @@ def write(runs: list[FootprintRun], folder: Path) -> list[Path]:
     fig.savefig(png, dpi=110)
     plt.close(fig)
     head, rows = table_rows(runs)
+    ghead, grows = gpu_rows(runs)
     md = [
         "# KV footprint of live sessions (`agentreplay fleet-footprint`)\n",
         "HBM KV blocks per state, summed over the cluster's instances, sampled at step starts "
@@ -179,6 +183,11 @@ def write(runs: list[FootprintRun], folder: Path) -> list[Path]:
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
         *["| " + " | ".join(r) + " |" for r in rows],
+        "\nGPU time per 1,000 tasks: attributed to programs (their token shares of the iterations) vs GPUs x "
+        "makespan; the difference is idle GPU time.\n",
+        "| " + " | ".join(ghead) + " |",
+        "|" + "---|" * len(ghead),
+        *["| " + " | ".join(r) + " |" for r in grows],
         "\n![footprint](footprint.png)\n",
     ]
     mdp = folder / "footprint.md"
