@@ -54,7 +54,12 @@ def fleet_footprint(
             workload={"concurrency": concurrency, "max_programs": max_programs},
         )
         runs = [F.run_cluster(tr, base, c, interval) for c in F.DEFAULT_CLUSTERS]
-        written = F.write(runs, out)
+        setting = (
+            f"Run: {model} on {gpu}, {concurrency} programs in flight (closed loop), trace `{trace}`"
+            + (f" (first {max_programs} programs)" if max_programs else "")
+            + f", a sample per instance at most every {interval:g} s."
+        )
+        written = F.write(runs, out, setting)
     except (TraceError, ConfigError, ValueError, OSError) as exc:
         raise fail(str(exc)) from None
     if as_json:

@@ -158,8 +158,9 @@ def plot_footprint(axes: Any, runs: list[FootprintRun]) -> Any:
     return axes
 
 
-def write(runs: list[FootprintRun], folder: Path) -> list[Path]:
-    """``footprint.png``, ``footprint.md`` and ``summary.json`` into ``folder``."""
+def write(runs: list[FootprintRun], folder: Path, setting: str = "") -> list[Path]:
+    """``footprint.png``, ``footprint.md`` and ``summary.json`` into ``folder``; ``setting``: a line saying what
+    ran (model, GPU, load, trace) for the Markdown page."""
     import json
 
     import matplotlib
@@ -179,7 +180,7 @@ def write(runs: list[FootprintRun], folder: Path) -> list[Path]:
     md = [
         "# KV footprint of live sessions (`agentreplay fleet-footprint`)\n",
         "HBM KV blocks per state, summed over the cluster's instances, sampled at step starts "
-        "(`agentreplay/sim/footprint.py`); peak and mean over time in GiB.\n",
+        f"(`agentreplay/sim/footprint.py`); peak and mean over time in GiB. {setting}\n",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
         *["| " + " | ".join(r) + " |" for r in rows],
