@@ -214,7 +214,6 @@ def render(rep: TaskReport) -> str:
         "the iteration's time x the instance's GPUs (`agentreplay/sim/gpu_time.py`), equal to the busy figure; the "
         "difference to GPUs x makespan is idle GPU time no program used.\n",
         _md(*gpu_rows(rep)),
-        "\n",
         _md(*gpu_program_rows(rep)),
         "## Task-level goodput\n",
         _md(*goodput_rows(rep)),
