@@ -36,6 +36,7 @@ HOT = [
     "agentreplay/scheduler/cohort.py",
     "agentreplay/scheduler/scheduler.py",
     "agentreplay/sim/instance.py",
+    "agentreplay/sim/gpu_time.py",
     "agentreplay/kv/residency.py",
     "agentreplay/router/policies.py",
     "agentreplay/sim/orchestrator.py",

@@ -74,6 +74,8 @@ class Request:
     lazy: bool = False  #: in its instance's decode cohort: ``computed``/``generated`` are stale, see below
     c_off: int = 0  #: in the cohort: computed = c_off + cohort tick
     g_off: int = 0  #: in the cohort: generated = g_off + cohort tick
+    gpu_s: float = 0.0  #: GPU-seconds attributed so far (its token share of each step: agentreplay.sim.gpu_time)
+    gpu_mark: float = 0.0  #: in the cohort: the cohort's GPU-seconds-per-member counter when it joined
 
     @property
     def total_tokens(self) -> int:

@@ -286,6 +286,7 @@ COMMANDS = {
     "validate": "validate",
     "plan": "plan",
     "fleet-disagg": "fleet_disagg",
+    "fleet-footprint": "fleet_footprint",
 }
 
 
@@ -310,7 +311,19 @@ def main() -> None:
 
 def _register() -> None:
     """Import the command modules so their ``@app.command()`` decorators run."""
-    from agentreplay.cli import compare, drive, fleet_disagg, plan, sim, study, sweep, tasks, tools, validate  # noqa: F401
+    from agentreplay.cli import (  # noqa: F401
+        compare,
+        drive,
+        fleet_disagg,
+        fleet_footprint,
+        plan,
+        sim,
+        study,
+        sweep,
+        tasks,
+        tools,
+        validate,
+    )
 
 
 app.lazy = True

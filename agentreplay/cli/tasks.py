@@ -121,7 +121,8 @@ def tasks(
     pr = rep.summary["cost"]["prices"]
     show(_table(f"provider cost per task ({pr['name']}; prices: {prices or 'defaults'})", *md.cost_rows(rep)))
     show(_table("break-even share of long gaps between the TTL tiers", *md.break_even_rows(rep)))
-    show(_table("self-hosted GPU time", *md.gpu_rows(rep)))
+    show(_table("self-hosted GPU time (attributed - fleet difference: idle GPU time)", *md.gpu_rows(rep)))
+    show(_table("GPU-seconds per program (token share of each iteration x its time x GPUs)", *md.gpu_program_rows(rep)))
     show(_table("task-level goodput", *md.goodput_rows(rep)))
     show(_table("TTFT by step", *md.ttft_rows(rep)))
     show(_table("cache health by step", *md.health_rows(rep)))

@@ -59,8 +59,26 @@ def gpu_rows(rep: TaskReport) -> tuple[list[str], list[list[str]]]:
         ["GPU-hours per 1,000 tasks (GPUs x makespan)", _f(g["fleet_gpu_hours_per_1000_tasks"], ",.2f")],
         ["busy GPU-hours per 1,000 tasks (engine busy time)", _f(g["busy_gpu_hours_per_1000_tasks"], ",.2f")],
         ["busy share of GPU time", _f(g["busy_share"], ".3f")],
+        [
+            "attributed GPU-hours per 1,000 tasks (programs' token shares)",
+            _f(g.get("attributed_gpu_hours_per_1000_tasks"), ",.2f"),
+        ],
+        ["idle GPU-hours per 1,000 tasks (fleet - attributed)", _f(g.get("idle_gpu_hours_per_1000_tasks"), ",.2f")],
     ]
-    return ["self-hosted GPU time (fleet level)", "value"], rows
+    return ["self-hosted GPU time", "value"], rows
+
+
+def gpu_program_rows(rep: TaskReport) -> tuple[list[str], list[list[str]]]:
+    """GPU-seconds per program: quantiles, then the top programs."""
+    g = rep.summary.get("gpu_s_per_program") or {}
+    if not g:
+        return ["GPU-seconds per program", "value"], [["(output without programs.gpu_s)", "-"]]
+    rows = [[q, _f(g[q], ",.1f"), "", ""] for q in ("p50", "p90", "p99", "mean")]
+    rows += [
+        [f"top {i + 1}: {t['program_id']}", _f(t["gpu_s"], ",.1f"), f"{t['n_turns']:,}", _f(t["jct_s"], ",.0f")]
+        for i, t in enumerate(g["top"])
+    ]
+    return ["GPU-seconds per program", "GPU-s", "turns", "JCT (s)"], rows
 
 
 def break_even_rows(rep: TaskReport) -> tuple[list[str], list[list[str]]]:
@@ -192,9 +210,11 @@ def render(rep: TaskReport) -> str:
         "### Break-even share of long gaps between the two TTL tiers\n",
         _md(*break_even_rows(rep)),
         "### Self-hosted GPU time\n",
-        "The run's own GPUs, per 1,000 tasks, fleet level (per-program GPU-seconds need per-iteration token shares "
-        "the outputs do not hold).\n",
+        "The run's own GPUs, per 1,000 tasks. Attributed: each program's token share of every iteration it ran in x "
+        "the iteration's time x the instance's GPUs (`agentreplay/sim/gpu_time.py`), equal to the busy figure; the "
+        "difference to GPUs x makespan is idle GPU time no program used.\n",
         _md(*gpu_rows(rep)),
+        _md(*gpu_program_rows(rep)),
         "## Task-level goodput\n",
         _md(*goodput_rows(rep)),
         "\n![goodput](goodput.png)\n",

@@ -93,7 +93,8 @@ def analyse(
 
     # uncontended JCT and goodput
     un_turns, un_prog = uncontended(turns, out.config, reused, pricers)
-    p = progs[["program_id", "jct_s", "n_turns"]].merge(un_prog, on="program_id", how="left", validate="1:1")
+    keep = ["program_id", "jct_s", "n_turns"] + (["gpu_s"] if "gpu_s" in progs.columns else [])
+    p = progs[keep].merge(un_prog, on="program_id", how="left", validate="1:1")
     p["slowdown"] = p["jct_s"] / p["uncontended_jct_s"]
     p["deadline_s"] = deadlines(p, deadline_s=deadline_s, deadline_x=deadline_x)
     p["met"] = p["jct_s"] <= p["deadline_s"]
@@ -142,6 +143,7 @@ def analyse(
     cfg = out.config
     summary: dict[str, Any] = {
         "gpu_time": gpu_time(out, n),
+        "gpu_s_per_program": gpu_per_program(progs),
         "output": str(out.path),
         "run": {
             "gpu": cfg.hardware.gpu,
@@ -208,10 +210,37 @@ def analyse(
     )
 
 
+def gpu_per_program(progs: pd.DataFrame, top: int = 10) -> dict[str, Any]:
+    """GPU-seconds per program (``programs.parquet`` ``gpu_s``: its token share of every iteration it ran in,
+    :mod:`agentreplay.sim.gpu_time`): p50 / p90 / p99 / mean and the ``top`` programs. Empty for an output
+    written before the column existed."""
+    if "gpu_s" not in progs.columns or not len(progs):
+        return {}
+    g = progs["gpu_s"].to_numpy(float)
+    order = np.argsort(-g, kind="stable")[:top]
+    return {
+        "p50": float(np.quantile(g, 0.5)),
+        "p90": float(np.quantile(g, 0.9)),
+        "p99": float(np.quantile(g, 0.99)),
+        "mean": float(g.mean()),
+        "top": [
+            {
+                "program_id": str(progs["program_id"].iloc[i]),
+                "gpu_s": float(g[i]),
+                "n_turns": int(progs["n_turns"].iloc[i]),
+                "jct_s": float(progs["jct_s"].iloc[i]),
+            }
+            for i in order
+        ],
+    }
+
+
 def gpu_time(out: SimOutput, n_programs: int) -> dict[str, Any]:
-    """Self-hosted GPU time per 1,000 tasks, fleet-level (not per program: that needs each iteration's token
-    shares, which the outputs do not hold): ``fleet`` = GPUs x makespan (idle time included), ``busy`` = each
-    instance's busy seconds (``summary.json`` ``engine.busy_s_per_instance``) x its GPUs."""
+    """Self-hosted GPU time per 1,000 tasks: ``fleet`` = GPUs x makespan (idle time included), ``busy`` = each
+    instance's busy seconds (``summary.json`` ``engine.busy_s_per_instance``) x its GPUs, ``attributed`` = the
+    programs' GPU-seconds (their token shares of the iterations, ``programs.parquet`` ``gpu_s``; equal to
+    ``busy`` by construction). ``idle`` = fleet - attributed: GPU time no program used (idle instances, the
+    closed loop's tail)."""
     specs = out.config.hardware.instance_specs()
     gpus = sum(tp for _, tp, _ in specs)
     makespan = float(out.summary.get("makespan_s", float("nan")))
@@ -222,7 +251,10 @@ def gpu_time(out: SimOutput, n_programs: int) -> dict[str, Any]:
         else float("nan")
     )
     per_k = 1000.0 / 3600.0 / n_programs if n_programs else float("nan")
+    attributed = float(out.programs["gpu_s"].sum()) if "gpu_s" in out.programs.columns else float("nan")
     return {
+        "attributed_gpu_hours_per_1000_tasks": attributed * per_k,
+        "idle_gpu_hours_per_1000_tasks": (gpus * makespan - attributed) * per_k,
         "gpus": gpus,
         "makespan_s": makespan,
         "fleet_gpu_hours_per_1000_tasks": gpus * makespan * per_k,

@@ -15,6 +15,9 @@ The cohort keeps what a step needs from its members in O(1) instead of O(members
 - the blocks the next step allocates: a member needs a new KV block exactly when its ``computed`` is a multiple
   of the block size (it fills its last block), so members are counted by ``c_off mod block_size`` and the step
   at ``tick`` needs ``cross[-tick mod block_size]`` blocks;
+- GPU time (:mod:`agentreplay.sim.gpu_time`): ``gpu_acc`` sums, over the cohort's steps, the GPU-seconds each
+  member is charged in that step (its one token's share); a member records ``gpu_acc`` when it joins
+  (``gpu_mark``) and adds ``gpu_acc - gpu_mark`` to its ``gpu_s`` when it leaves;
 - who finishes: a member emits its last token at ``tick == target_out - g_off``; a heap ordered by that tick
   and by admission order (``run_seq``) yields the finishers of a step in the running list's order, as
   ``Instance`` emits them step by step.
@@ -35,7 +38,7 @@ from agentreplay.request import Request
 class DecodeCohort:
     """Lazily advanced decoding requests of one instance (see the module docstring)."""
 
-    __slots__ = ("bs", "cross", "heap", "n", "s_off", "tick")
+    __slots__ = ("bs", "cross", "gpu_acc", "heap", "n", "s_off", "tick")
 
     def __init__(self, block_size: int) -> None:
         self.bs = block_size
@@ -44,6 +47,7 @@ class DecodeCohort:
         self.s_off = 0  #: sum of the members' c_off
         self.cross = [0] * block_size  #: members by c_off mod block size
         self.heap: list[tuple[int, int, Request]] = []  #: (finish tick, run_seq, request)
+        self.gpu_acc = 0.0  #: GPU-seconds charged per member over the cohort's steps (see the module docstring)
 
     @property
     def sum_ctx(self) -> int:
@@ -60,6 +64,7 @@ class DecodeCohort:
         r.c_off = c = r.computed - t
         r.g_off = r.generated - t
         r.lazy = True
+        r.gpu_mark = self.gpu_acc
         self.n += 1
         self.s_off += c
         self.cross[c % self.bs] += 1
@@ -76,9 +81,11 @@ class DecodeCohort:
     def dissolve(self, members: Sequence[Request]) -> None:
         """Refresh every member (all of them must be in ``members``) and empty the cohort."""
         self.sync(members)
+        acc = self.gpu_acc
         for r in members:
             if r.lazy:
                 r.lazy = False
+                r.gpu_s += acc - r.gpu_mark
                 self.n -= 1
         assert self.n == 0, "dissolve: members missing from the given requests"
         self.s_off = 0
@@ -116,6 +123,7 @@ class DecodeCohort:
             r.computed = r.c_off + t
             r.generated = r.g_off + t
             r.lazy = False
+            r.gpu_s += self.gpu_acc - r.gpu_mark
             self.n -= 1
             self.s_off -= r.c_off
             self.cross[r.c_off % self.bs] -= 1

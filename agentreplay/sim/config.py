@@ -19,6 +19,7 @@ from agentreplay.router.policies import ROUTERS, LoadMetric
 from agentreplay.scheduler.queue import QUEUE_ORDERS
 from agentreplay.scheduler.victim import VICTIMS
 from agentreplay.sim.disagg_config import DisaggConfig
+from agentreplay.sim.footprint import FootprintConfig
 
 Arrival = Literal["closed", "poisson", "trace"]
 ToolMode = Literal["replay", "fixed", "scale", "generative"]
@@ -435,6 +436,7 @@ class SimConfig:
     tiers: TierConfig = field(default_factory=TierConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     disagg: DisaggConfig = field(default_factory=DisaggConfig)
+    footprint: FootprintConfig = field(default_factory=FootprintConfig)
     seed: int = 0
 
     def replace(self, **sections: dict[str, Any]) -> SimConfig:

@@ -32,6 +32,7 @@ from agentreplay.perf.pricer import IterationPricer
 from agentreplay.request import Request
 from agentreplay.router.policies import InstanceView
 from agentreplay.scheduler.scheduler import Scheduler, StepPlan
+from agentreplay.sim.gpu_time import charge_run, charge_step
 
 _STABLE_STOPS = frozenset({"empty", "max_seqs", "no_budget", "no_blocks"})
 _SHORT_RUN = 64  #: runs up to this many steps sum their step times in Python, longer ones with numpy
@@ -102,8 +103,10 @@ class Instance(InstanceView):
         *,
         fast_decode: bool = True,
         on_sample: Callable[[Instance], None] | None = None,
+        gpus: int = 1,
     ) -> None:
         self.index = index
+        self.gpus = gpus  #: GPUs of the instance (its TP degree): the GPU-seconds a step costs are dt x gpus
         self.engine = engine
         self.perf = perf
         #: the pricer reads each decode's context (else only their count and sum: IterationPricer)
@@ -284,9 +287,11 @@ class Instance(InstanceView):
         assert plan is not None
         stats = self.stats
         stats.iterations += 1
-        stats.busy_s += now - self._t_start
+        dt = now - self._t_start
+        stats.busy_s += dt
         run = self._run
         if run is not None:
+            charge_run(self.sched.cohort, dt * self.gpus, run.n)
             k = run.steps
             stats.decode_runs += 1
             stats.iterations += k - 1
@@ -298,6 +303,7 @@ class Instance(InstanceView):
             self._run = None
             finished = self.sched.update_from_output(plan, now, k)
         else:
+            charge_step(plan, dt * self.gpus, self.sched.cohort)
             for _, n, _ in plan.prefill:
                 stats.prefill_tokens += n
             stats.decode_tokens += len(plan.decode) + plan.cohort

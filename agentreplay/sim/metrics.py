@@ -9,6 +9,8 @@ Definitions (DESIGN §4, used everywhere):
   finish).
 - Prefix hit rate = prompt tokens served from the HBM prefix cache at admission / prompt tokens; split into the
   cross-program shared prefix and the program's own history.
+- GPU-seconds of a turn (``gpu_s``) = its token share of every iteration it ran in x the iteration's duration x
+  the instance's GPUs (:mod:`agentreplay.sim.gpu_time`); a program's is the sum over its turns.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class Recorder:
         self.turn_preemptions = np.zeros(n, dtype=np.int32)
         self.turn_reloaded = {src: np.zeros(n, dtype=np.int64) for src in ("dram", "cxl", "remote")}
         self.turn_tool_s = np.full(n, np.nan)
+        self.turn_gpu_s = np.zeros(n)
         self.program_arrival_s = np.full(m, np.nan)
         self.program_finish_s = np.full(m, np.nan)
         self.interval_s = interval_s
@@ -62,6 +65,7 @@ class Recorder:
         self._v_recomputed: Any = self.turn_recomputed.data
         self._v_preemptions: Any = self.turn_preemptions.data
         self._v_tool: Any = self.turn_tool_s.data
+        self._v_gpu: Any = self.turn_gpu_s.data
         self._v_reloaded: dict[str, Any] = {src: a.data for src, a in self.turn_reloaded.items()}
         self._v_arrival: Any = self.program_arrival_s.data
         self._v_program_finish: Any = self.program_finish_s.data
@@ -80,6 +84,7 @@ class Recorder:
         self._v_cached_prefix[t] = r.cached_prefix_tokens
         self._v_recomputed[t] = r.recomputed_tokens
         self._v_preemptions[t] = r.preemptions
+        self._v_gpu[t] = r.gpu_s
         for src, n in r.reloaded_tokens.items():
             self._v_reloaded[src][t] = n
 
@@ -141,6 +146,7 @@ class Recorder:
                 "recomputed_tokens": self.turn_recomputed,
                 "preemptions": self.turn_preemptions,
                 "tool_s": self.turn_tool_s,
+                "gpu_s": self.turn_gpu_s,
             }
         )
 
@@ -158,6 +164,7 @@ class Recorder:
                 "tool_s": g["tool_s"].sum(),
                 "queued_s": g["queued_s"].sum(),
                 "preemptions": g["preemptions"].sum(),
+                "gpu_s": g["gpu_s"].sum(),
             }
         ).reindex(w.program_ids)
         df = pd.DataFrame(
@@ -170,9 +177,11 @@ class Recorder:
             }
         )
         for col in agg.columns:
-            df[col] = agg[col].to_numpy()
+            if col != "gpu_s":
+                df[col] = agg[col].to_numpy()
         df["hit_rate"] = df["cached_tokens"] / df["input_tokens"]
         df["migrations"] = 0
+        df["gpu_s"] = agg["gpu_s"].to_numpy()
         return df
 
     def instances_frame(self) -> pd.DataFrame:
@@ -204,6 +213,7 @@ def summarize(turns: pd.DataFrame, programs: pd.DataFrame) -> dict[str, Any]:
     out = int(turns["output_tokens"].sum())
     cached = int(turns["cached_tokens"].sum())
     cached_prefix = int(turns["cached_prefix_tokens"].sum())
+    gpu_s = float(turns["gpu_s"].to_numpy(dtype=float).sum())
     return {
         "programs": len(programs),
         "turns": len(turns),
@@ -223,4 +233,6 @@ def summarize(turns: pd.DataFrame, programs: pd.DataFrame) -> dict[str, Any]:
         "reloaded_tokens": {src: int(turns[f"reloaded_{src}_tokens"].sum()) for src in ("dram", "cxl", "remote")},
         "computed_prompt_tokens": int(turns["computed_prompt_tokens"].sum()),
         "preemptions": int(turns["preemptions"].sum()),
+        "gpu_s_attributed": gpu_s,
+        "gpu_hours_per_1000_tasks_attributed": gpu_s / 3600.0 * 1000.0 / len(programs) if len(programs) else 0.0,
     }

@@ -39,6 +39,7 @@ from agentreplay.sim.admission import apply_max_model_len
 from agentreplay.sim.config import ConfigError, HardwareConfig, SimConfig, to_toml
 from agentreplay.sim.disagg import Disagg, disagg_hardware, link_gbps
 from agentreplay.sim.dp import LockstepGroup
+from agentreplay.sim.footprint import FootprintSampler
 from agentreplay.sim.instance import Instance
 from agentreplay.sim.metrics import Recorder, summarize
 from agentreplay.sim.orchestrator import Orchestrator
@@ -71,7 +72,7 @@ class SimResult:
     or DataFrames (``turns``, ``programs``, ``instances``); the DataFrames are built on first use, since importing
     pandas is most of a small run's start-up (:mod:`agentreplay.sim.tables`)."""
 
-    __slots__ = ("_columns", "_frames", "_migrations", "_rec", "config", "decisions", "summary")
+    __slots__ = ("_columns", "_frames", "_migrations", "_rec", "config", "decisions", "extra", "summary")
 
     def __init__(
         self,
@@ -85,6 +86,7 @@ class SimResult:
         self._rec, self._migrations = rec, migrations
         self._columns: dict[str, tables.Columns | None] = {}
         self._frames: dict[str, pd.DataFrame] = {}
+        self.extra: dict[str, tables.Columns] = {}  #: further tables of optional mechanisms (e.g. footprint)
 
     def columns(self, name: str) -> tables.Columns | None:
         """``turns``, ``programs`` or ``instances`` as NumPy columns (None: instances of a run without
@@ -98,6 +100,8 @@ class SimResult:
                 self._columns[name] = tables.program_columns(self._rec, turns, self._migrations)
             elif name == "instances":
                 self._columns[name] = tables.instance_columns(self._rec)
+            elif name in self.extra:
+                self._columns[name] = self.extra[name]
             else:
                 raise KeyError(name)
         return self._columns[name]
@@ -135,6 +139,8 @@ class SimResult:
                 if cols is not None
                 else pa.Table.from_pandas(self._frame(name), preserve_index=False)
             )
+        for name, cols in self.extra.items():
+            out[name] = tables.to_arrow(cols)
         return out
 
     def write(self, out_dir: str | os.PathLike[str]) -> dict[str, Path]:
@@ -318,6 +324,8 @@ def simulate(
         ]
         links += pd_links
         disagg = Disagg(dc, engine, pd_links, block_bytes, cfg.router, on_finish)
+    fp = FootprintSampler(cfg.footprint.interval_s, block_bytes) if cfg.footprint.interval_s > 0 else None
+    on_sample = rec.sample if fp is None else fp.hook(rec.sample)
     tc = cfg.tiers
     for i, spec in enumerate(specs):
         plan, pricer = plans[i], pricers[spec]
@@ -351,7 +359,16 @@ def simulate(
             log=log,
         )
         instances.append(
-            Instance(i, engine, pricer, sched, fin, fast_decode=cfg.scheduler.fast_decode, on_sample=rec.sample)
+            Instance(
+                i,
+                engine,
+                pricer,
+                sched,
+                fin,
+                fast_decode=cfg.scheduler.fast_decode,
+                on_sample=on_sample,
+                gpus=spec[1],
+            )
         )
     group: LockstepGroup | None = None
     if lockstep(model_spec, hw.dp):
@@ -386,6 +403,9 @@ def simulate(
     assert disagg is None or disagg.idle(), "disaggregated hand-offs left in flight"
     migrations = [0 if info is None else info.affinity_breaks for info in orch.infos]
     result = SimResult(rec, migrations, {}, cfg, decisions)
+    fp_cols = fp.columns() if fp is not None else None
+    if fp_cols is not None:
+        result.extra["footprint"] = fp_cols
     summary = result.summary
     turns, programs = result.columns("turns"), result.columns("programs")
     assert turns is not None and programs is not None
@@ -434,6 +454,8 @@ def simulate(
         summary["cluster"].update(
             {"dp": hw.dp, "ep": hw.ep, "all2all_backend": hw.all2all_backend, "lockstep": group is not None}
         )
+    if fp is not None:  # (absent otherwise, like dp_group)
+        summary["footprint"] = {"interval_s": fp.interval_s, "block_bytes": block_bytes, "samples": len(fp.rows)}
     if group is not None:
         summary["dp_group"] = dataclasses.asdict(group.stats)
     return result

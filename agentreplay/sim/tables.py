@@ -58,6 +58,7 @@ def turn_columns(rec: Any) -> Columns:
         "recomputed_tokens": rec.turn_recomputed,
         "preemptions": rec.turn_preemptions,
         "tool_s": rec.turn_tool_s,
+        "gpu_s": rec.turn_gpu_s,
     }
 
 
@@ -105,6 +106,7 @@ def program_columns(rec: Any, turns: Columns, migrations: list[int]) -> Columns:
         }
         cols["hit_rate"] = cols["cached_tokens"] / cols["input_tokens"]
     cols["migrations"] = np.asarray(migrations, dtype=np.int64)
+    cols["gpu_s"] = group_sum(turns["gpu_s"], start)
     return cols
 
 

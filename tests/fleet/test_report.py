@@ -62,3 +62,36 @@ def test_gpu_time_per_1000_tasks(cut_run) -> None:
     assert g["fleet_gpu_hours_per_1000_tasks"] == pytest.approx(makespan / 3600 / 2 * 1000)
     assert g["busy_gpu_hours_per_1000_tasks"] == pytest.approx(busy / 3600 / 2 * 1000)
     assert 0 < g["busy_share"] <= 1
+    # programs' GPU-seconds (token shares of the iterations) add up to the busy time on one GPU; the rest of
+    # GPUs x makespan is idle
+    assert g["attributed_gpu_hours_per_1000_tasks"] == pytest.approx(busy / 3600 / 2 * 1000, rel=1e-9)
+    assert g["idle_gpu_hours_per_1000_tasks"] == pytest.approx((makespan - busy) / 3600 / 2 * 1000, rel=1e-9)
+
+
+def test_gpu_seconds_per_program(cut_run) -> None:
+    out = read_output(cut_run)
+    rep = analyse(out, Prices(), deadline_x=2)
+    g = rep.summary["gpu_s_per_program"]
+    per = out.programs.set_index("program_id")["gpu_s"]
+    assert g["p50"] == pytest.approx(float(per.median()))
+    assert g["p99"] == pytest.approx(float(per.quantile(0.99)))
+    assert [t["program_id"] for t in g["top"]] == list(per.sort_values(ascending=False).index)
+    assert rep.programs.set_index("program_id")["gpu_s"].to_dict() == per.to_dict()
+
+
+def test_an_output_without_gpu_seconds_still_reports(cut_run, tmp_path) -> None:
+    """Outputs written before ``gpu_s`` existed: no per-program figures, attributed GPU time NaN."""
+    import shutil
+
+    import pandas as pd
+
+    d = tmp_path / "old"
+    shutil.copytree(cut_run, d)
+    for name in ("turns", "programs"):
+        pd.read_parquet(d / f"{name}.parquet").drop(columns="gpu_s").to_parquet(d / f"{name}.parquet")
+    rep = analyse(read_output(d), Prices(), deadline_x=2)
+    assert rep.summary["gpu_s_per_program"] == {}
+    assert (
+        rep.summary["gpu_time"]["attributed_gpu_hours_per_1000_tasks"]
+        != rep.summary["gpu_time"]["attributed_gpu_hours_per_1000_tasks"]
+    )

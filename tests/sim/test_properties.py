@@ -50,6 +50,9 @@ def assert_paths_agree(runs, extra: tuple[str, ...] = ()) -> None:
     cols = INT_COLS + TIME_COLS + list(extra)
     for other in runs[1:]:
         pd.testing.assert_frame_equal(runs[0].turns[cols], other.turns[cols], check_exact=True)
+        # GPU-seconds: the cohort counter and a run's closed form (agentreplay.sim.gpu_time) equal per-step,
+        # per-request charging up to rounding
+        pd.testing.assert_series_equal(runs[0].turns["gpu_s"], other.turns["gpu_s"], rtol=1e-9, atol=0)
 
 
 @pytest.fixture(scope="module")

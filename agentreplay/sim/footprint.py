@@ -1,0 +1,162 @@
+"""KV footprint of live sessions over time: who holds each HBM block of an instance, sampled at an interval.
+
+Off by default (``[footprint] interval_s = 0``): nothing is sampled and no step pays for it (the instances' sample
+hook is the plain :meth:`agentreplay.sim.metrics.Recorder.sample`). On, every instance is sampled when a step
+starts (:meth:`agentreplay.sim.instance.Instance._begin`, after the scheduler planned it), at most once per
+``interval_s`` per instance, into the ``footprint`` table of the simulate output. Each sample splits the
+instance's ``total_blocks`` into:
+
+- ``running_blocks``: blocks of the running requests (vLLM ``Scheduler.running``: decoding or prefilling), their
+  slots for the step just planned included (vLLM ``KVCacheManager.allocate_slots`` allocates them when the step
+  is scheduled); a shared-prefix segment held by several counts once;
+- ``idle_blocks``: blocks kept for programs in a tool call: pins (TTL / Continuum retention,
+  :mod:`agentreplay.kv.residency`) and histories being written to a host tier, of programs with no call
+  running or waiting on the instance; shared segments only they hold;
+- ``waiting_blocks``: the rest of the used blocks, so ``running + idle + waiting = used``: waiting requests
+  holding slots (KV loading from a host tier or another instance, or loaded: vLLM ``WAITING_FOR_REMOTE_KVS``) and
+  the pins of programs whose next call is already waiting here (their KV waits for that call);
+- ``cached_free_blocks``: free blocks that still hold a reusable prefix (vLLM's prefix cache: freed blocks keep
+  their hash in the LRU free queue until reallocated, ``BlockPool.free_blocks`` / ``FreeKVCacheBlockQueue``);
+- ``free_blocks``: free blocks without content (never used, a partial last block, or stale history);
+- ``offloaded_blocks``: blocks held in the instance's host tiers (DRAM, CXL), not part of ``total_blocks``.
+
+Bytes: ``block_bytes`` (written to the summary) = block size x the model's KV bytes per token at the run's KV
+dtype, over all TP ranks, as the tiers price blocks (:func:`agentreplay.sim.run.simulate`).
+
+Sampling costs O(running + pins + segments) per sample, paid only when on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from agentreplay.kv.manager import held_blocks
+
+#: Columns of the ``footprint`` table, in order.
+COLUMNS = (
+    "time_s",
+    "instance",
+    "running_blocks",
+    "waiting_blocks",
+    "idle_blocks",
+    "cached_free_blocks",
+    "free_blocks",
+    "total_blocks",
+    "offloaded_blocks",
+)
+STATES = ("running", "waiting", "idle", "cached_free", "free")
+
+
+@dataclass(frozen=True, slots=True)
+class FootprintConfig:
+    """``[footprint]``: the KV-footprint time series (module docstring)."""
+
+    interval_s: float = 0.0  #: minimum simulated seconds between samples of one instance; 0 = off
+
+    def __post_init__(self) -> None:
+        v = self.interval_s
+        if isinstance(v, bool) or not isinstance(v, int | float) or not (v >= 0 and math.isfinite(v)):
+            from agentreplay.sim.config import ConfigError
+
+            raise ConfigError(f"[footprint] interval_s = {v!r} is invalid: a finite number of seconds >= 0 (0 = off)")
+
+
+class FootprintSampler:
+    """Collects footprint rows; :meth:`hook` wraps an instance's sample hook."""
+
+    def __init__(self, interval_s: float, block_bytes: int) -> None:
+        self.interval_s = interval_s
+        self.block_bytes = block_bytes
+        self.rows: list[tuple[float, int, int, int, int, int, int, int, int]] = []
+        self._next: dict[int, float] = {}
+
+    def hook(self, inner: Any) -> Any:
+        """A sample hook calling ``inner`` (the Recorder's) and then :meth:`sample`."""
+
+        def both(inst: Any) -> None:
+            inner(inst)
+            self.sample(inst)
+
+        return both
+
+    def sample(self, inst: Any) -> None:
+        now = inst.engine.now
+        if now < self._next.get(inst.index, 0.0):
+            return
+        self._next[inst.index] = now + self.interval_s
+        self.rows.append((now, inst.index, *split(inst)))
+
+    def columns(self) -> dict[str, np.ndarray] | None:
+        if not self.rows:
+            return None
+        cols = list(zip(*self.rows, strict=True))
+        return {
+            name: np.asarray(c, dtype=np.float64 if name == "time_s" else np.int64)
+            for name, c in zip(COLUMNS, cols, strict=True)
+        }
+
+
+def _shared(r: Any) -> list[Any]:
+    """The shared-prefix segments a request holds (the system prefix, or a block-hash chain)."""
+    return [r.pfx] if r.pfx is not None else list(r.chain)
+
+
+def split(inst: Any) -> tuple[int, int, int, int, int, int, int]:
+    """``(running, waiting, idle, cached_free, free, total, offloaded)`` blocks of ``inst`` now (module
+    docstring); call while the planned step has not been applied (``inst._plan``)."""
+    sched, pool, res = inst.sched, inst.pool, inst.residency
+    bs = pool.block_size
+    running = sched.running
+    sched.cohort.sync(running)
+    plan = inst._plan
+    extra: dict[int, int] = {}
+    if plan is not None:
+        for r, n, _ in plan.prefill:
+            extra[id(r)] = n
+        for r in plan.decode:
+            extra[id(r)] = 1
+        if plan.cohort:
+            for r in running[: plan.cohort]:
+                extra[id(r)] = 1
+    shared: dict[int, Any] = {}
+    run_blocks = 0
+    active = set()
+    for r in running:
+        active.add(r.program)
+        run_blocks += held_blocks(r.computed + extra.get(id(r), 0), r.base, bs) - r.base
+        for seg in _shared(r):
+            shared[id(seg)] = seg
+    for r in sched.waiting:
+        active.add(r.program)
+        if r.held or r.loading:
+            for seg in _shared(r):
+                shared.setdefault(id(seg), None)  # held by a waiting request: not idle, not running
+    run_blocks += sum(seg.present - seg.base + seg.held_stale for seg in shared.values() if seg is not None)
+    idle = 0
+    if res is not None:
+        seen: set[int] = set()
+        for p in res.held_segments():
+            if p.program in active or id(p.prog) in seen:
+                continue
+            seen.add(id(p.prog))
+            idle += p.prog.present - p.prog.base + p.prog.held_stale
+            for seg in _shared(p):
+                if id(seg) not in shared and id(seg) not in seen:
+                    seen.add(id(seg))
+                    idle += seg.present - seg.base + seg.held_stale
+    used = pool.used_blocks
+    cached_free = sum(seg.run.count for seg in pool.segments.values() if seg.ref == 0 and seg.run is not None)
+    offloaded = sum(t.used_blocks for t in res.tiers) if res is not None else 0
+    return (
+        run_blocks,
+        used - run_blocks - idle,
+        idle,
+        cached_free,
+        pool.free_blocks - cached_free,
+        pool.num_blocks,
+        offloaded,
+    )
