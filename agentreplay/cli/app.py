@@ -285,6 +285,7 @@ COMMANDS = {
     "calibrate": "validate",
     "validate": "validate",
     "plan": "plan",
+    "fleet-fanout": "fleet_fanout",
 }
 
 
@@ -309,6 +310,7 @@ def main() -> None:
 
 def _register() -> None:
     """Import the command modules so their ``@app.command()`` decorators run."""
+    import agentreplay.cli.fleet_fanout  # noqa: F401
     from agentreplay.cli import compare, drive, plan, sim, study, sweep, tasks, tools, validate  # noqa: F401
 
 
