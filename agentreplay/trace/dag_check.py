@@ -1,5 +1,6 @@
 """Validation of fan-out links (schema version 3 ``programs.parent_program_id`` / ``parent_turn_idx`` /
-``spawn_delay_s``): every message names the file (``where``), the field, the program and the value."""
+``spawn_delay_s``): every message names the file (``where``), the field, the program and the value.
+(:func:`agentreplay.trace.io.validate` raises it as a ``TraceError``; this module imports nothing of io.)"""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
-from agentreplay.trace.io import TraceError
+
+class LinkError(ValueError):
+    """A bad fan-out link (the message is complete)."""
 
 
 def validate_links(progs: pd.DataFrame, where: str) -> None:
@@ -24,30 +27,30 @@ def validate_links(progs: pd.DataFrame, where: str) -> None:
     for pid, parent, t, d in zip(ids, parents, turns, delays, strict=True):
         if _missing(parent):
             if not _missing(t):
-                raise TraceError(
+                raise LinkError(
                     f"{where}: programs.parent_turn_idx = {int(t)} for program {pid!r}, which has no parent_program_id"
                 )
             continue
         if parent not in n_turns:
-            raise TraceError(f"{where}: programs.parent_program_id = {parent!r} for program {pid!r}: no such program")
+            raise LinkError(f"{where}: programs.parent_program_id = {parent!r} for program {pid!r}: no such program")
         if parent == pid:
-            raise TraceError(f"{where}: programs.parent_program_id = {parent!r} for program {pid!r}: its own parent")
+            raise LinkError(f"{where}: programs.parent_program_id = {parent!r} for program {pid!r}: its own parent")
         if _missing(t):
-            raise TraceError(f"{where}: programs.parent_turn_idx is null for program {pid!r}, child of {parent!r}")
+            raise LinkError(f"{where}: programs.parent_turn_idx is null for program {pid!r}, child of {parent!r}")
         if not 0 <= int(t) < n_turns[parent]:
-            raise TraceError(
+            raise LinkError(
                 f"{where}: programs.parent_turn_idx = {int(t)} for program {pid!r} out of range: its parent "
                 f"{parent!r} has turns 0..{n_turns[parent] - 1}"
             )
         if not _missing(d) and float(d) < 0:
-            raise TraceError(f"{where}: programs.spawn_delay_s = {float(d)} negative for program {pid!r}")
+            raise LinkError(f"{where}: programs.spawn_delay_s = {float(d)} negative for program {pid!r}")
         parent_of[pid] = parent
     for start in parent_of:
         seen = {start}
         p = parent_of.get(start)
         while p is not None:
             if p in seen:
-                raise TraceError(
+                raise LinkError(
                     f"{where}: programs.parent_program_id forms a cycle through program {p!r} (from {start!r})"
                 )
             seen.add(p)

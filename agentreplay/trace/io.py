@@ -249,9 +249,12 @@ def validate(trace: Trace, *, where: str = "<memory>") -> None:
         )
     _validate_hash_ids(turns, where)
     if "parent_program_id" in progs.columns and progs["parent_program_id"].notna().any():
-        from agentreplay.trace.dag_check import validate_links
+        from agentreplay.trace.dag_check import LinkError, validate_links
 
-        validate_links(progs, where)
+        try:
+            validate_links(progs, where)
+        except LinkError as exc:
+            raise TraceError(str(exc)) from None
     tc = trace.tool_calls
     if tc is not None and len(tc):
         bad = tc["duration_s"] < 0
