@@ -123,9 +123,10 @@ def roots_only(w: Workload) -> Workload:
 
 
 def compare_routers(
-    w: Workload, cfg: SimConfig, routers: list[str], reference: str, progress: Any = None
+    w: Workload, cfg: SimConfig, routers: list[str], reference: str, progress: Any = None, perf: Any = None
 ) -> list[RouterRow]:
-    """Simulate ``w`` (with its fan-out) and its roots alone under each router; rows in ``routers`` order."""
+    """Simulate ``w`` (with its fan-out) and its roots alone under each router; rows in ``routers`` order
+    (``perf``: an iteration pricer replacing the catalog's, for tests)."""
     if reference not in routers:
         raise ValueError(f"reference router {reference!r} is not among the routers {routers}")
     base_w = roots_only(w)
@@ -134,7 +135,7 @@ def compare_routers(
         c = cfg.replace(router={"policy": name})
         if progress is not None:
             progress(name)
-        raw.append(measure(name, simulate(w, c), w, simulate(base_w, c), base_w))
+        raw.append(measure(name, simulate(w, c, perf=perf), w, simulate(base_w, c, perf=perf), base_w))
     ref = next(r["prefill_tokens"] for r in raw if r["router"] == reference)
     return [RouterRow(saved_tokens=ref - r["prefill_tokens"], **r) for r in raw]
 

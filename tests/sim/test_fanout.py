@@ -101,3 +101,22 @@ def test_workflow_without_links_is_unchanged() -> None:
     res = simulate(trace, cfg(), perf=CONST)
     assert res.programs["arrival_s"].tolist() == [0.0, 0.0, 0.0]
     assert res.turns["cached_tokens"].tolist() == [0, 96, 0, 0]  # (rows: p0 t0, p0 t1, p1, p2)
+
+
+def test_fleet_measures_on_the_family() -> None:
+    """The family plus p3 (one 50-token turn, no children), one instance. Prefill computed = prompts 100 + 200 +
+    120 + 120 + 50 = 590 minus the 3 x 96 hits = 302; sibling hit rate = (96 + 96) / (100 + 100) = 0.96;
+    p3 hits nothing with or without the fan-out (0.0); workflow JCT of p0 = 0.04 s (its turn 1 ends last) and
+    of p3 0.01 s (both arrive at 0 in the closed loop of 4, p3 prefills with p0's first call)."""
+    from agentreplay.fleet.fanout import compare_routers
+    from agentreplay.sim.workload import compile_trace
+
+    trace = make_trace([[(100, 1, 0.005), (200, 1, None)], [(120, 2, None)], [(120, 2, None)], [(50, 1, None)]])
+    trace = link(trace, "p0", 0)
+    trace.programs.loc[3, ["parent_program_id", "parent_turn_idx", "spawn_delay_s"]] = None
+    w = compile_trace(trace)
+    (row,) = compare_routers(w, cfg(), ["least-loaded"], "least-loaded", perf=CONST)
+    assert row.prefill_tokens == 302 and row.saved_tokens == 0
+    assert row.sibling_hit_rate == pytest.approx(0.96)
+    assert row.others_hit_rate == 0.0 and row.others_hit_rate_no_fanout == 0.0
+    assert row.workflow_jct_s.tolist() == pytest.approx([0.04, 0.01])
