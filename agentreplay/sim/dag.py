@@ -207,6 +207,17 @@ class FanOut:
             return True
         return False
 
+    def summary(self, arrival_s: np.ndarray) -> dict[str, object]:
+        """Workflow counts and workflow JCT (root arrival to the last finish in its workflow) for ``summary.json``."""
+        roots = np.asarray(self.roots, dtype=np.int64)
+        jct = self.workflow_finish_s[roots] - arrival_s[roots]
+        q = np.percentile(jct, [50, 90, 99]).tolist() if len(jct) else [float("nan")] * 3
+        return {
+            "workflows": len(roots),
+            "sub_agents": int((self.dag.parent >= 0).sum()),
+            "workflow_jct_s": {"mean": float(jct.mean()), "p50": q[0], "p90": q[1], "p99": q[2]},
+        }
+
     def tag(self, p: int, prompt: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """``(chain_ids, chain_ends)`` the cache-aware router sees for a call of ``p`` (see the module doc)."""
         ids: list[int] = []

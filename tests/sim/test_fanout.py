@@ -120,3 +120,12 @@ def test_fleet_measures_on_the_family() -> None:
     assert row.sibling_hit_rate == pytest.approx(0.96)
     assert row.others_hit_rate == 0.0 and row.others_hit_rate_no_fanout == 0.0
     assert row.workflow_jct_s.tolist() == pytest.approx([0.04, 0.01])
+
+
+def test_summary_reports_workflow_jct() -> None:
+    """One workflow (p0 + 2 sub-agents): workflow JCT = 0.04 s (root arrival 0 to p0's last finish)."""
+    res = simulate(family(0.005), cfg(), perf=CONST)
+    f = res.summary["fanout"]
+    assert f["workflows"] == 1 and f["sub_agents"] == 2
+    assert f["workflow_jct_s"]["p50"] == pytest.approx(0.04)
+    assert "fanout" not in simulate(make_trace([[(100, 1, None)]]), cfg(), perf=CONST).summary
