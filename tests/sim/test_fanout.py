@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from agentreplay.sim import SimConfig, simulate
@@ -119,6 +120,7 @@ def test_fleet_measures_on_the_family() -> None:
     assert row.prefill_tokens == 302 and row.saved_tokens == 0
     assert row.sibling_hit_rate == pytest.approx(0.96)
     assert row.others_hit_rate == 0.0 and row.others_hit_rate_no_fanout == 0.0
+    assert row.others_hit_rate_in_bursts != row.others_hit_rate_in_bursts  # p3 released at 0, before any child
     assert row.workflow_jct_s.tolist() == pytest.approx([0.04, 0.01])
 
 
@@ -129,3 +131,30 @@ def test_summary_reports_workflow_jct() -> None:
     assert f["workflows"] == 1 and f["sub_agents"] == 2
     assert f["workflow_jct_s"]["p50"] == pytest.approx(0.04)
     assert "fanout" not in simulate(make_trace([[(100, 1, None)]]), cfg(), perf=CONST).summary
+
+
+def test_closed_loop_counts_workflows() -> None:
+    """Concurrency 1 with the family and p3 (one 50-token turn): p3 arrives when the whole workflow ends (0.04 s),
+    not when p0's first call or a child finishes."""
+    trace = make_trace([[(100, 1, 0.005), (200, 1, None)], [(120, 2, None)], [(120, 2, None)], [(50, 1, None)]])
+    trace = link(trace, "p0", 0)
+    trace.programs.loc[3, ["parent_program_id", "parent_turn_idx", "spawn_delay_s"]] = None
+    res = simulate(trace, cfg().replace(workload={"concurrency": 1}), perf=CONST)
+    assert res.programs["arrival_s"].tolist() == pytest.approx([0.0, 0.01, 0.01, 0.04])
+
+
+def test_head_keeps_links_among_the_kept_programs() -> None:
+    """``max_programs`` (Workload.head): the first program alone has no links; the first two keep p1's."""
+    from agentreplay.sim.workload import compile_trace
+
+    w = compile_trace(family(0.005))
+    assert w.head(1).dag is None
+    d = w.head(2).dag
+    assert d is not None and d.parent.tolist() == [-1, 0] and d.spawn_turn.tolist() == [-1, 0]
+
+
+def test_burst_windows() -> None:
+    from agentreplay.fleet.fanout import _in_intervals
+
+    got = _in_intervals(np.array([0.0, 1.0, 2.5, 3.0, 5.0, 7.0]), np.array([1.0, 2.0, 6.0]), np.array([3.0, 2.2, 6.5]))
+    assert got.tolist() == [False, True, True, True, False, False]
