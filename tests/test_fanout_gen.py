@@ -27,7 +27,7 @@ def test_same_seed_same_trace_other_seed_other_trace() -> None:
 
 
 def test_spawn_share_and_width_as_configured() -> None:
-    """60 programs with 2..10 turns: 1 + ... non-last turns; each spawns with p = 0.2, exactly 3 children each."""
+    """60 programs with 2..10 turns (300 non-last turns); each spawns with p = 0.2, exactly 3 children each."""
     src = source()
     fan, st = fan_out(src, fanout=3, prob=0.2, seed=1, max_child_turns=4)
     validate(fan)
@@ -78,3 +78,22 @@ def test_prompts_capped_at_the_sources_largest() -> None:
 def test_bad_options(kw, message: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match=message):
         fan_out(source(3), **kw)
+
+
+def test_synth_command_with_fanout(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``agentreplay synth --fanout 2 --fanout-prob 1``: every non-last turn of the 3 synthetic programs spawns 2."""
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from agentreplay.cli.app import app
+    from agentreplay.trace.io import read_trace
+
+    bundled = Path(__file__).resolve().parents[1] / "datasets" / "swebench-verified"
+    args = ["synth", "--trace", str(bundled), "--programs", "3", "--out", str(tmp_path / "s"), "--seed", "2"]
+    res = CliRunner().invoke(app, [*args, "--fanout", "2", "--fanout-prob", "1"])
+    assert res.exit_code == 0, res.output
+    tr = read_trace(tmp_path / "s")
+    roots = tr.programs[tr.programs["parent_program_id"].isna()]
+    assert len(roots) == 3
+    assert len(tr.programs) - 3 == 2 * int((roots["n_turns"] - 1).sum())
