@@ -27,12 +27,12 @@ def test_same_seed_same_trace_other_seed_other_trace() -> None:
 
 
 def test_spawn_share_and_width_as_configured() -> None:
-    """60 programs with 2..10 turns (300 non-last turns); each spawns with p = 0.2, exactly 3 children each."""
+    """60 programs with 2..10 turns (291 non-last turns); each spawns with p = 0.2, exactly 3 children each."""
     src = source()
     fan, st = fan_out(src, fanout=3, prob=0.2, seed=1, max_child_turns=4)
     validate(fan)
     assert st.candidate_turns == int((src.programs["n_turns"] - 1).sum())
-    assert st.spawn_share == pytest.approx(0.2, abs=0.04)  # binomial sd sqrt(.16 / 300) = 0.023
+    assert st.spawn_share == pytest.approx(0.2, abs=0.04)  # binomial sd sqrt(.16 / 291) = 0.023
     kids = fan.programs[fan.programs["parent_program_id"].notna()]
     assert len(kids) == 3 * st.spawning_turns == st.children
     per_spawn = kids.groupby(["parent_program_id", "parent_turn_idx"]).size()
