@@ -10,11 +10,16 @@ Method (``fan_out``), every draw from one ``numpy.random.Generator(seed)``:
    source, so child turn counts follow the trace's program-length distribution (optionally cut at
    ``max_child_turns``); its tokens, tool classes and tool durations are the template's.
 4. **Shared prefix**: ``share = "context"``: the child's prompt starts with the parent's whole prompt at the
-   spawning turn (the orchestrator hands its context to the sub-agent); ``share = "system"``: only the parent's
-   shared system prompt. A child turn's prompt is ``shared + (template prompt - template system prefix)``, its
-   ``reused_tokens`` shifted the same way (turn 0's stays 0: the shared part is the parent's, see
-   :mod:`agentreplay.sim.dag`). Prompts are capped at the source's largest prompt (a child is cut after the
-   first turn that hits the cap), so a fan-out trace fits wherever the source does.
+   spawning turn (the orchestrator hands its context to the sub-agent: Claude Code's *fork* sub-agent, which
+   "has the same system prompt, tools, and model as the parent" and inherits the conversation); ``share =
+   "system"``: only the parent's shared system prompt (Claude Code's ordinary sub-agent "starts with a fresh
+   context window" holding its system prompt and the delegation message; sources: the Agent / Task tool pages
+   mintlify.com/VineeTagarwaL-code/claude-code/guides/multi-agent and github.com/xsyetopz/claudetto/wiki/Subagents,
+   which quote the official documentation; fan-out / fan-in with parallel sub-agents:
+   huggingface.co/learn/context-course/unit4/using-subagents). A child turn's prompt is ``shared + (template
+   prompt - template system prefix)``, its ``reused_tokens`` shifted the same way (turn 0's stays 0: the shared
+   part is the parent's, see :mod:`agentreplay.sim.dag`). Prompts are capped at the source's largest prompt (a
+   child is cut after the first turn that hits the cap), so a fan-out trace fits wherever the source does.
 5. **Links**: ``parent_program_id`` / ``parent_turn_idx`` (schema 3), ``spawn_delay_s = delay_s``; children
    inherit the parent's task id, agent, model and shared prefix id; ids are ``<parent>/sub<turn>.<k>``.
 

@@ -1,9 +1,12 @@
 """Fan-out workflows: programs as DAGs (an orchestrator turn spawns sub-agent programs, then joins them).
 
-Semantics (issue 20, "Fan-out"), as agent frameworks run sub-agents (Claude Code's Task tool, OpenAI Agents SDK
-handoffs run as tools): the spawning turn's LLM call emits the sub-agent calls; each child program arrives when
-that call finishes, plus its ``spawn_delay_s``; the parent's next turn is released only when its own tool gap has
-elapsed AND every child spawned by that turn has finished (join). A child spawned by a program's last turn is not
+Semantics (issue 20, "Fan-out"), as Claude Code runs sub-agents (its Agent tool, wire name Task: the parent
+"waits for the agent to complete ... then receives the agent's result as a single message"; several Task calls in
+one message run in parallel and the parent waits for all; mintlify.com/VineeTagarwaL-code/claude-code/guides/
+multi-agent): the spawning turn's LLM call emits the sub-agent calls; each child program arrives when that call
+finishes, plus its ``spawn_delay_s``; the parent's next turn is released only when its own tool gap has elapsed
+AND every child spawned by that turn has finished (join). Background sub-agents (``run_in_background``) are not
+modelled. A child spawned by a program's last turn is not
 joined (nothing follows it). The JCT of a workflow is the root's arrival to the last finish of any of its nodes;
 per-program JCT stays arrival to last finish. Arrival processes (closed, poisson, trace) apply to roots only; in
 closed loop a worker takes the next root when its whole workflow finished.
