@@ -34,7 +34,7 @@ import pandas as pd
 
 from agentreplay.sim.tools_generative import ToolSampler
 from agentreplay.trace.io import Trace, TraceError
-from agentreplay.trace.schema import PROGRAMS, TURNS
+from agentreplay.trace.schema import DAG_COLUMNS, PROGRAMS, TURNS
 
 SOURCE = "synthetic"
 
@@ -155,6 +155,7 @@ def synthesize(
             "t_response_s": none_f,
         }
     )
+    programs = programs.assign(**{c: None for c in DAG_COLUMNS})  # independent programs: no fan-out links
     return Trace(programs[[f.name for f in PROGRAMS]], turns.reindex(columns=[f.name for f in TURNS]))
 
 

@@ -13,4 +13,5 @@ FORMATS: Final[tuple[str, ...]] = (
     "azure-llm",
     "mooncake",
     "llmservingsim",
+    "dag-workflow",
 )

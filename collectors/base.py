@@ -17,7 +17,7 @@ from typing import Protocol, TypeVar
 import pandas as pd
 
 from agentreplay.trace.io import Trace
-from agentreplay.trace.schema import PROGRAMS, TOOL_CALLS, TURNS
+from agentreplay.trace.schema import DAG_COLUMNS, HASH_COLUMNS, PROGRAMS, TOOL_CALLS, TURNS
 
 
 class BadInput(ValueError):
@@ -104,10 +104,10 @@ def frames(programs: list[dict], turns: list[dict], tool_calls: list[dict] | Non
 
     def df(rows: list[dict], schema) -> pd.DataFrame:
         out = pd.DataFrame(rows, columns=[f.name for f in schema])
-        if schema is TURNS:  # optional block-hash columns (schema 2): None where a source has none
-            for col in ("prefix_hash_ids", "hash_block_tokens"):
-                if not out[col].notna().any():
-                    out[col] = pd.Series([None] * len(out), index=out.index, dtype=object)
+        optional = {"turns": HASH_COLUMNS, "programs": DAG_COLUMNS}  # (schema 2 and 3): None where a source has none
+        for col in optional.get("turns" if schema is TURNS else "programs" if schema is PROGRAMS else "", ()):
+            if not out[col].notna().any():
+                out[col] = pd.Series([None] * len(out), index=out.index, dtype=object)
         return out
 
     return Trace(

@@ -15,6 +15,7 @@ from agentreplay.trace.io import write_trace
 from collectors.azure_llm import AzureLLMCollector
 from collectors.base import CollectError, Collector, CollectResult
 from collectors.claude_code import ClaudeCodeCollector
+from collectors.dag_workflow import DagWorkflowCollector
 from collectors.llmservingsim import LLMServingSimCollector
 from collectors.lmcache import LMCacheCollector
 from collectors.mini_swe_agent import MiniSweAgentCollector
@@ -42,6 +43,7 @@ for _c in (
     AzureLLMCollector(),
     MooncakeCollector(),
     LLMServingSimCollector(),
+    DagWorkflowCollector(),
 ):
     register(_c)
 

@@ -286,6 +286,7 @@ COMMANDS = {
     "validate": "validate",
     "plan": "plan",
     "fleet-disagg": "fleet_disagg",
+    "fleet-fanout": "fleet_fanout",
     "fleet-footprint": "fleet_footprint",
 }
 
@@ -315,6 +316,7 @@ def _register() -> None:
         compare,
         drive,
         fleet_disagg,
+        fleet_fanout,
         fleet_footprint,
         plan,
         sim,

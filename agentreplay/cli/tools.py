@@ -127,8 +127,14 @@ def synth(
         Path | None, typer.Option(help="Tool-model JSON (fit-tools). Default: resample the trace's own durations.")
     ] = None,
     jitter: Annotated[float, typer.Option(help="Sd of the log-normal token jitter (0.1: about +-10 %).")] = 0.1,
+    fanout: Annotated[int, typer.Option(help="Sub-agents per spawning turn (agentreplay.fanout); 0: none.")] = 0,
+    fanout_prob: Annotated[float, typer.Option(help="Chance that a non-last turn spawns (with --fanout).")] = 0.05,
+    fanout_share: Annotated[str, typer.Option(help="Sub-agents share the parent's 'context' or 'system'.")] = "context",
 ) -> None:
     """Draw synthetic programs that follow a real trace (turn counts, tokens, tool classes) and write a trace.
+
+    With --fanout N, turns then spawn N sub-agent programs each with probability --fanout-prob (schema-3 parent
+    links; the parent joins them before its next turn; agentreplay/fanout.py).
 
     Example: agentreplay synth --trace datasets/swebench-verified --programs 2000 --out /tmp/synth --seed 1
     """
@@ -141,6 +147,12 @@ def synth(
         with staged(out, "trace") as tmp:
             sampler = ToolSampler(tool_model) if tool_model else None
             result = synthesize(read_trace(trace), programs, seed=seed, tool_sampler=sampler, jitter=jitter)
+            if fanout > 0:
+                from agentreplay.fanout import fan_out
+
+                if fanout_share not in ("context", "system"):
+                    raise ValueError(f"--fanout-share: 'context' or 'system', got {fanout_share!r}")
+                result, _ = fan_out(result, fanout=fanout, prob=fanout_prob, share=fanout_share, seed=seed)  # type: ignore[arg-type]
             write_trace(tmp, result)
     except (TraceError, ToolModelError, ValueError) as exc:  # a foreign --out folder: OutputDirError(ValueError)
         raise fail(str(exc)) from None

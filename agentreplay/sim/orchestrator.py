@@ -21,6 +21,7 @@ from agentreplay.request import ProgramInfo, Request
 from agentreplay.router.admission import AdmissionPolicy, AdmitAll
 from agentreplay.router.policies import Router
 from agentreplay.sim.config import WorkloadConfig
+from agentreplay.sim.dag import FanOut
 from agentreplay.sim.instance import Instance
 from agentreplay.sim.metrics import Recorder
 from agentreplay.sim.tools import ToolModel
@@ -76,9 +77,18 @@ class Orchestrator:
         self._unrouted = Segment(("unrouted",), 0, 0)
         #: called with each routed call before it is submitted (disaggregated prefill: agentreplay.sim.disagg)
         self.on_route: Callable[[Request], None] | None = None
+        #: fan-out joins (:mod:`agentreplay.sim.dag`); None for independent programs (no per-call work then)
+        self.fan: FanOut | None = None
+        self._roots: list[int] = list(range(workload.n_programs))
+        if workload.dag is not None:
+            self.fan = FanOut(
+                workload.dag, engine, self._arrive, self._release, workload.turn_start, workload.prefix_tokens
+            )
+            self._roots = self.fan.roots
 
     def start(self) -> None:
-        n = self.w.n_programs
+        roots = self._roots
+        n = len(roots)
         mode = self.cfg.arrival
         if mode == "closed":
             for _ in range(min(self.cfg.concurrency, n)):
@@ -86,21 +96,21 @@ class Orchestrator:
         elif mode == "poisson":
             gaps = self.rng_arrivals.exponential(1.0 / self.cfg.rate_per_s, size=n)
             times = np.cumsum(gaps) - gaps[0]
-            for p in range(n):
-                self.engine.at(float(times[p]), PHASE_RELEASE, self._arrive, p)
+            for k in range(n):
+                self.engine.at(float(times[k]), PHASE_RELEASE, self._arrive, roots[k])
             self._next_program = n
         else:
-            arr = self.w.arrival_s
+            arr = self.w.arrival_s[roots] if self.fan is not None else self.w.arrival_s
             if np.isnan(arr).any():
                 p = int(np.argmax(np.isnan(arr)))
                 raise ValueError(f"arrival 'trace': program {self.w.program_ids[p]!r} has no arrival_s")
             arr = arr - arr.min()
             for q in np.argsort(arr, kind="stable").tolist():
-                self.engine.at(float(arr[q]), PHASE_RELEASE, self._arrive, q)
+                self.engine.at(float(arr[q]), PHASE_RELEASE, self._arrive, roots[q])
             self._next_program = n
 
     def _arrive_next(self) -> None:
-        p = self._next_program
+        p = self._roots[self._next_program]
         self._next_program += 1
         self.engine.at(self.engine.now, PHASE_RELEASE, self._arrive, p)
 
@@ -110,6 +120,8 @@ class Orchestrator:
         self.infos[p] = ProgramInfo(
             self.engine.now, prefix_key=pid, prefix_tokens=self._prefix_tokens[p] if pid is not None else 0
         )
+        if self.fan is not None and self.fan.parent[p] < 0:
+            self.fan.root_arrived(p)
         self._release(self._turn_start[p], p)
 
     def _segments(self, inst: Instance, p: int) -> tuple[Segment | None, Segment, int]:
@@ -170,6 +182,8 @@ class Orchestrator:
             assert bounds is not None
             r.chain_ids = ids
             r.chain_ends = tuple([int(bounds[s, 1]) for s in ids])
+        elif self.fan is not None:
+            r.chain_ids, r.chain_ends = self.fan.tag(p, r.prompt)
         if self._gated and not self.admission.admit(r, self.instances, now):
             self.deferred.append((r, ids))
             return
@@ -201,6 +215,8 @@ class Orchestrator:
         inst = self.instances[i]
         if ids is not None:
             r.chain, r.prog, r.base = self._chain(inst, r.turn, ids)
+        elif self.fan is not None and self.fan.parent[p] >= 0 and inst.sched.prefix_caching:
+            r.chain, r.prog, r.base = self.fan.segments(inst.pool, p, self.bs, self.w.prefix_ids[p])
         else:
             r.pfx, r.prog, r.base = self._segments(inst, p)
         if self.on_route is not None:
@@ -222,11 +238,15 @@ class Orchestrator:
             self._offer_deferred()
         self.rec.record_turn(r)
         r.info.service_tokens += (r.prompt - r.cached_tokens) + r.target_out
-        w = self.w
+        fan = self.fan
+        if fan is not None:
+            fan.turn_done(r.turn, r.last)
         if r.last:
             self.rec.program_finished(r.program, self.engine.now)
             self.done_programs += 1
-            if self.cfg.arrival == "closed" and self._next_program < w.n_programs:
+            if fan is not None and not fan.program_done(r.program):
+                return  # (closed loop: the worker is busy until its whole workflow finished)
+            if self.cfg.arrival == "closed" and self._next_program < len(self._roots):
                 self._arrive_next()
             return
         gap = r.next_gap_s
@@ -236,6 +256,8 @@ class Orchestrator:
     def _tool_done(self, arg: tuple[int, int, str, float]) -> None:
         turn, p, tool_class, gap = arg
         self.tool_stats.observe(tool_class, gap)
+        if self.fan is not None and not self.fan.gap_done(turn):
+            return  # join: children of this turn still running
         self._release(turn + 1, p)
 
 

@@ -420,6 +420,8 @@ def simulate(
     if workload.single_turn:
         request_view(summary)
     summary["affinity_breaks"] = orch.affinity_breaks
+    if orch.fan is not None:  # fan-out workflows (absent otherwise: other summaries keep their exact form)
+        summary["fanout"] = orch.fan.summary(rec.program_arrival_s)
     summary["bytes_moved"] = {link.name: link.bytes_moved for link in links}
     summary["bytes_moved_total"] = sum(link.bytes_moved for link in links)
     summary["pinned_block_s"] = sum(inst.residency.pinned_block_s for inst in instances if inst.residency)

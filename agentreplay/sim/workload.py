@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from agentreplay.sim.dag import Dag, build_dag
 from agentreplay.sim.prefix_chain import build_chains
 from agentreplay.trace.io import Trace, TraceError
 
@@ -34,6 +35,7 @@ class Workload:
     #: segment ids into ``seg_bounds``; None for a turn without hash ids (or a trace without any)
     chains: list[tuple[int, ...] | None] | None = None
     seg_bounds: np.ndarray | None = None  #: int64 [n_segments, 2]: (start, end) token of each chain segment
+    dag: Dag | None = None  #: fan-out links (:mod:`.dag`); None for a workload of independent programs
 
     @property
     def n_programs(self) -> int:
@@ -85,6 +87,7 @@ class Workload:
             self.prefix_tokens[:n],
             None if self.chains is None else self.chains[:end],
             self.seg_bounds,
+            None if self.dag is None else self.dag.restrict(list(range(n)), self.turn_start, self.turn_start[: n + 1]),
         )
 
     def select(
@@ -110,6 +113,7 @@ class Workload:
             self.prefix_tokens[programs],
             None if self.chains is None else [self.chains[t] for t in ids],
             self.seg_bounds,
+            None if self.dag is None else self.dag.restrict(programs, self.turn_start, turn_start),
         )
 
 
@@ -152,6 +156,9 @@ _PROGRAM_COLUMNS = {
     "shared_prefix_tokens": "i",
     "arrival_s": "f",
     "shared_prefix_id": "o",
+    "parent_program_id": "o",
+    "parent_turn_idx": "o",
+    "spawn_delay_s": "f",
 }
 _TURN_COLUMNS = {
     "program_id": "o",
@@ -201,6 +208,17 @@ def compile_columns(programs: dict[str, np.ndarray], turns: dict[str, np.ndarray
             inp.tolist(),
             [None if _missing(v) else int(v) for v in turns["hash_block_tokens"][order].tolist()],
         )
+    dag = None
+    if "parent_program_id" in programs:
+        dag = build_dag(
+            pids.tolist(),
+            programs["parent_program_id"].tolist(),
+            programs["parent_turn_idx"].tolist(),
+            programs["spawn_delay_s"].tolist(),
+            start,
+            inp,
+            prefix,
+        )
     return Workload(
         program_ids=pids.tolist(),
         task_ids=programs["task_id"].tolist(),
@@ -215,6 +233,7 @@ def compile_columns(programs: dict[str, np.ndarray], turns: dict[str, np.ndarray
         prefix_tokens=prefix,
         chains=chains,
         seg_bounds=bounds,
+        dag=dag,
     )
 
 

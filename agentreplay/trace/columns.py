@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from agentreplay.trace.io import TraceError, open_table
-from agentreplay.trace.schema import READABLE_VERSIONS, REQUIRED_TABLES, SCHEMAS, TOKENS_KINDS, TOOL_DURATION_KINDS
+from agentreplay.trace.schema import OPTIONAL_COLUMNS, REQUIRED_TABLES, SCHEMAS, TOKENS_KINDS, TOOL_DURATION_KINDS
 from agentreplay.trace.taxonomy import TOOL_CLASSES
 
 Columns = dict[str, np.ndarray]
@@ -27,7 +27,17 @@ Columns = dict[str, np.ndarray]
 
 #: the columns the simulator and :func:`columns_valid` read (the others are checked for nulls only)
 USED = {
-    "programs": ("program_id", "task_id", "n_turns", "shared_prefix_tokens", "arrival_s", "shared_prefix_id"),
+    "programs": (
+        "program_id",
+        "task_id",
+        "n_turns",
+        "shared_prefix_tokens",
+        "arrival_s",
+        "shared_prefix_id",
+        "parent_program_id",
+        "parent_turn_idx",
+        "spawn_delay_s",
+    ),
     "turns": (
         "program_id",
         "turn_idx",
@@ -128,7 +138,7 @@ def columns_valid(programs: Columns, turns: Columns, nulls: dict[str, int]) -> b
     for key, n in nulls.items():
         table, col = key.split(".", 1)
         field = SCHEMAS[table].field(col)
-        if n == -1 and not (table == "turns" and col in READABLE_VERSIONS["1"]):
+        if n == -1 and col not in OPTIONAL_COLUMNS[table]:
             return False  # (open_table already refused a missing required column)
         if n > 0 and not field.nullable:
             return False
@@ -168,7 +178,10 @@ def columns_valid(programs: Columns, turns: Columns, nulls: dict[str, int]) -> b
     start = np.concatenate(([0], np.cumsum(counts)))
     if (idx[order] != np.arange(len(idx)) - start[p[order]]).any():
         return False
-    return _hash_ids_valid(turns)
+    if not _hash_ids_valid(turns):
+        return False
+    parents = programs["parent_program_id"]
+    return not any(v is not None for v in parents.tolist())  # fan-out links: validate() checks them
 
 
 def _hash_ids_valid(turns: Columns) -> bool:

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from agentreplay.trace.schema import (
+    OPTIONAL_COLUMNS,
     READABLE_VERSIONS,
     REQUIRED_TABLES,
     SCHEMA_VERSION,
@@ -52,14 +53,14 @@ def to_table(name: str, df: pd.DataFrame) -> pa.Table:
     import pandas as pd
 
     schema = SCHEMAS[name]
-    if name == "turns":  # optional columns: absent or all-null (NaN from a frame built without them) -> None
-        df = df.assign(
-            **{
-                c: pd.Series([None] * len(df), index=df.index, dtype=object)
-                for c in READABLE_VERSIONS["1"]
-                if c not in df.columns or not df[c].notna().any()
-            }
-        )
+    # optional columns: absent or all-null (NaN from a frame built without them) -> None
+    df = df.assign(
+        **{
+            c: pd.Series([None] * len(df), index=df.index, dtype=object)
+            for c in OPTIONAL_COLUMNS.get(name, ())
+            if c not in df.columns or not df[c].notna().any()
+        }
+    )
     missing = [f.name for f in schema if f.name not in df.columns]
     if missing:
         raise TraceError(f"table {name!r}: missing columns {missing}")
@@ -139,10 +140,10 @@ def read_table(path: str | os.PathLike[str], name: str) -> pd.DataFrame:
     import pandas as pd
 
     df = open_table(path, name).to_pandas()
-    if name == "turns":  # optional columns: absent (version 1) or all null read as None, like frames() builds them
-        for col in READABLE_VERSIONS["1"]:
-            if col not in df.columns or not df[col].notna().any():
-                df[col] = pd.Series([None] * len(df), index=df.index, dtype=object)
+    # optional columns: absent (older versions) or all null read as None, like frames() builds them
+    for col in OPTIONAL_COLUMNS.get(name, ()):
+        if col not in df.columns or not df[col].notna().any():
+            df[col] = pd.Series([None] * len(df), index=df.index, dtype=object)
     return df[[f.name for f in SCHEMAS[name]]]
 
 
@@ -183,7 +184,7 @@ def validate(trace: Trace, *, where: str = "<memory>") -> None:
     progs, turns = trace.programs, trace.turns
     for name, df in (("programs", progs), ("turns", turns)):
         for field in SCHEMAS[name]:
-            if field.name not in df.columns and name == "turns" and field.name in READABLE_VERSIONS["1"]:
+            if field.name not in df.columns and field.name in OPTIONAL_COLUMNS[name]:
                 continue  # optional (null when absent)
             if field.name not in df.columns:
                 raise TraceError(f"{where}: {name}: required column {field.name!r} missing")
@@ -247,6 +248,13 @@ def validate(trace: Trace, *, where: str = "<memory>") -> None:
             f"{where}: programs.n_turns = {int(n[pid])} for program {pid!r} but it has {int(counts.get(pid, 0))} turns"
         )
     _validate_hash_ids(turns, where)
+    if "parent_program_id" in progs.columns and progs["parent_program_id"].notna().any():
+        from agentreplay.trace.dag_check import LinkError, validate_links
+
+        try:
+            validate_links(progs, where)
+        except LinkError as exc:
+            raise TraceError(str(exc)) from None
     tc = trace.tool_calls
     if tc is not None and len(tc):
         bad = tc["duration_s"] < 0

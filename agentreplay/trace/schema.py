@@ -22,6 +22,12 @@ Schema version 2 adds two nullable ``turns`` columns for traces that name their 
 order; two prompts whose lists start with the same k ids share their first ``k * hash_block_tokens`` tokens) and
 ``hash_block_tokens``. Null for every other source; version-1 files are read with both columns null.
 
+Schema version 3 adds three nullable ``programs`` columns for fan-out workflows (an orchestrator turn spawning
+sub-agent programs, :mod:`agentreplay.sim.dag`): ``parent_program_id`` (the program whose turn spawned this one),
+``parent_turn_idx`` (that turn: the child arrives when it finishes, plus ``spawn_delay_s``, and the parent's next
+turn waits for all its children: join) and ``spawn_delay_s``. Null for a root program; version-1 and -2 files are
+read with the three columns null.
+
 Units are in the names: ``_s`` seconds, ``_tokens`` tokens. Timestamps (``t_*_s``, ``arrival_s``) are
 seconds relative to the first event of the program's source run, never wall-clock epochs.
 """
@@ -33,9 +39,13 @@ from typing import Final, Literal
 import pyarrow as pa
 
 #: Bumped whenever a column is added, removed or changes meaning. Stored in the Parquet metadata.
-SCHEMA_VERSION: Final[str] = "2"
+SCHEMA_VERSION: Final[str] = "3"
+#: the optional (nullable, may be absent) columns of each table, read as all null when absent
+HASH_COLUMNS: Final[tuple[str, ...]] = ("prefix_hash_ids", "hash_block_tokens")
+DAG_COLUMNS: Final[tuple[str, ...]] = ("parent_program_id", "parent_turn_idx", "spawn_delay_s")
+OPTIONAL_COLUMNS: Final[dict[str, tuple[str, ...]]] = {"turns": HASH_COLUMNS, "programs": DAG_COLUMNS, "tool_calls": ()}
 #: Older versions this agentreplay still reads, with the columns added since (filled with nulls on read).
-READABLE_VERSIONS: Final[dict[str, tuple[str, ...]]] = {"1": ("prefix_hash_ids", "hash_block_tokens")}
+READABLE_VERSIONS: Final[dict[str, tuple[str, ...]]] = {"1": HASH_COLUMNS + DAG_COLUMNS, "2": DAG_COLUMNS}
 SCHEMA_VERSION_KEY: Final[bytes] = b"agentreplay.schema_version"
 TABLE_KEY: Final[bytes] = b"agentreplay.table"
 
@@ -56,6 +66,9 @@ PROGRAMS: Final = pa.schema(
         pa.field("arrival_s", pa.float64(), nullable=True),
         pa.field("shared_prefix_id", pa.string(), nullable=True),
         pa.field("shared_prefix_tokens", pa.int64(), nullable=False),
+        pa.field("parent_program_id", pa.string(), nullable=True),
+        pa.field("parent_turn_idx", pa.int32(), nullable=True),
+        pa.field("spawn_delay_s", pa.float64(), nullable=True),
     ]
 )
 

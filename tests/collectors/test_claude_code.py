@@ -194,6 +194,9 @@ def test_tiny_task_exact_rows(tmp_path):
         "arrival_s": None,
         "shared_prefix_id": "claude-code/mini",
         "shared_prefix_tokens": 1000,
+        "parent_program_id": None,
+        "parent_turn_idx": None,
+        "spawn_delay_s": None,
     }
     # Turn 0 has no stop_reason (placeholder output 2): output is estimated from thinking + tool input JSON,
     # ceil(37 / 3.2526) = 12 with today's ratio, reasoning ceil(13 / 3.2526) = 4. Turn 1 carries stop_reason,
