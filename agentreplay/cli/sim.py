@@ -71,6 +71,7 @@ def common_overrides(
     dp: int | None = None,
     ep: bool | None = None,
     all2all_backend: str | None = None,
+    admission: str | None = None,
 ) -> dict[str, Any]:
     if tool_model is not None and tools is None:
         tools = "generative"
@@ -115,6 +116,7 @@ def common_overrides(
             "decision_log": decision_log,
         },
         "tiers": {"dram_gib": dram_gib, "cxl_gib": cxl_gib},
+        "admission": {"policy": admission},
         "seed": seed,
     }
 
@@ -311,6 +313,7 @@ def simulate(
     victim: o.Victim = None,
     retention: o.Retention = None,
     ttl: o.Ttl = None,
+    admission: o.Admission = None,
     dram_gib: o.DramGib = None,
     cxl_gib: o.CxlGib = None,
     inter_instance_gbps: o.InterInstanceGbps = None,
@@ -382,6 +385,7 @@ def simulate(
             dp=dp,
             ep=ep,
             all2all_backend=all2all_backend,
+            admission=admission,
         ),
         preset,
     )

@@ -112,6 +112,25 @@ class ContinuumOrder:
         return (0 if r.pinned else 1, r.info.arrival_s, r.program, r.release_s)
 
 
+class PriorityOrder:
+    """vLLM priority scheduling (``--scheduling-policy priority``): the waiting queue is ordered by (priority,
+    arrival time), smaller first (``vllm/v1/core/sched/request_queue.py`` ``PriorityRequestQueue``, a heap over
+    ``Request.__lt__``; a preempted request goes back by the same key, not to the head). The priority is the
+    program's class rank (``ProgramInfo.priority``: interactive 0, background 1, batch 2;
+    :mod:`agentreplay.sim.admission_config`) and the arrival the call's release. Pair it with the
+    ``lowest-priority`` victim, vLLM's preemption rule in that mode (``max(self.running, key=lambda r:
+    (r.priority, r.arrival_time))`` in ``vllm/v1/core/sched/scheduler.py``)."""
+
+    name = "priority"
+    sorted = True
+
+    def __init__(self, params: NoParams | None = None) -> None:
+        pass
+
+    def key(self, r: Request, now: float) -> tuple:
+        return (r.info.priority, r.release_s, r.turn)
+
+
 QUEUE_ORDERS: Registry[QueueOrder] = Registry(
     "queue",
     [
@@ -119,5 +138,6 @@ QUEUE_ORDERS: Registry[QueueOrder] = Registry(
         Entry("program-fcfs", ProgramFcfs, NoParams, "calls of earlier programs first"),
         Entry("plas", Plas, PlasParams, "program-level attained service, multi-level feedback (Autellix)"),
         Entry("continuum", ContinuumOrder, NoParams, "calls of programs holding a pin first (Continuum)"),
+        Entry("priority", PriorityOrder, NoParams, "class rank, then arrival (vLLM --scheduling-policy priority)"),
     ],
 )

@@ -18,6 +18,7 @@ from agentreplay.policy.registry import ParamError, Registry
 from agentreplay.router.policies import ROUTERS, LoadMetric
 from agentreplay.scheduler.queue import QUEUE_ORDERS
 from agentreplay.scheduler.victim import VICTIMS
+from agentreplay.sim.admission_config import AdmissionConfig, ClassConfig
 
 Arrival = Literal["closed", "poisson", "trace"]
 ToolMode = Literal["replay", "fixed", "scale", "generative"]
@@ -433,6 +434,8 @@ class SimConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     tiers: TierConfig = field(default_factory=TierConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    classes: ClassConfig = field(default_factory=ClassConfig)
     seed: int = 0
 
     def replace(self, **sections: dict[str, Any]) -> SimConfig:

@@ -44,6 +44,7 @@ class Orchestrator:
         log: Callable[[dict[str, Any]], None] | None = None,
         *,
         admission: AdmissionPolicy | None = None,
+        priorities: list[int] | None = None,
     ) -> None:
         self.engine = engine
         self.w = workload
@@ -54,6 +55,9 @@ class Orchestrator:
         self._gated = not isinstance(self.admission, AdmitAll)  # admit-all: no call per released turn
         #: released calls the admission policy holds at the front end, in release order (with their chain ids)
         self.deferred: list[tuple[Request, tuple[int, ...] | None]] = []
+        self._wake_at = float("inf")  #: the pending admission timer (inf: none)
+        #: per program, its priority class's rank (ProgramInfo.priority; None: every program 0)
+        self.priorities = priorities
         self.instances = instances
         self.rec = recorder
         self.rng_arrivals = rng_arrivals
@@ -105,9 +109,11 @@ class Orchestrator:
     def _arrive(self, p: int) -> None:
         self.rec.program_arrived(p, self.engine.now)
         pid = self.w.prefix_ids[p]
-        self.infos[p] = ProgramInfo(
+        self.infos[p] = info = ProgramInfo(
             self.engine.now, prefix_key=pid, prefix_tokens=self._prefix_tokens[p] if pid is not None else 0
         )
+        if self.priorities is not None:
+            info.priority = self.priorities[p]
         self._release(self._turn_start[p], p)
 
     def _segments(self, inst: Instance, p: int) -> tuple[Segment | None, Segment, int]:
@@ -170,8 +176,24 @@ class Orchestrator:
             r.chain_ends = tuple([int(bounds[s, 1]) for s in ids])
         if self._gated and not self.admission.admit(r, self.instances, now):
             self.deferred.append((r, ids))
+            self._arm()
             return
         self._route(r, ids)
+
+    def _arm(self) -> None:
+        """Ask the engine to offer the held calls again when the admission policy wants it (a periodic check,
+        a forced resume), unless an earlier offer is already pending."""
+        t = self.admission.next_wake(self.engine.now)
+        if t < self._wake_at:
+            self._wake_at = t
+            self.engine.at(t, PHASE_RELEASE, self._wake, t)
+
+    def _wake(self, t: float) -> None:
+        if t != self._wake_at:  # superseded by an earlier timer
+            return
+        self._wake_at = float("inf")
+        if self.deferred:
+            self._offer_deferred()
 
     def _route(self, r: Request, ids: tuple[int, ...] | None) -> None:
         """Send an admitted call to the instance its router picks."""
@@ -212,8 +234,12 @@ class Orchestrator:
                 self._route(r, ids)
             else:
                 self.deferred.append((r, ids))
+        if self.deferred:
+            self._arm()
 
     def on_turn_done(self, r: Request) -> None:
+        if self._gated:
+            self.admission.finished(r, self.engine.now)
         if self.deferred:
             self._offer_deferred()
         self.rec.record_turn(r)
