@@ -18,7 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentreplay.policy.registry import ParamError
+from agentreplay.router.admission import ADMISSIONS
 from agentreplay.router.deadline import DeadlineAction
+from agentreplay.sim.errors import ConfigError
 
 #: The priority classes, most urgent first (the index is the class's rank, ``ProgramInfo.priority``).
 CLASSES: tuple[str, ...] = ("interactive", "background", "batch")
@@ -26,8 +29,6 @@ CLASSES: tuple[str, ...] = ("interactive", "background", "batch")
 
 def _check(cond: bool, section: str, name: str, value: Any, allowed: str) -> None:
     if not cond:
-        from agentreplay.sim.config import ConfigError  # (config imports this module)
-
         raise ConfigError(f"[{section}] {name} = {value!r} is invalid: {allowed}")
 
 
@@ -51,15 +52,10 @@ class AdmissionConfig:
     deadline_action: DeadlineAction = "defer"
 
     def __post_init__(self) -> None:
-        from agentreplay.policy.registry import ParamError
-        from agentreplay.router.admission import ADMISSIONS
-
         _check(self.policy in ADMISSIONS, "admission", "policy", self.policy, f"one of {list(ADMISSIONS.names())}")
         try:
             ADMISSIONS.check(self)
         except ParamError as exc:
-            from agentreplay.sim.config import ConfigError
-
             raise ConfigError(f"[admission] {exc}") from None
 
 

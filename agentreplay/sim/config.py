@@ -19,6 +19,7 @@ from agentreplay.router.policies import ROUTERS, LoadMetric
 from agentreplay.scheduler.queue import QUEUE_ORDERS
 from agentreplay.scheduler.victim import VICTIMS
 from agentreplay.sim.admission_config import AdmissionConfig, ClassConfig
+from agentreplay.sim.errors import ConfigError
 
 Arrival = Literal["closed", "poisson", "trace"]
 ToolMode = Literal["replay", "fixed", "scale", "generative"]
@@ -31,10 +32,6 @@ MixedAttention = Literal["apart", "one_kernel"]
 All2AllName = Literal[
     "allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency", "flashinfer_nvlink_two_sided"
 ]
-
-
-class ConfigError(ValueError):
-    """An invalid configuration value; the message names section, field, value and the allowed range."""
 
 
 def _check(cond: bool, section: str, name: str, value: Any, allowed: str) -> None:

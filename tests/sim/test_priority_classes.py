@@ -133,3 +133,13 @@ def test_classes_drawn_from_the_mix_are_seeded_and_a_bad_mix_is_refused() -> Non
     tr.programs["priority_class"] = ["urgent"]
     with pytest.raises(ValueError, match="program 'p0' has class 'urgent'"):
         assign_classes(compile_trace(tr), cfg, 0, tr)
+
+
+def test_the_in_run_service_estimate_matches_the_uncontended_definition() -> None:
+    from agentreplay.fleet.uncontended import turn_service_s as reference
+    from agentreplay.perf.table import pricer_from_names
+    from agentreplay.sim.classes import turn_service_s
+
+    pricer = pricer_from_names("roofline", "h100-sxm", "llama-3.1-8b", "bf16", 1)
+    for args in ((8192, 20_000, 0, 300), (2048, 9000, 4096, 1), (8192, 100, 96, 50)):
+        assert turn_service_s(pricer, *args) == reference(pricer, *args)
