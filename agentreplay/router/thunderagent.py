@@ -227,6 +227,8 @@ class ThunderAgent:
             "programs_held": n,
             "held_s_total": sum(held),
             "held_s_mean": sum(held) / n if n else 0.0,
+            "held_s_p50": held[n // 2] if n else 0.0,  #: (upper median) of the programs that were held
+            "held_s_p90": held[min(n - 1, int(0.9 * n))] if n else 0.0,
             "held_s_max": held[-1] if n else 0.0,
             "paused_s_total": sum(self.paused_s.values()),
             "footprint_peak_tokens": max((s[1] for s in self.series), default=0.0),

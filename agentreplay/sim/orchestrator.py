@@ -183,7 +183,7 @@ class Orchestrator:
     def _arm(self) -> None:
         """Ask the engine to offer the held calls again when the admission policy wants it (a periodic check,
         a forced resume), unless an earlier offer is already pending."""
-        t = self.admission.next_wake(self.engine.now)
+        t = max(self.admission.next_wake(self.engine.now), self.engine.now)
         if t < self._wake_at:
             self._wake_at = t
             self.engine.at(t, PHASE_RELEASE, self._wake, t)

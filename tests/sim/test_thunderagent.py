@@ -155,6 +155,7 @@ def test_end_to_end_the_second_program_waits_for_the_first() -> None:
     assert t.loc["p1", "finish_s"] == pytest.approx(2.218)
     assert s["pauses"] == 1 and s["programs_held"] == 1 and s["held_s_total"] == pytest.approx(1.109)
     assert s["forced_resumes"] == 0 and s["capacity_tokens"] == 1600
+    assert s["held_s_p50"] == s["held_s_p90"] == s["held_s_max"] == pytest.approx(1.109)
 
 
 def test_end_to_end_forced_resume_fires_on_its_timer() -> None:
