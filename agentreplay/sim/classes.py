@@ -157,9 +157,14 @@ class ClassSetup:
     ) -> None:
         self.workload, self.classes, self.ctx, self.rejected_classes = workload, classes, ctx, rejected
 
-    def summary(self, jct_s: np.ndarray) -> dict[str, dict[str, float | int]]:
+    source = "seeded mix"  #: where the classes came from: "seeded mix" or "trace column NAME"
+
+    def summary(self, jct_s: np.ndarray) -> dict[str, Any]:
+        """Per class (:func:`class_summary`), and ``source``: where the classes came from."""
         assert self.classes is not None and self.ctx is not None
-        return class_summary(jct_s, self.classes, self.ctx.deadline_s, self.rejected_classes)
+        out: dict[str, Any] = dict(class_summary(jct_s, self.classes, self.ctx.deadline_s, self.rejected_classes))
+        out["source"] = self.source
+        return out
 
 
 def setup(trace: Any, workload: Workload, cfg: Any, pricer: Any, chunk_tokens: int) -> ClassSetup:
@@ -177,4 +182,8 @@ def setup(trace: Any, workload: Workload, cfg: Any, pricer: Any, chunk_tokens: i
         workload, ctx, gone = reject_infeasible(workload, ctx)
         rejected = classes[gone]
         classes = ctx.priority
-    return ClassSetup(workload, classes, ctx, rejected)
+    out = ClassSetup(workload, classes, ctx, rejected)
+    programs = getattr(trace, "programs", None)
+    if programs is not None and cc.column in programs.columns:
+        out.source = f"trace column {cc.column}"
+    return out

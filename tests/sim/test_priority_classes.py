@@ -65,6 +65,7 @@ def test_the_interactive_program_runs_first_under_priority_scheduling() -> None:
     assert prio.loc["p0", "first_scheduled_s"] == pytest.approx(1.109)
     # goodput per class: interactive deadline 1.2 s: met under priority (JCT 1.109), missed under FCFS (2.218)
     cls = prio_res.summary["classes"]
+    assert cls["source"] == "trace column priority_class"
     assert cls["interactive"]["met"] == 1 and cls["interactive"]["jct_p50_s"] == pytest.approx(1.109)
     assert cls["batch"]["attempted"] == 1 and cls["batch"]["met"] == 1  # 10 x its uncontended 1.109 s
 
