@@ -381,6 +381,7 @@ class PolicyConfig:
     unpin_on_pressure: bool = True  #: release pins (oldest first) when a waiting request cannot be admitted
     plas_quanta_tokens: tuple[int, ...] = (16_384, 65_536, 262_144)  #: PLAS: MLFQ level boundaries (service)
     plas_starvation_s: float = 30.0  #: PLAS: a call waiting longer than this is promoted to the top level
+    priority_order: tuple[str, ...] = ("fcfs", "fcfs", "fcfs")  #: priority: order within each class (queue.py)
     decision_log: bool = False  #: keep a per-decision log (router, admission, preemption, retention)
 
     def __post_init__(self) -> None:

@@ -10,7 +10,7 @@ from agentreplay.kv.segment_pool import Segment
 from agentreplay.request import ProgramInfo, Request
 from agentreplay.router.deadline import DeadlineAdmission, DeadlineContext, DeadlineParams
 from agentreplay.router.policies import InstanceView
-from agentreplay.scheduler.queue import PriorityOrder
+from agentreplay.scheduler.queue import PriorityOrder, PriorityParams
 from agentreplay.scheduler.victim import LowestPriority
 from agentreplay.sim import SimConfig, simulate
 from agentreplay.sim.classes import assign_classes
@@ -40,6 +40,18 @@ def test_priority_order_is_class_then_arrival_and_the_victim_is_the_worst_key() 
     victim = LowestPriority()
     assert victim.pick(calls, order, 0.0).turn == 4
     assert victim.pick(calls[:4], order, 0.0).turn == 0
+
+
+def test_a_class_may_order_its_calls_by_program_arrival() -> None:
+    """Batch ordered by program arrival: program 1 (arrived at 0) before program 0 (arrived at 5) whatever the
+    calls' releases (10 and 3); interactive keeps call order; interactive still precedes batch."""
+    order = PriorityOrder(PriorityParams(("fcfs", "fcfs", "program-fcfs")))
+    a, b, c = _req(0, 2, 3.0, program=0), _req(1, 2, 10.0, program=1), _req(2, 0, 20.0, program=2)
+    a.info.arrival_s, b.info.arrival_s = 5.0, 0.0
+    assert [r.turn for r in sorted([a, b, c], key=lambda r: order.key(r, 0.0))] == [2, 1, 0]
+    assert [r.turn for r in sorted([a, b, c], key=lambda r: PriorityOrder().key(r, 0.0))] == [2, 0, 1]
+    with pytest.raises(ConfigError, match=r"\[policy\] priority_order = .* is invalid"):
+        SimConfig().replace(policy={"priority_order": ["fcfs", "lifo"]})
 
 
 def _classed_trace(classes: list[str], programs: list[list[tuple[int, int, float | None]]]) -> object:
