@@ -9,9 +9,10 @@ with the section, field, value and the allowed range, like every other section):
 - ``[classes]``: priority classes (interactive, background, batch). Off by default; when on, each program gets a
   class, from the trace's ``programs`` column ``column`` where the trace has it (a trace given as a ``Trace``, as
   ``fleet-priority`` and the Python API do; ``simulate`` compiles the trace without extra columns), otherwise by a
-  seeded draw from ``mix`` (the summary's ``classes.source`` says which); its class's rank is its ``ProgramInfo.priority`` (0 = interactive, the most urgent), which the
-  ``priority`` queue order and the ``lowest-priority`` victim read, and its class's deadline is its JCT deadline
-  (``deadline_s`` absolute, else ``deadline_x`` times its uncontended JCT, as :mod:`agentreplay.fleet.goodput`).
+  seeded draw from ``mix`` (the summary's ``classes.source`` says which); its class's rank is its
+  ``ProgramInfo.priority`` (0 = interactive, the most urgent), which the ``priority`` queue order and the
+  ``lowest-priority`` victim read, and its class's deadline is its JCT deadline (``deadline_s`` absolute, else
+  ``deadline_x`` times its uncontended JCT, as :mod:`agentreplay.fleet.goodput`).
 """
 
 from __future__ import annotations
