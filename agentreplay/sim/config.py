@@ -387,6 +387,8 @@ class PolicyConfig:
     def __post_init__(self) -> None:
         if isinstance(self.plas_quanta_tokens, list):  # a TOML array
             object.__setattr__(self, "plas_quanta_tokens", tuple(self.plas_quanta_tokens))
+        if isinstance(self.priority_order, list):  # a TOML array
+            object.__setattr__(self, "priority_order", tuple(self.priority_order))
         _policy("policy", "queue", self.queue, QUEUE_ORDERS, self)
         _policy("policy", "victim", self.victim, VICTIMS, self)
         _policy("policy", "retention", self.retention, RETENTIONS, self)

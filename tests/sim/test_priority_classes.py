@@ -156,3 +156,16 @@ def test_the_in_run_service_estimate_matches_the_uncontended_definition() -> Non
     pricer = pricer_from_names("roofline", "h100-sxm", "llama-3.1-8b", "bf16", 1)
     for args in ((8192, 20_000, 0, 300), (2048, 9000, 4096, 1), (8192, 100, 96, 50)):
         assert turn_service_s(pricer, *args) == reference(pricer, *args)
+
+
+def test_admission_and_classes_sections_round_trip_through_toml() -> None:
+    import tomllib
+
+    from agentreplay.sim.config import from_dict, to_toml
+
+    cfg = SimConfig().replace(
+        classes={"enabled": True, "deadline_s": {"interactive": 600.0}},
+        admission={"policy": "deadline", "deadline_action": "reject"},
+        policy={"queue": "priority", "priority_order": ["fcfs", "fcfs", "program-fcfs"]},
+    )
+    assert from_dict(tomllib.loads(to_toml(cfg))) == cfg
