@@ -19,10 +19,11 @@ arXiv 2602.13692, §4 program-aware scheduler) and its code (github.com/HaoKang-
   and paused when their call ends (``_mark_program_for_pause`` / ``_clear_mark_and_pause``).
 - **Greedy resume** (``_greedy_resume``): paused programs are resumed, new programs first then the others, each
   group smallest first, while ``total_tokens + buffer`` fits in what is left.
-- **Acting decay** (``use_acting_token_decay``): an acting program's tokens count ``x 0.5^(t / half_life)``, ``t``
-  the time since its call ended. The issue asks for a 1 s half-life (the default); a public port of the scheduler
-  (ThunderAgent ``backend/state.rs`` ``active_program_tokens_with_decay``) halves per minute, so the half-life is
-  a parameter (0 = no decay, the source's default ``use_acting_token_decay = False``).
+- **Acting decay** (ThunderAgent's ``use_acting_token_decay`` option, "exponential decay on acting tokens", off by
+  default): an acting program's tokens count ``x 0.5^(t / half_life)``, ``t`` the time since its call ended. We
+  did not find the Python formula; a public Rust port of the scheduler (``active_program_tokens_with_decay``)
+  halves per minute, and the issue asks for a 1 s half-life (the default here), so the half-life is a parameter
+  (``thunder_half_life_s``; 0 = no decay, the source's default).
 - **Forced resume** (``_wait_for_resume``): a held call that waited ``thunder_resume_timeout_s`` (source: 1800 s)
   is resumed whatever the capacity; a timer (``next_wake``) offers it at that moment.
 
@@ -30,7 +31,8 @@ Differences from the source, all because the simulator owns placement and clock:
 cluster (ThunderAgent keeps one ledger per backend and also picks the backend; here the configured router
 places calls); the check that ThunderAgent runs every ``scheduler_interval`` (5 s) runs here whenever a call ends
 (the moment capacity can free) and every ``thunder_recheck_s`` while calls are held; ``shared_tokens`` (prefix
-savings read from vLLM's metrics) is not subtracted: each program counts its whole context.
+savings read from vLLM's metrics) is not subtracted: each program counts its whole context; the acting-token
+weight (``acting_token_weight``, default 1.0) is fixed at its default.
 """
 
 from __future__ import annotations
