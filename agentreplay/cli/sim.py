@@ -228,8 +228,17 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary", plans: l
     table.add_row("preemptions / recomputed tokens", f"{s['preemptions']:,} / {s['recomputed_tokens']:,}")
     if "policy" in s:
         p = s["policy"]
+        adm = f", admission {s['admission']['policy']}" if "admission" in s else ""
         table.add_row(
-            "policies", f"router {p['router']}, queue {p['queue']}, victim {p['victim']}, retention {p['retention']}"
+            "policies",
+            f"router {p['router']}, queue {p['queue']}, victim {p['victim']}, retention {p['retention']}{adm}",
+        )
+    if "admission" in s and "pauses" in s["admission"]:
+        a = s["admission"]
+        table.add_row(
+            "admission pauses / held",
+            f"{a['pauses']:,} pauses, {a['programs_held']:,} programs held (p50 {a['held_s_p50']:.1f} s, p90 "
+            f"{a['held_s_p90']:.1f} s), {a['forced_resumes']:,} forced resumes",
         )
     if "policy" in s and not requests:
         table.add_row(
