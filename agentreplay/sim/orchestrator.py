@@ -176,9 +176,24 @@ class Orchestrator:
             r.chain_ends = tuple([int(bounds[s, 1]) for s in ids])
         if self._gated and not self.admission.admit(r, self.instances, now):
             self.deferred.append((r, ids))
+            self._log_admission(r, "hold")
             self._arm()
             return
         self._route(r, ids)
+
+    def _log_admission(self, r: Request, decision: str) -> None:
+        if self.log is not None:
+            self.log(
+                {
+                    "t": self.engine.now,
+                    "event": "admission",
+                    "program": r.program,
+                    "turn": r.turn_idx,
+                    "decision": decision,
+                    "policy": self.admission.name,
+                    "held_s": self.engine.now - r.release_s,
+                }
+            )
 
     def _arm(self) -> None:
         """Ask the engine to offer the held calls again when the admission policy wants it (a periodic check,
@@ -231,6 +246,7 @@ class Orchestrator:
         now = self.engine.now
         for r, ids in held:
             if self.admission.admit(r, self.instances, now):
+                self._log_admission(r, "admit")
                 self._route(r, ids)
             else:
                 self.deferred.append((r, ids))

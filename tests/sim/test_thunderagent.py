@@ -139,6 +139,7 @@ def _two_programs(**adm: object) -> tuple[object, dict]:
         cache={"num_gpu_blocks": 200},
         workload={"concurrency": 2},
         admission={"policy": "thunderagent", "thunder_capacity_fraction": 0.5, **adm},
+        policy={"decision_log": True},
     )
     res = simulate(make_trace([[(1000, 10, None)], [(1000, 10, None)]]), cfg, perf=LinearPerf())
     return res, res.summary["admission"]
@@ -156,6 +157,8 @@ def test_end_to_end_the_second_program_waits_for_the_first() -> None:
     assert s["pauses"] == 1 and s["programs_held"] == 1 and s["held_s_total"] == pytest.approx(1.109)
     assert s["forced_resumes"] == 0 and s["capacity_tokens"] == 1600
     assert s["held_s_p50"] == s["held_s_p90"] == s["held_s_max"] == pytest.approx(1.109)
+    log = [(d["program"], d["decision"], d["t"]) for d in res.decisions if d["event"] == "admission"]  # type: ignore[attr-defined]
+    assert log == [(1, "hold", 0.0), (1, "admit", pytest.approx(1.109))]
 
 
 def test_end_to_end_forced_resume_fires_on_its_timer() -> None:
