@@ -285,9 +285,11 @@ COMMANDS = {
     "calibrate": "validate",
     "validate": "validate",
     "plan": "plan",
+    "fleet-admission": "fleet_admission",
     "fleet-disagg": "fleet_disagg",
     "fleet-fanout": "fleet_fanout",
     "fleet-footprint": "fleet_footprint",
+    "fleet-priority": "fleet_priority",
 }
 
 
@@ -315,9 +317,11 @@ def _register() -> None:
     from agentreplay.cli import (  # noqa: F401
         compare,
         drive,
+        fleet_admission,
         fleet_disagg,
         fleet_fanout,
         fleet_footprint,
+        fleet_priority,
         plan,
         sim,
         study,

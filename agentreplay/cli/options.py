@@ -17,6 +17,7 @@ import typer
 from agentreplay.kv.retention import RETENTIONS
 from agentreplay.policy.presets import PRESETS
 from agentreplay.policy.registry import Registry
+from agentreplay.router.admission import ADMISSIONS
 from agentreplay.router.policies import ROUTERS
 from agentreplay.scheduler.queue import QUEUE_ORDERS
 from agentreplay.scheduler.victim import VICTIMS
@@ -190,6 +191,10 @@ Preset = Annotated[
     ),
 ]
 Queue = Annotated[str | None, _opt(f"Waiting-queue order: {policies(QUEUE_ORDERS)}. {default('policy', 'queue')}")]
+Admission = Annotated[
+    str | None,
+    _opt(f"Front-end admission: {policies(ADMISSIONS)}. {default('admission', 'policy')}"),
+]
 Victim = Annotated[str | None, _opt(f"Preemption victim: {policies(VICTIMS)}. {default('policy', 'victim')}")]
 Retention = Annotated[
     str | None, _opt(f"KV retention during a tool gap: {policies(RETENTIONS)}. {default('policy', 'retention')}")

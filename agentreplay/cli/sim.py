@@ -71,6 +71,7 @@ def common_overrides(
     dp: int | None = None,
     ep: bool | None = None,
     all2all_backend: str | None = None,
+    admission: str | None = None,
 ) -> dict[str, Any]:
     if tool_model is not None and tools is None:
         tools = "generative"
@@ -115,6 +116,7 @@ def common_overrides(
             "decision_log": decision_log,
         },
         "tiers": {"dram_gib": dram_gib, "cxl_gib": cxl_gib},
+        "admission": {"policy": admission},
         "seed": seed,
     }
 
@@ -226,8 +228,17 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary", plans: l
     table.add_row("preemptions / recomputed tokens", f"{s['preemptions']:,} / {s['recomputed_tokens']:,}")
     if "policy" in s:
         p = s["policy"]
+        adm = f", admission {s['admission']['policy']}" if "admission" in s else ""
         table.add_row(
-            "policies", f"router {p['router']}, queue {p['queue']}, victim {p['victim']}, retention {p['retention']}"
+            "policies",
+            f"router {p['router']}, queue {p['queue']}, victim {p['victim']}, retention {p['retention']}{adm}",
+        )
+    if "admission" in s and "pauses" in s["admission"]:
+        a = s["admission"]
+        table.add_row(
+            "admission pauses / held",
+            f"{a['pauses']:,} pauses, {a['programs_held']:,} programs held (p50 {a['held_s_p50']:.1f} s, p90 "
+            f"{a['held_s_p90']:.1f} s), {a['forced_resumes']:,} forced resumes",
         )
     if "policy" in s and not requests:
         table.add_row(
@@ -320,6 +331,7 @@ def simulate(
     victim: o.Victim = None,
     retention: o.Retention = None,
     ttl: o.Ttl = None,
+    admission: o.Admission = None,
     dram_gib: o.DramGib = None,
     cxl_gib: o.CxlGib = None,
     inter_instance_gbps: o.InterInstanceGbps = None,
@@ -391,6 +403,7 @@ def simulate(
             dp=dp,
             ep=ep,
             all2all_backend=all2all_backend,
+            admission=admission,
         ),
         preset,
     )

@@ -13,7 +13,14 @@ continuum      session-affinity  continuum     most-recent     continuum    Cont
 infercept      least-loaded      fcfs          most-recent     infercept    InferCept (ICML 2024), host DRAM
 lmcache-offload least-loaded     fcfs          most-recent     offload      vLLM + LMCache CPU offload
 agent-affinity session-affinity  fcfs          most-recent     ttl          sticky sessions + static TTL pin
+thunderagent   session-affinity  fcfs          most-recent     lru          ThunderAgent (arXiv 2602.13692)
 ============== ================= ============= =============== ============ =====================================
+
+``thunderagent`` also sets the admission policy (``[admission] policy = "thunderagent"``,
+:mod:`agentreplay.router.thunderagent`): vLLM backends behind ThunderAgent's program-aware scheduler, which keeps
+each program on the backend it was assigned to (``Program.backend_url``: a sticky, session-affine placement) and
+pauses / resumes whole programs against the KV capacity (arXiv 2602.13692 §4; github.com/HaoKang-Timmy/ThunderAgent
+``scheduler/router.py``).
 """
 
 from __future__ import annotations
@@ -53,6 +60,11 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "agent-affinity": {
         "router": {"policy": "session-affinity"},
         "policy": {"queue": "fcfs", "victim": "most-recent", "retention": "ttl"},
+    },
+    "thunderagent": {
+        "router": {"policy": "session-affinity"},
+        "policy": {"queue": "fcfs", "victim": "most-recent", "retention": "lru"},
+        "admission": {"policy": "thunderagent"},
     },
 }
 NEEDS_HOST_TIER = frozenset({"infercept", "lmcache-offload"})

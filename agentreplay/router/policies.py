@@ -42,6 +42,10 @@ class InstanceView:
         """Fraction of the KV blocks in use."""
         raise NotImplementedError
 
+    def kv_capacity_tokens(self) -> int:
+        """Tokens the instance's KV blocks hold (blocks x block size)."""
+        raise NotImplementedError
+
 
 @dataclass(slots=True)
 class RouterStats:

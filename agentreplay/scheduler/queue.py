@@ -112,6 +112,51 @@ class ContinuumOrder:
         return (0 if r.pinned else 1, r.info.arrival_s, r.program, r.release_s)
 
 
+#: Orders a priority class may use within itself (``priority_order``).
+WITHIN_CLASS = ("fcfs", "program-fcfs")
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityParams:
+    #: per class rank (interactive, background, batch): the order within the class, "fcfs" (vLLM: the call's
+    #: arrival) or "program-fcfs" (the program's arrival, so a long agent is not overtaken on every turn)
+    priority_order: tuple[str, ...] = ("fcfs", "fcfs", "fcfs")
+
+    def __post_init__(self) -> None:
+        order = tuple(self.priority_order)
+        check(
+            len(order) >= 1 and all(o in WITHIN_CLASS for o in order),
+            "priority_order",
+            self.priority_order,
+            f"a list with one of {list(WITHIN_CLASS)} per class (interactive, background, batch)",
+        )
+        object.__setattr__(self, "priority_order", order)
+
+
+class PriorityOrder:
+    """vLLM priority scheduling (``--scheduling-policy priority``): the waiting queue is ordered by (priority,
+    arrival time), smaller first (``vllm/v1/core/sched/request_queue.py`` ``PriorityRequestQueue``, a heap over
+    ``Request.__lt__``; a preempted request goes back by the same key, not to the head). The priority is the
+    program's class rank (``ProgramInfo.priority``: interactive 0, background 1, batch 2;
+    :mod:`agentreplay.sim.admission_config`) and the arrival the call's release. Each class may order its own calls
+    by program arrival instead (``priority_order``; vLLM has no such option: ours). Pair it with the
+    ``lowest-priority`` victim, vLLM's preemption rule in that mode (``max(self.running, key=lambda r:
+    (r.priority, r.arrival_time))`` in ``vllm/v1/core/sched/scheduler.py``)."""
+
+    name = "priority"
+    sorted = True
+
+    def __init__(self, params: PriorityParams | None = None) -> None:
+        order = (params or PriorityParams()).priority_order
+        self.by_program: tuple[bool, ...] = tuple(o == "program-fcfs" for o in order)
+
+    def key(self, r: Request, now: float) -> tuple:
+        p = r.info.priority
+        if p < len(self.by_program) and self.by_program[p]:
+            return (p, r.info.arrival_s, r.program, r.release_s)
+        return (p, r.release_s, r.turn)
+
+
 QUEUE_ORDERS: Registry[QueueOrder] = Registry(
     "queue",
     [
@@ -119,5 +164,8 @@ QUEUE_ORDERS: Registry[QueueOrder] = Registry(
         Entry("program-fcfs", ProgramFcfs, NoParams, "calls of earlier programs first"),
         Entry("plas", Plas, PlasParams, "program-level attained service, multi-level feedback (Autellix)"),
         Entry("continuum", ContinuumOrder, NoParams, "calls of programs holding a pin first (Continuum)"),
+        Entry(
+            "priority", PriorityOrder, PriorityParams, "class rank, then arrival (vLLM --scheduling-policy priority)"
+        ),
     ],
 )

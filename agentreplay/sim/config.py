@@ -18,7 +18,9 @@ from agentreplay.policy.registry import ParamError, Registry
 from agentreplay.router.policies import ROUTERS, LoadMetric
 from agentreplay.scheduler.queue import QUEUE_ORDERS
 from agentreplay.scheduler.victim import VICTIMS
+from agentreplay.sim.admission_config import AdmissionConfig, ClassConfig
 from agentreplay.sim.disagg_config import DisaggConfig
+from agentreplay.sim.errors import ConfigError
 from agentreplay.sim.footprint import FootprintConfig
 
 Arrival = Literal["closed", "poisson", "trace"]
@@ -32,10 +34,6 @@ MixedAttention = Literal["apart", "one_kernel"]
 All2AllName = Literal[
     "allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency", "flashinfer_nvlink_two_sided"
 ]
-
-
-class ConfigError(ValueError):
-    """An invalid configuration value; the message names section, field, value and the allowed range."""
 
 
 def _check(cond: bool, section: str, name: str, value: Any, allowed: str) -> None:
@@ -385,11 +383,14 @@ class PolicyConfig:
     unpin_on_pressure: bool = True  #: release pins (oldest first) when a waiting request cannot be admitted
     plas_quanta_tokens: tuple[int, ...] = (16_384, 65_536, 262_144)  #: PLAS: MLFQ level boundaries (service)
     plas_starvation_s: float = 30.0  #: PLAS: a call waiting longer than this is promoted to the top level
+    priority_order: tuple[str, ...] = ("fcfs", "fcfs", "fcfs")  #: priority: order within each class (queue.py)
     decision_log: bool = False  #: keep a per-decision log (router, admission, preemption, retention)
 
     def __post_init__(self) -> None:
         if isinstance(self.plas_quanta_tokens, list):  # a TOML array
             object.__setattr__(self, "plas_quanta_tokens", tuple(self.plas_quanta_tokens))
+        if isinstance(self.priority_order, list):  # a TOML array
+            object.__setattr__(self, "priority_order", tuple(self.priority_order))
         _policy("policy", "queue", self.queue, QUEUE_ORDERS, self)
         _policy("policy", "victim", self.victim, VICTIMS, self)
         _policy("policy", "retention", self.retention, RETENTIONS, self)
@@ -437,6 +438,8 @@ class SimConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     disagg: DisaggConfig = field(default_factory=DisaggConfig)
     footprint: FootprintConfig = field(default_factory=FootprintConfig)
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    classes: ClassConfig = field(default_factory=ClassConfig)
     seed: int = 0
 
     def replace(self, **sections: dict[str, Any]) -> SimConfig:

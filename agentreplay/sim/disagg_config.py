@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from agentreplay.sim.errors import ConfigError
+
 DisaggLink = Literal["rdma", "nvlink", "custom"]
 #: where a session's KV lives across tool gaps: on its decode instance (the next turn's prefill pulls the
 #: cached prefix from there), or nowhere in particular (prefill instances keep their own prefix cache)
@@ -39,8 +41,6 @@ RDMA_GBPS_PER_GPU = 50.0  #: 400 Gb/s ConnectX-7, one per GPU (DGX H100; Mooncak
 
 def _check(cond: bool, name: str, value: Any, allowed: str) -> None:
     if not cond:
-        from agentreplay.sim.config import ConfigError  # (config imports this module)
-
         raise ConfigError(f"[disagg] {name} = {value!r} is invalid: {allowed}")
 
 

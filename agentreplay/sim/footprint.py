@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from agentreplay.kv.manager import held_blocks
+from agentreplay.sim.errors import ConfigError
 
 #: Columns of the ``footprint`` table, in order.
 COLUMNS = (
@@ -60,8 +61,6 @@ class FootprintConfig:
     def __post_init__(self) -> None:
         v = self.interval_s
         if isinstance(v, bool) or not isinstance(v, int | float) or not (v >= 0 and math.isfinite(v)):
-            from agentreplay.sim.config import ConfigError
-
             raise ConfigError(f"[footprint] interval_s = {v!r} is invalid: a finite number of seconds >= 0 (0 = off)")
 
 

@@ -151,6 +151,9 @@ class Instance(InstanceView):
     def kv_usage(self) -> float:
         return self.pool.used_blocks / self.pool.num_blocks
 
+    def kv_capacity_tokens(self) -> int:
+        return self.pool.num_blocks * self.pool.block_size
+
     # ---- events ------------------------------------------------------------------------------------------------
     def submit(self, r: Request) -> None:
         r.instance = self.index

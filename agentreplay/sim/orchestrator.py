@@ -45,6 +45,7 @@ class Orchestrator:
         log: Callable[[dict[str, Any]], None] | None = None,
         *,
         admission: AdmissionPolicy | None = None,
+        priorities: list[int] | None = None,
     ) -> None:
         self.engine = engine
         self.w = workload
@@ -55,6 +56,9 @@ class Orchestrator:
         self._gated = not isinstance(self.admission, AdmitAll)  # admit-all: no call per released turn
         #: released calls the admission policy holds at the front end, in release order (with their chain ids)
         self.deferred: list[tuple[Request, tuple[int, ...] | None]] = []
+        self._wake_at = float("inf")  #: the pending admission timer (inf: none)
+        #: per program, its priority class's rank (ProgramInfo.priority; None: every program 0)
+        self.priorities = priorities
         self.instances = instances
         self.rec = recorder
         self.rng_arrivals = rng_arrivals
@@ -117,11 +121,13 @@ class Orchestrator:
     def _arrive(self, p: int) -> None:
         self.rec.program_arrived(p, self.engine.now)
         pid = self.w.prefix_ids[p]
-        self.infos[p] = ProgramInfo(
+        self.infos[p] = info = ProgramInfo(
             self.engine.now, prefix_key=pid, prefix_tokens=self._prefix_tokens[p] if pid is not None else 0
         )
         if self.fan is not None and self.fan.parent[p] < 0:
             self.fan.root_arrived(p)
+        if self.priorities is not None:
+            info.priority = self.priorities[p]
         self._release(self._turn_start[p], p)
 
     def _segments(self, inst: Instance, p: int) -> tuple[Segment | None, Segment, int]:
@@ -186,8 +192,39 @@ class Orchestrator:
             r.chain_ids, r.chain_ends = self.fan.tag(p, r.prompt)
         if self._gated and not self.admission.admit(r, self.instances, now):
             self.deferred.append((r, ids))
+            self._log_admission(r, "hold")
+            self._arm()
             return
         self._route(r, ids)
+
+    def _log_admission(self, r: Request, decision: str) -> None:
+        if self.log is not None:
+            self.log(
+                {
+                    "t": self.engine.now,
+                    "event": "admission",
+                    "program": r.program,
+                    "turn": r.turn_idx,
+                    "decision": decision,
+                    "policy": self.admission.name,
+                    "held_s": self.engine.now - r.release_s,
+                }
+            )
+
+    def _arm(self) -> None:
+        """Ask the engine to offer the held calls again when the admission policy wants it (a periodic check,
+        a forced resume), unless an earlier offer is already pending."""
+        t = max(self.admission.next_wake(self.engine.now), self.engine.now)
+        if t < self._wake_at:
+            self._wake_at = t
+            self.engine.at(t, PHASE_RELEASE, self._wake, t)
+
+    def _wake(self, t: float) -> None:
+        if t != self._wake_at:  # superseded by an earlier timer
+            return
+        self._wake_at = float("inf")
+        if self.deferred:
+            self._offer_deferred()
 
     def _route(self, r: Request, ids: tuple[int, ...] | None) -> None:
         """Send an admitted call to the instance its router picks."""
@@ -229,11 +266,16 @@ class Orchestrator:
         now = self.engine.now
         for r, ids in held:
             if self.admission.admit(r, self.instances, now):
+                self._log_admission(r, "admit")
                 self._route(r, ids)
             else:
                 self.deferred.append((r, ids))
+        if self.deferred:
+            self._arm()
 
     def on_turn_done(self, r: Request) -> None:
+        if self._gated:
+            self.admission.finished(r, self.engine.now)
         if self.deferred:
             self._offer_deferred()
         self.rec.record_turn(r)

@@ -286,6 +286,12 @@ def simulate(
                 graph_mixed=graph_padding(hw.cudagraph_mode)[1],
                 custom_allreduce=hw.deployment_kernels and not hw.disable_custom_all_reduce,
             )
+    adm, cls = cfg.admission, None
+    if cfg.classes.enabled or adm.policy == "deadline":  # (classes, deadlines: agentreplay.sim.classes)
+        from agentreplay.sim.classes import setup as setup_classes
+
+        cls = setup_classes(trace, workload, cfg, pricers[specs[0]], plans[0].max_num_batched_tokens)
+        workload = cls.workload
     seeds = np.random.SeedSequence(cfg.seed).spawn(2)
     rng_arrivals, rng_tools = (np.random.default_rng(s) for s in seeds)
     engine = Engine()
@@ -387,7 +393,8 @@ def simulate(
         cfg.cache.block_size,
         tool_stats,
         log,
-        admission=ADMISSIONS.build("admit-all", cfg.policy),
+        admission=(admission := ADMISSIONS.build(adm.policy, adm, None if cls is None else cls.ctx)),
+        priorities=None if cls is None or cls.classes is None or not cfg.classes.enabled else cls.classes.tolist(),
     )
     orch_ref.append(orch)
     if disagg is not None:
@@ -417,6 +424,12 @@ def simulate(
         "retention": cfg.policy.retention,
     }
     summary["rejected"] = rejections.summary()
+    if adm.policy != "admit-all":
+        summary["admission"] = admission.summary()  # type: ignore[attr-defined]
+        if cls is not None and adm.policy == "deadline":
+            summary["admission"]["rejected_programs"] = len(cls.rejected_classes)
+    if cls is not None and cfg.classes.enabled:
+        summary["classes"] = cls.summary(programs["jct_s"])
     if workload.single_turn:
         request_view(summary)
     summary["affinity_breaks"] = orch.affinity_breaks
