@@ -18,6 +18,9 @@ from agentreplay.policy.registry import ParamError, Registry
 from agentreplay.router.policies import ROUTERS, LoadMetric
 from agentreplay.scheduler.queue import QUEUE_ORDERS
 from agentreplay.scheduler.victim import VICTIMS
+from agentreplay.sim.config_error import ConfigError
+from agentreplay.sim.speculative import SpeculativeConfig
+from agentreplay.sim.thinking import ThinkingConfig
 
 Arrival = Literal["closed", "poisson", "trace"]
 ToolMode = Literal["replay", "fixed", "scale", "generative"]
@@ -30,10 +33,6 @@ MixedAttention = Literal["apart", "one_kernel"]
 All2AllName = Literal[
     "allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency", "flashinfer_nvlink_two_sided"
 ]
-
-
-class ConfigError(ValueError):
-    """An invalid configuration value; the message names section, field, value and the allowed range."""
 
 
 def _check(cond: bool, section: str, name: str, value: Any, allowed: str) -> None:
@@ -433,6 +432,8 @@ class SimConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     tiers: TierConfig = field(default_factory=TierConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
+    thinking: ThinkingConfig = field(default_factory=ThinkingConfig)
     seed: int = 0
 
     def replace(self, **sections: dict[str, Any]) -> SimConfig:

@@ -40,6 +40,9 @@ from agentreplay.sim.dp import LockstepGroup
 from agentreplay.sim.instance import Instance
 from agentreplay.sim.metrics import Recorder, summarize
 from agentreplay.sim.orchestrator import Orchestrator
+from agentreplay.sim.speculative import draft_pricer, speculative_pricer, step_workload
+from agentreplay.sim.speculative import summary as speculation_summary
+from agentreplay.sim.thinking import apply as thinking_budget
 from agentreplay.sim.tools import make_tools
 from agentreplay.sim.workload import Workload, compile_trace
 from agentreplay.trace.io import Trace, write_tables
@@ -249,6 +252,11 @@ def simulate(
         workload = workload.head(cfg.workload.max_programs)
     workload = workload.with_reuse_scale(cfg.workload.reuse_scale)
     workload, rejections = apply_max_model_len(workload, cfg.scheduler.max_model_len)
+    thinking = thinking_budget(workload, cfg.thinking) if cfg.thinking.enabled else None
+    if thinking is not None:
+        workload = thinking[0]
+    speculation = cfg.speculative if cfg.speculative.enabled else None
+    steps = step_workload(workload, speculation) if speculation is not None else workload  # what the engine schedules
     hw = cfg.hardware
     if hw.dp > 1:
         try:
@@ -273,6 +281,8 @@ def simulate(
                 graph_mixed=graph_padding(hw.cudagraph_mode)[1],
                 custom_allreduce=hw.deployment_kernels and not hw.disable_custom_all_reduce,
             )
+            if speculation is not None:
+                pricers[spec] = speculative_pricer(pricers[spec], speculation, draft_pricer(cfg, spec))
     seeds = np.random.SeedSequence(cfg.seed).spawn(2)
     rng_arrivals, rng_tools = (np.random.default_rng(s) for s in seeds)
     engine = Engine()
@@ -338,7 +348,7 @@ def simulate(
         group = LockstepGroup(engine, instances, DPStepPricer(pricers[specs[0]], comm))
     orch = Orchestrator(
         engine,
-        workload,
+        steps,
         cfg.workload,
         make_tools(cfg.tools, workload),
         ROUTERS.build(cfg.router.policy, cfg.router),
@@ -403,6 +413,10 @@ def simulate(
         "decode_runs": sum(i.stats.decode_runs for i in instances),
         "busy_s_per_instance": [i.stats.busy_s for i in instances],
     }
+    if thinking is not None:
+        summary["thinking"] = {"budget_tokens": cfg.thinking.budget_tokens, **thinking[1].as_dict()}
+    if speculation is not None:
+        summary["speculative"] = speculation_summary(workload, steps, speculation)
     if hw.dp > 1:  # (absent otherwise: summaries of other deployments keep their exact form)
         summary["cluster"].update(
             {"dp": hw.dp, "ep": hw.ep, "all2all_backend": hw.all2all_backend, "lockstep": group is not None}

@@ -34,6 +34,9 @@ class Workload:
     #: segment ids into ``seg_bounds``; None for a turn without hash ids (or a trace without any)
     chains: list[tuple[int, ...] | None] | None = None
     seg_bounds: np.ndarray | None = None  #: int64 [n_segments, 2]: (start, end) token of each chain segment
+    #: float64 [n_turns]: the trace's reasoning tokens per turn (part of output_tokens), NaN where not recorded;
+    #: None when unknown altogether (read by the thinking budget, agentreplay.sim.thinking)
+    reasoning_tokens: np.ndarray | None = None
 
     @property
     def n_programs(self) -> int:
@@ -85,6 +88,7 @@ class Workload:
             self.prefix_tokens[:n],
             None if self.chains is None else self.chains[:end],
             self.seg_bounds,
+            None if self.reasoning_tokens is None else self.reasoning_tokens[:end],
         )
 
     def select(
@@ -110,6 +114,7 @@ class Workload:
             self.prefix_tokens[programs],
             None if self.chains is None else [self.chains[t] for t in ids],
             self.seg_bounds,
+            None if self.reasoning_tokens is None else self.reasoning_tokens[turns],
         )
 
 
@@ -161,6 +166,7 @@ _TURN_COLUMNS = {
     "reused_tokens": "i",
     "tool_duration_s": "f",
     "tool_class": "o",
+    "reasoning_tokens": "f",
     "prefix_hash_ids": "o",
     "hash_block_tokens": "f",
 }
@@ -215,6 +221,7 @@ def compile_columns(programs: dict[str, np.ndarray], turns: dict[str, np.ndarray
         prefix_tokens=prefix,
         chains=chains,
         seg_bounds=bounds,
+        reasoning_tokens=_floats(turns["reasoning_tokens"])[order] if "reasoning_tokens" in turns else None,
     )
 
 
