@@ -30,7 +30,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from agentreplay.perf.catalog import Efficiency
 from agentreplay.perf.pricer import IterationPricer, PrefillItem
+from agentreplay.perf.stepcost import StepCost
 
 
 class ScaledPricer:
@@ -49,6 +51,25 @@ class ScaledPricer:
     def decode_coeffs(self, n_seqs: int) -> tuple[float, float]:
         a, c = self.pricer.decode_coeffs(n_seqs)
         return self.factor * a, self.factor * c
+
+
+class DraftPasses:
+    """A draft model's forward passes inside the target's engine step: its pricer without the per-step host cost
+    (:mod:`agentreplay.perf.stepcost`: scheduling, input preparation and output processing happen once per engine
+    step, for the target; vLLM runs the proposer inside the same ``execute_model``, gpu_model_runner.py
+    ``propose_draft_token_ids``). Kernel launches, TP collectives and the drafter's own kernels stay."""
+
+    def __init__(self, pricer: IterationPricer, efficiency: Efficiency) -> None:
+        self.pricer = pricer
+        self.step = StepCost.of(efficiency)
+        self.needs_decode_contexts = bool(getattr(pricer, "needs_decode_contexts", False))
+
+    def iteration_time_s(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> float:
+        return self.pricer.iteration_time_s(prefill, decode_ctx) - self.step.time_s(len(prefill) + len(decode_ctx))
+
+    def decode_coeffs(self, n_seqs: int) -> tuple[float, float]:
+        a, c = self.pricer.decode_coeffs(n_seqs)
+        return a - self.step.time_s(n_seqs), c
 
 
 class SpeculativePricer:

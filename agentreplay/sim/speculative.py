@@ -47,7 +47,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from agentreplay.perf.pricer import IterationPricer
-from agentreplay.perf.speculative import ScaledPricer, SpeculativePricer
+from agentreplay.perf.speculative import DraftPasses, ScaledPricer, SpeculativePricer
 from agentreplay.sim.config_error import ConfigError
 from agentreplay.sim.workload import Workload
 from agentreplay.trace.taxonomy import TOOL_CLASSES
@@ -189,7 +189,8 @@ def summary(tokens: Workload, steps: Workload, cfg: SpeculativeConfig) -> dict[s
 def draft_pricer(cfg: Any, instance: tuple[str, int, str]) -> IterationPricer | None:
     """The draft model's pricer for an instance ``(gpu, tp, dtype)`` of ``cfg`` (a :class:`SimConfig`): the
     catalogue roofline of ``[speculative] draft_model`` on the same GPUs, TP and dtype (vLLM requires the draft's
-    TP to equal the target's, draft_model.py ``_raise_if_draft_tp_mismatch``); None for other methods. Refuses a
+    TP to equal the target's, draft_model.py ``_raise_if_draft_tp_mismatch``), without the per-step host cost
+    (:class:`agentreplay.perf.speculative.DraftPasses`); None for other methods. Refuses a
     DP deployment (lockstep DP steps are not priced with speculation)."""
     sc: SpeculativeConfig = cfg.speculative
     hw = cfg.hardware
@@ -197,11 +198,10 @@ def draft_pricer(cfg: Any, instance: tuple[str, int, str]) -> IterationPricer | 
     if sc.method != "draft_model" or sc.draft_model is None:
         return None
     from agentreplay.perf.deploy import kv_cache_dtype
-    from agentreplay.perf.table import pricer_from_names
+    from agentreplay.perf.model import PerfModel
 
     gpu, tp, dtype = instance
-    return pricer_from_names(
-        "roofline",
+    model = PerfModel.from_names(
         gpu,
         sc.draft_model,
         dtype,  # type: ignore[arg-type]
@@ -209,3 +209,4 @@ def draft_pricer(cfg: Any, instance: tuple[str, int, str]) -> IterationPricer | 
         mixed_attention=hw.mixed_attention,
         kv_dtype=kv_cache_dtype(hw.kv_cache_dtype),
     )
+    return DraftPasses(model, model.efficiency)

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from agentreplay.perf.model import PerfModel
-from agentreplay.perf.speculative import ScaledPricer, SpeculativePricer
+from agentreplay.perf.speculative import DraftPasses, ScaledPricer, SpeculativePricer
 from agentreplay.sim import SimConfig, simulate
 from agentreplay.sim.config import ConfigError, from_dict
 from agentreplay.sim.speculative import (
@@ -119,7 +119,14 @@ def test_draft_model_from_the_catalogue_prices_the_drafter() -> None:
     """A catalogue drafter is the roofline of that model on the instance's GPUs and TP; its cost is added."""
     c = SimConfig().replace(speculative={"method": "draft_model", "draft_model": "llama-3.1-8b"})
     d = draft_pricer(c, ("h100-sxm", 1, "bf16"))
-    assert isinstance(d, PerfModel) and d.model.name == "llama-3.1-8b"
+    assert isinstance(d, DraftPasses) and isinstance(d.pricer, PerfModel) and d.pricer.model.name == "llama-3.1-8b"
+    # a draft pass is the draft model's step without the per-step host cost (framework_overhead), which the
+    # target's engine step pays once
+    fw = d.pricer.breakdown([], [100] * 4)["framework_overhead"]
+    assert fw > 0 and d.decode_coeffs(4)[0] == pytest.approx(d.pricer.decode_coeffs(4)[0] - fw)
+    assert d.iteration_time_s([(64, 0)], [100] * 4) == pytest.approx(
+        d.pricer.iteration_time_s([(64, 0)], [100] * 4) - d.pricer.breakdown([(64, 0)], [100] * 4)["framework_overhead"]
+    )
     target = PerfModel.from_names("h100-sxm", "llama-3.1-70b", tp=4)
     sd = SpeculativePricer(target, 3, draft_pricer(c, ("h100-sxm", 4, "bf16")))
     plain = SpeculativePricer(target, 3)
@@ -141,3 +148,24 @@ def test_bad_values_name_section_field_and_value() -> None:
         from_dict({"speculative": {"method": "draft_model", "draft_model": "nope"}})
     with pytest.raises(ConfigError, match=r"draft_cost_fraction = 0.2 is invalid: only with method = 'draft_model'"):
         from_dict({"speculative": {"method": "ngram", "draft_cost_fraction": 0.2}})
+
+
+def test_fast_decode_runs_stay_exact_under_speculation() -> None:
+    """Four programs of two turns at 2 in flight, roofline target plus a draft model (a context-dependent step
+    price): fast-forwarded verification runs give the same times as step by step."""
+    trace = make_trace([[(300 + 50 * p, 40 + 7 * p, 0.05), (420 + 50 * p, 25 + 3 * p, None)] for p in range(4)])
+    c = SimConfig().replace(
+        cache={"num_gpu_blocks": 200},
+        workload={"concurrency": 2},
+        speculative={
+            "method": "draft_model",
+            "draft_model": "llama-3.1-8b",
+            "acceptance": 0.6,
+            "num_speculative_tokens": 4,
+        },
+    )
+    fast = simulate(trace, c)
+    slow = simulate(trace, c.replace(scheduler={"fast_decode": False}))
+    assert fast.summary["engine"]["decode_runs"] > 0
+    assert fast.turns["finish_s"].tolist() == slow.turns["finish_s"].tolist()
+    assert fast.turns["first_token_s"].tolist() == slow.turns["first_token_s"].tolist()
