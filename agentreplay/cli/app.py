@@ -285,6 +285,8 @@ COMMANDS = {
     "calibrate": "validate",
     "validate": "validate",
     "plan": "plan",
+    "fleet-spec": "fleet_spec",
+    "fleet-thinking": "fleet_thinking",
 }
 
 
@@ -309,7 +311,19 @@ def main() -> None:
 
 def _register() -> None:
     """Import the command modules so their ``@app.command()`` decorators run."""
-    from agentreplay.cli import compare, drive, plan, sim, study, sweep, tasks, tools, validate  # noqa: F401
+    from agentreplay.cli import (  # noqa: F401  # noqa: F401
+        compare,
+        drive,
+        fleet_spec,
+        fleet_thinking,
+        plan,
+        sim,
+        study,
+        sweep,
+        tasks,
+        tools,
+        validate,
+    )
 
 
 app.lazy = True
