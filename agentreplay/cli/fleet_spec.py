@@ -106,7 +106,9 @@ def fleet_spec(
         "Expected-value model (agentreplay.sim.speculative): ceil((out - 1) / E) verification steps per turn, "
         "E = (1 - a^(k+1)) / (1 - a); steps priced as the verification batch plus the drafter. "
         "Per-class rates are illustrative, not measured. 'mean running' is the mean decode batch sampled once a "
-        "second. Speed-up curves: every sequence at 16,000 (the trace's median prompt is ~14,000) or 1,000 tokens.",
+        "second. 're-prefill bound': the accepted tokens beyond one per step that the KV cache does not hold (the "
+        "model's approximation), as a share of prompt tokens: at most that much extra prefill. Speed-up curves: "
+        "every sequence at 16,000 (the trace's median prompt is ~14,000) or 1,000 tokens.",
         f"Command: agentreplay fleet-spec --loads {loads} --k {k} --acceptance {acceptance}"
         + (f" --programs {programs}" if programs else ""),
     ]

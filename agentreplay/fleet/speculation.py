@@ -103,6 +103,7 @@ def run_cases(
                     "mean_running": float(inst["running"].mean()) if len(inst) else float("nan"),
                     "tokens_per_step": sp.get("tokens_per_step", 1.0),
                     "reprefilled_tokens_bound": sp.get("reprefilled_tokens_bound", 0),
+                    "reprefill_share": sp.get("reprefilled_tokens_bound", 0) / max(s["input_tokens"], 1),
                 }
             )
     return rows
@@ -220,7 +221,7 @@ def draw(rows: list[dict[str, Any]], curve: list[dict[str, Any]], path: Path) ->
 
 
 HEAD = ["load", "case", "JCT p50 s", "JCT p90 s", "JCT p99 s", "p50 vs none", "TPOT p50 ms", "TTFT p50 s"]
-HEAD += ["out tok/s", "mean running", "tokens/step"]
+HEAD += ["out tok/s", "mean running", "tokens/step", "re-prefill bound"]
 
 
 def table_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
@@ -237,6 +238,7 @@ def table_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
             f"{r['output_tokens_per_s']:,.0f}",
             f"{r['mean_running']:,.1f}",
             f"{r['tokens_per_step']:.2f}",
+            f"{r['reprefill_share']:.2%}",
         ]
         for r in rows
     ]

@@ -50,7 +50,6 @@ from agentreplay.perf.pricer import IterationPricer
 from agentreplay.perf.speculative import DraftPasses, ScaledPricer, SpeculativePricer
 from agentreplay.sim.config_error import ConfigError
 from agentreplay.sim.workload import Workload
-from agentreplay.trace.taxonomy import TOOL_CLASSES
 
 Method = Literal["none", "ngram", "draft_model"]
 
@@ -87,6 +86,8 @@ class SpeculativeConfig:
         _check(isinstance(a, int | float) and 0.0 <= a <= 1.0, "acceptance", a, "a rate in [0, 1]")
         by = self.acceptance_by_tool_class
         if by is not None:
+            from agentreplay.trace.taxonomy import TOOL_CLASSES  # (here: its regexes take ~15 ms to import)
+
             _check(isinstance(by, dict), "acceptance_by_tool_class", by, "a table {class = rate}")
             for cls, v in by.items():
                 _check(cls in TOOL_CLASSES, "acceptance_by_tool_class", cls, f"a tool class, one of {TOOL_CLASSES}")
