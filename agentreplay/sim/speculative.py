@@ -10,8 +10,9 @@ ICML, §3.1 eq. 1):
   ``num_computed_tokens`` (``Scheduler.update_from_output``: ``request.num_computed_tokens -= num_rejected``).
 - With a per-token acceptance rate ``a`` (independent drafts), a step emits on average
   ``E(a, k) = (1 - a^(k+1)) / (1 - a)`` tokens (``k + 1`` at ``a = 1``; 1 at ``a = 0``).
-- The first output token comes from the prefill (no drafts exist before it), so TTFT is unchanged; the other
-  ``out - 1`` tokens take ``S = ceil((out - 1) / E)`` verification steps.
+- The first output token comes from the prefill (no drafts exist before it), so TTFT changes only by the draft
+  model's own prefill of the prompt in the same engine step (none for n-gram); the other ``out - 1`` tokens take
+  ``S = ceil((out - 1) / E)`` verification steps.
 - Acceptance is a constant or per tool class (``acceptance_by_tool_class``): the class of the tool call the turn
   produces (``Request.tool_class``; edits and tool-call JSON are low-entropy, n-gram lookup of the context hits).
 - Drafter cost: none for ``ngram`` (prompt lookup, vllm/v1/spec_decode/ngram_proposer.py); for ``draft_model``
