@@ -256,7 +256,9 @@ def simulate(
     if thinking is not None:
         workload = thinking[0]
     speculation = cfg.speculative if cfg.speculative.enabled else None
-    steps = step_workload(workload, speculation) if speculation is not None else workload  # what the engine schedules
+    steps = (
+        step_workload(workload, speculation, cfg.seed) if speculation is not None else workload
+    )  # what the engine schedules
     hw = cfg.hardware
     if hw.dp > 1:
         try:

@@ -21,8 +21,10 @@ ICML, §3.1 eq. 1):
 
 How it runs (what is exact, what is the expected-value approximation):
 
-- **Expected value**: the number of verification steps of a turn is ``S`` above, deterministic (no sampling of
-  accepted counts). The engine schedules a speculating turn as one that emits ``1 + S`` "tokens": one from the
+- **Expected value** (``acceptance_model = "expected"``, the default): the number of verification steps of a turn
+  is ``S`` above, deterministic. ``"sampled"`` draws each step's accepted count instead (:func:`sampled_steps`,
+  seeded), which adds the turn-to-turn spread of real acceptance; the steps are still fixed before the run.
+  The engine schedules a speculating turn as one that emits ``1 + S`` "tokens": one from the
   prefill, then one per verification step. The scheduler, the decode cohort and the fast-decode runs are the
   unchanged one-token-per-step machinery, so runs stay exact (same result as step by step) and cheap.
 - **Exact given S**: each step is priced as the verification batch plus the drafter
@@ -53,6 +55,7 @@ from agentreplay.sim.config_error import ConfigError
 from agentreplay.sim.workload import Workload
 
 Method = Literal["none", "ngram", "draft_model"]
+AcceptanceModel = Literal["expected", "sampled"]
 
 
 def _check(cond: bool, name: str, value: Any, allowed: str) -> None:
@@ -78,9 +81,14 @@ class SpeculativeConfig:
     acceptance_by_tool_class: dict[str, float] | None = None  #: tool class -> a, e.g. {edit = 0.8}
     draft_model: str | None = None  #: catalogue model of the drafter (method draft_model)
     draft_cost_fraction: float | None = None  #: drafter pass cost / target step cost (method draft_model)
+    #: "expected": S = ceil((out - 1) / E) steps per turn; "sampled": each step's accepted drafts drawn from the
+    #: truncated geometric law of Leviathan et al. (seeded from the run's seed), S = steps until out - 1 tokens
+    acceptance_model: AcceptanceModel = "expected"
 
     def __post_init__(self) -> None:
         _check(self.method in get_args(Method), "method", self.method, f"one of {list(get_args(Method))}")
+        m = self.acceptance_model
+        _check(m in get_args(AcceptanceModel), "acceptance_model", m, f"one of {list(get_args(AcceptanceModel))}")
         k = self.num_speculative_tokens
         _check(isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= 32, "num_speculative_tokens", k, "1..32")
         a = self.acceptance
@@ -141,14 +149,48 @@ def verification_steps(tokens: int, a: float, k: int) -> int:
     return max(1, math.ceil(q - 1e-9))
 
 
-def step_workload(w: Workload, cfg: SpeculativeConfig) -> Workload:
+def step_workload(w: Workload, cfg: SpeculativeConfig, seed: int = 0) -> Workload:
     """``w`` with each turn's output as the engine schedules it: ``1 + S`` (the prefill's token, then one per
-    verification step, :func:`verification_steps` of ``out - 1`` at the turn's acceptance rate)."""
+    verification step: :func:`verification_steps` of ``out - 1`` at the turn's acceptance rate, or
+    :func:`sampled_steps` under ``acceptance_model = "sampled"``, from a generator of its own, the third child of
+    ``SeedSequence(seed)``, so the arrival and tool draws of :func:`agentreplay.sim.run.simulate` are unchanged)."""
     k = cfg.num_speculative_tokens
-    e = np.array([expected_tokens(cfg.rate(c), k) for c in w.tool_class], dtype=np.float64)
+    rates = np.array([cfg.rate(c) for c in w.tool_class], dtype=np.float64)
     dec = w.output_tokens - 1
-    steps = np.where(dec > 0, np.maximum(1, np.ceil(dec / e - 1e-9)), 0).astype(np.int64)
+    if cfg.acceptance_model == "sampled":
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(2,)))
+        steps = sampled_steps(dec, rates, k, rng)
+    else:
+        e = np.array([expected_tokens(a, k) for a in rates.tolist()], dtype=np.float64)
+        steps = np.where(dec > 0, np.maximum(1, np.ceil(dec / e - 1e-9)), 0).astype(np.int64)
     return dataclasses.replace(w, output_tokens=1 + steps)
+
+
+def sampled_steps(tokens: np.ndarray, rates: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Verification steps to emit ``tokens[i]`` tokens when every step accepts ``N = min(G, k)`` drafts, ``G`` the
+    drafts accepted before the first rejection (``P(G >= j) = a^j``), and emits ``N + 1`` tokens (the accepted
+    drafts plus the target's own token; Leviathan et al. 2023 §3.1, vLLM ``RejectionSampler``); draws turn by
+    turn, in turn order (deterministic for a seeded ``rng``)."""
+    out = np.zeros(len(tokens), dtype=np.int64)
+    for i, (n, a) in enumerate(zip(tokens.tolist(), rates.tolist(), strict=True)):
+        if n <= 0:
+            continue
+        if a >= 1.0 or a <= 0.0:
+            out[i] = -(-n // (k + 1)) if a >= 1.0 else n
+            continue
+        done = steps = 0
+        while done < n:
+            m = max(8, int((n - done) / expected_tokens(a, k)) + 8)
+            emitted = np.minimum(rng.geometric(1.0 - a, size=m) - 1, k) + 1
+            cum = done + np.cumsum(emitted)
+            j = int(np.searchsorted(cum, n))  # first step reaching n (cum[j] >= n), or m if none
+            if j < m:
+                steps += j + 1
+                break
+            steps += m
+            done = int(cum[-1])
+        out[i] = steps
+    return out
 
 
 def speculative_pricer(
@@ -181,6 +223,7 @@ def summary(tokens: Workload, steps: Workload, cfg: SpeculativeConfig) -> dict[s
         "acceptance_by_tool_class": dict(cfg.acceptance_by_tool_class or {}),
         "draft_model": cfg.draft_model,
         "draft_cost_fraction": cfg.draft_cost_fraction,
+        "acceptance_model": cfg.acceptance_model,
         "decode_tokens": dec,
         "verification_steps": n_steps,
         "tokens_per_step": dec / n_steps if n_steps else float("nan"),

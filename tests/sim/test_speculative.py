@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from agentreplay.perf.model import PerfModel
@@ -169,3 +170,42 @@ def test_fast_decode_runs_stay_exact_under_speculation() -> None:
     assert fast.summary["engine"]["decode_runs"] > 0
     assert fast.turns["finish_s"].tolist() == slow.turns["finish_s"].tolist()
     assert fast.turns["first_token_s"].tolist() == slow.turns["first_token_s"].tolist()
+
+
+class _Draws:
+    """A generator whose geometric draws are fixed: 2, 1, 9, 1, ... (accepted drafts min(g - 1, k))."""
+
+    def __init__(self, draws: list[int]) -> None:
+        self.draws = draws
+
+    def geometric(self, p: float, size: int) -> np.ndarray:
+        out, self.draws = self.draws[:size], self.draws[size:]
+        return np.array(out + [1] * (size - len(out)))
+
+
+def test_sampled_steps_by_hand_and_seeded() -> None:
+    """k = 3, geometric draws 2, 1, 9, 1 -> accepted 1, 0, 3 (capped), 0 -> emitted 2, 1, 4, 1: seven tokens take
+    three steps (2 + 1 + 4 = 7). a = 1: ceil(n / (k + 1)); a = 0: one token per step. Seeded draws repeat, and the
+    mean over 2,000 turns of 100 tokens at a = 0.5 is near 100 / 1.875 = 53.3 (plus under a step of overshoot)."""
+    from agentreplay.sim.speculative import sampled_steps
+
+    got = sampled_steps(np.array([7]), np.array([0.5]), 3, _Draws([2, 1, 9, 1]))  # type: ignore[arg-type]
+    assert got.tolist() == [3]
+    edge = sampled_steps(np.array([9, 9, 0]), np.array([1.0, 0.0, 0.5]), 3, np.random.default_rng(0))
+    assert edge.tolist() == [3, 9, 0]
+    n, a = np.full(2000, 100), np.full(2000, 0.5)
+    s1 = sampled_steps(n, a, 3, np.random.default_rng(7))
+    assert s1.tolist() == sampled_steps(n, a, 3, np.random.default_rng(7)).tolist()
+    assert 53.3 <= s1.mean() <= 54.5 and s1.std() > 1.0
+
+
+def test_sampled_model_in_a_run_is_seeded() -> None:
+    trace = make_trace([[(100, 60, 0.5), (180, 40, None)], [(120, 50, None)]])
+    c = cfg(method="ngram", acceptance=0.6, acceptance_model="sampled")
+    one, two = simulate(trace, c, perf=LinearPerf()), simulate(trace, c, perf=LinearPerf())
+    assert one.turns["finish_s"].tolist() == two.turns["finish_s"].tolist()
+    assert one.summary["speculative"]["acceptance_model"] == "sampled"
+    other = simulate(trace, c.replace(seed=5), perf=LinearPerf())
+    assert other.summary["speculative"]["verification_steps"] != one.summary["speculative"]["verification_steps"]
+    with pytest.raises(ConfigError, match=r"acceptance_model = 'random'"):
+        from_dict({"speculative": {"method": "ngram", "acceptance_model": "random"}})
