@@ -311,19 +311,9 @@ def main() -> None:
 
 def _register() -> None:
     """Import the command modules so their ``@app.command()`` decorators run."""
-    from agentreplay.cli import (  # noqa: F401  # noqa: F401
-        compare,
-        drive,
-        fleet_spec,
-        fleet_thinking,
-        plan,
-        sim,
-        study,
-        sweep,
-        tasks,
-        tools,
-        validate,
-    )
+    from agentreplay.cli import compare, drive, plan, sim, study, sweep, tasks, tools, validate  # noqa: F401
+    from agentreplay.cli import fleet_spec as _fleet_spec  # noqa: F401
+    from agentreplay.cli import fleet_thinking as _fleet_thinking  # noqa: F401
 
 
 app.lazy = True
