@@ -290,6 +290,8 @@ COMMANDS = {
     "fleet-fanout": "fleet_fanout",
     "fleet-footprint": "fleet_footprint",
     "fleet-priority": "fleet_priority",
+    "fleet-spec": "fleet_spec",
+    "fleet-thinking": "fleet_thinking",
 }
 
 
@@ -322,6 +324,8 @@ def _register() -> None:
         fleet_fanout,
         fleet_footprint,
         fleet_priority,
+        fleet_spec,
+        fleet_thinking,
         plan,
         sim,
         study,

@@ -22,6 +22,8 @@ from agentreplay.sim.admission_config import AdmissionConfig, ClassConfig
 from agentreplay.sim.disagg_config import DisaggConfig
 from agentreplay.sim.errors import ConfigError
 from agentreplay.sim.footprint import FootprintConfig
+from agentreplay.sim.speculative import SpeculativeConfig
+from agentreplay.sim.thinking import ThinkingConfig
 
 Arrival = Literal["closed", "poisson", "trace"]
 ToolMode = Literal["replay", "fixed", "scale", "generative"]
@@ -440,6 +442,8 @@ class SimConfig:
     footprint: FootprintConfig = field(default_factory=FootprintConfig)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     classes: ClassConfig = field(default_factory=ClassConfig)
+    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
+    thinking: ThinkingConfig = field(default_factory=ThinkingConfig)
     seed: int = 0
 
     def replace(self, **sections: dict[str, Any]) -> SimConfig:

@@ -43,6 +43,9 @@ from agentreplay.sim.footprint import FootprintSampler
 from agentreplay.sim.instance import Instance
 from agentreplay.sim.metrics import Recorder, summarize
 from agentreplay.sim.orchestrator import Orchestrator
+from agentreplay.sim.speculative import draft_pricer, speculative_pricer, step_workload
+from agentreplay.sim.speculative import summary as speculation_summary
+from agentreplay.sim.thinking import apply as thinking_budget
 from agentreplay.sim.tools import make_tools
 from agentreplay.sim.workload import Workload, compile_trace
 from agentreplay.trace.io import Trace, write_tables
@@ -262,6 +265,10 @@ def simulate(
         workload = workload.head(cfg.workload.max_programs)
     workload = workload.with_reuse_scale(cfg.workload.reuse_scale)
     workload, rejections = apply_max_model_len(workload, cfg.scheduler.max_model_len)
+    thinking = thinking_budget(workload, cfg.thinking) if cfg.thinking.enabled else None
+    if thinking is not None:
+        workload = thinking[0]
+    speculation = cfg.speculative if cfg.speculative.enabled else None
     hw = cluster_hardware(cfg)
     if hw.dp > 1:
         try:
@@ -286,12 +293,16 @@ def simulate(
                 graph_mixed=graph_padding(hw.cudagraph_mode)[1],
                 custom_allreduce=hw.deployment_kernels and not hw.disable_custom_all_reduce,
             )
+            if speculation is not None:
+                pricers[spec] = speculative_pricer(pricers[spec], speculation, draft_pricer(cfg, spec))
     adm, cls = cfg.admission, None
     if cfg.classes.enabled or adm.policy == "deadline":  # (classes, deadlines: agentreplay.sim.classes)
         from agentreplay.sim.classes import setup as setup_classes
 
         cls = setup_classes(trace, workload, cfg, pricers[specs[0]], plans[0].max_num_batched_tokens)
         workload = cls.workload
+    # what the engine schedules (speculation: verification steps per turn, agentreplay.sim.speculative)
+    steps = step_workload(workload, speculation, cfg.seed) if speculation is not None else workload
     seeds = np.random.SeedSequence(cfg.seed).spawn(2)
     rng_arrivals, rng_tools = (np.random.default_rng(s) for s in seeds)
     engine = Engine()
@@ -382,7 +393,7 @@ def simulate(
         group = LockstepGroup(engine, instances, DPStepPricer(pricers[specs[0]], comm))
     orch = Orchestrator(
         engine,
-        workload,
+        steps,
         cfg.workload,
         make_tools(cfg.tools, workload),
         ROUTERS.build((dc.enabled and dc.prefill_router) or cfg.router.policy, cfg.router),
@@ -465,6 +476,10 @@ def simulate(
     }
     if disagg is not None:
         summary["disagg"] = disagg.summary(engine.now)
+    if thinking is not None:
+        summary["thinking"] = {"budget_tokens": cfg.thinking.budget_tokens, **thinking[1].as_dict()}
+    if speculation is not None:
+        summary["speculative"] = speculation_summary(workload, steps, speculation)
     if hw.dp > 1:  # (absent otherwise: summaries of other deployments keep their exact form)
         summary["cluster"].update(
             {"dp": hw.dp, "ep": hw.ep, "all2all_backend": hw.all2all_backend, "lockstep": group is not None}

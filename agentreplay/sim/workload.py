@@ -36,6 +36,9 @@ class Workload:
     chains: list[tuple[int, ...] | None] | None = None
     seg_bounds: np.ndarray | None = None  #: int64 [n_segments, 2]: (start, end) token of each chain segment
     dag: Dag | None = None  #: fan-out links (:mod:`.dag`); None for a workload of independent programs
+    #: float64 [n_turns]: the trace's reasoning tokens per turn (part of output_tokens), NaN where not recorded;
+    #: None when unknown altogether (read by the thinking budget, agentreplay.sim.thinking)
+    reasoning_tokens: np.ndarray | None = None
 
     @property
     def n_programs(self) -> int:
@@ -88,6 +91,7 @@ class Workload:
             None if self.chains is None else self.chains[:end],
             self.seg_bounds,
             None if self.dag is None else self.dag.restrict(list(range(n)), self.turn_start, self.turn_start[: n + 1]),
+            None if self.reasoning_tokens is None else self.reasoning_tokens[:end],
         )
 
     def select(
@@ -114,6 +118,7 @@ class Workload:
             None if self.chains is None else [self.chains[t] for t in ids],
             self.seg_bounds,
             None if self.dag is None else self.dag.restrict(programs, self.turn_start, turn_start),
+            None if self.reasoning_tokens is None else self.reasoning_tokens[turns],
         )
 
 
@@ -168,6 +173,7 @@ _TURN_COLUMNS = {
     "reused_tokens": "i",
     "tool_duration_s": "f",
     "tool_class": "o",
+    "reasoning_tokens": "f",
     "prefix_hash_ids": "o",
     "hash_block_tokens": "f",
 }
@@ -234,6 +240,7 @@ def compile_columns(programs: dict[str, np.ndarray], turns: dict[str, np.ndarray
         chains=chains,
         seg_bounds=bounds,
         dag=dag,
+        reasoning_tokens=_floats(turns["reasoning_tokens"])[order] if "reasoning_tokens" in turns else None,
     )
 
 

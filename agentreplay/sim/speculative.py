@@ -1,0 +1,257 @@
+"""Speculative decoding per workload: the ``[speculative]`` config section and the expected-value step model.
+
+Semantics modelled (vLLM v1; Leviathan et al. 2023, "Fast Inference from Transformers via Speculative Decoding",
+ICML, §3.1 eq. 1):
+
+- A decoding request proposes ``k`` draft tokens per step (``num_speculative_tokens``); the target verifies the
+  ``k + 1`` positions in one forward (vllm/v1/core/sched/scheduler.py ``Scheduler.schedule``: ``num_new_tokens =
+  1 + len(spec_token_ids)``) and keeps the accepted prefix of the drafts plus one token of its own
+  (vllm/v1/sample/rejection_sampler.py ``RejectionSampler``); rejected positions roll back
+  ``num_computed_tokens`` (``Scheduler.update_from_output``: ``request.num_computed_tokens -= num_rejected``).
+- With a per-token acceptance rate ``a`` (independent drafts), a step emits on average
+  ``E(a, k) = (1 - a^(k+1)) / (1 - a)`` tokens (``k + 1`` at ``a = 1``; 1 at ``a = 0``).
+- The first output token comes from the prefill (no drafts exist before it), so TTFT changes only by the draft
+  model's own prefill of the prompt in the same engine step (none for n-gram); the other ``out - 1`` tokens take
+  ``S = ceil((out - 1) / E)`` verification steps.
+- Acceptance is a constant or per tool class (``acceptance_by_tool_class``): the class of the tool call the turn
+  produces (``Request.tool_class``; edits and tool-call JSON are low-entropy, n-gram lookup of the context hits).
+- Drafter cost: none for ``ngram`` (prompt lookup, vllm/v1/spec_decode/ngram_proposer.py); for ``draft_model``
+  a catalogue model priced by the same performance model, or a fixed fraction of the target
+  (:mod:`agentreplay.perf.speculative`).
+
+How it runs (what is exact, what is the expected-value approximation):
+
+- **Expected value** (``acceptance_model = "expected"``, the default): the number of verification steps of a turn
+  is ``S`` above, deterministic. ``"sampled"`` draws each step's accepted count instead (:func:`sampled_steps`,
+  seeded), which adds the turn-to-turn spread of real acceptance; the steps are still fixed before the run.
+  The engine schedules a speculating turn as one that emits ``1 + S`` "tokens": one from the
+  prefill, then one per verification step. The scheduler, the decode cohort and the fast-decode runs are the
+  unchanged one-token-per-step machinery, so runs stay exact (same result as step by step) and cheap.
+- **Exact given S**: each step is priced as the verification batch plus the drafter
+  (:class:`agentreplay.perf.speculative.SpeculativePricer`); the turn's decode time is the sum of its ``S`` step
+  prices at the batch it ran in; first token, finish and JCT follow from the simulated schedule.
+- **Metrics from real tokens**: the output tables and summary count the trace's output tokens (TPOT = (finish -
+  first token) / (out - 1), output throughput from ``out``), not steps: the recorder reads the token workload.
+- **Approximations** (stated, small on agent traces where output is 1-2% of the context): during decode the KV
+  cache grows one slot per step instead of ``E`` (the ``out - 1 - S`` accepted tokens beyond are not held, and
+  attention reads a context shorter by as much), and the next turn's prefix-cache hit stops where the cached
+  history stops, so it prefills those tokens again (at most the summary's ``reprefilled_tokens_bound``); the draft
+  tokens do not take the scheduler's token budget, nor vLLM's lookahead KV slots; attained-service policies
+  count steps for a speculating turn's output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+import numpy as np
+
+from agentreplay.perf.pricer import IterationPricer
+from agentreplay.perf.speculative import DraftPasses, ScaledPricer, SpeculativePricer
+from agentreplay.sim.errors import ConfigError
+from agentreplay.sim.workload import Workload
+
+Method = Literal["none", "ngram", "draft_model"]
+AcceptanceModel = Literal["expected", "sampled"]
+
+
+def _check(cond: bool, name: str, value: Any, allowed: str) -> None:
+    if not cond:
+        raise ConfigError(f"[speculative] {name} = {value!r} is invalid: {allowed}")
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculativeConfig:
+    """Speculative decoding on every instance (vLLM ``--speculative-config``). Off by default (``method = "none"``).
+
+    ``method``: ``ngram`` (vLLM ``{"method": "ngram"}``, prompt lookup: no model cost) or ``draft_model`` (vLLM
+    ``{"method": "draft_model", "model": ...}``). ``num_speculative_tokens``: draft tokens per step, k.
+    ``acceptance``: per-token acceptance rate a in [0, 1]; ``acceptance_by_tool_class`` overrides it for the
+    turns whose tool call is of a listed class (e.g. ``{edit = 0.8, test = 0.5}``). A draft model is priced as
+    ``draft_model`` (a catalogue model on the target's GPUs and TP) or as ``draft_cost_fraction`` of the target
+    (each of the k draft passes costs that fraction of the target's step); exactly one of the two.
+    """
+
+    method: Method = "none"
+    num_speculative_tokens: int = 3  #: k, draft tokens per step (vLLM num_speculative_tokens)
+    acceptance: float = 0.7  #: per-token acceptance rate a (expected-value model, module docstring)
+    acceptance_by_tool_class: dict[str, float] | None = None  #: tool class -> a, e.g. {edit = 0.8}
+    draft_model: str | None = None  #: catalogue model of the drafter (method draft_model)
+    draft_cost_fraction: float | None = None  #: drafter pass cost / target step cost (method draft_model)
+    #: "expected": S = ceil((out - 1) / E) steps per turn; "sampled": each step's accepted drafts drawn from the
+    #: truncated geometric law of Leviathan et al. (seeded from the run's seed), S = steps until out - 1 tokens
+    acceptance_model: AcceptanceModel = "expected"
+
+    def __post_init__(self) -> None:
+        _check(self.method in get_args(Method), "method", self.method, f"one of {list(get_args(Method))}")
+        m = self.acceptance_model
+        _check(m in get_args(AcceptanceModel), "acceptance_model", m, f"one of {list(get_args(AcceptanceModel))}")
+        k = self.num_speculative_tokens
+        _check(isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= 32, "num_speculative_tokens", k, "1..32")
+        a = self.acceptance
+        _check(isinstance(a, int | float) and 0.0 <= a <= 1.0, "acceptance", a, "a rate in [0, 1]")
+        by = self.acceptance_by_tool_class
+        if by is not None:
+            from agentreplay.trace.taxonomy import TOOL_CLASSES  # (here: its regexes take ~15 ms to import)
+
+            _check(isinstance(by, dict), "acceptance_by_tool_class", by, "a table {class = rate}")
+            for cls, v in by.items():
+                _check(cls in TOOL_CLASSES, "acceptance_by_tool_class", cls, f"a tool class, one of {TOOL_CLASSES}")
+                _check(isinstance(v, int | float) and 0.0 <= v <= 1.0, f"acceptance_by_tool_class.{cls}", v, "[0, 1]")
+        f = self.draft_cost_fraction
+        if f is not None:
+            _check(isinstance(f, int | float) and f > 0, "draft_cost_fraction", f, "> 0")
+        if self.method == "draft_model":
+            _check(
+                (self.draft_model is None) != (f is None),
+                "draft_model",
+                self.draft_model,
+                "method draft_model needs exactly one of draft_model (a catalogue model) and draft_cost_fraction",
+            )
+            if self.draft_model is not None:
+                from agentreplay.perf import load_model
+
+                try:
+                    load_model(self.draft_model)
+                except ValueError as exc:
+                    _check(False, "draft_model", self.draft_model, str(exc))
+        else:
+            for name in ("draft_model", "draft_cost_fraction"):
+                v = getattr(self, name)
+                _check(v is None, name, v, f"only with method = 'draft_model' (method is {self.method!r})")
+
+    @property
+    def enabled(self) -> bool:
+        return self.method != "none"
+
+    def rate(self, tool_class: str) -> float:
+        """The acceptance rate of a turn whose tool call is of ``tool_class``."""
+        by = self.acceptance_by_tool_class
+        return float(by.get(tool_class, self.acceptance)) if by else float(self.acceptance)
+
+
+def expected_tokens(a: float, k: int) -> float:
+    """Tokens one verification step emits on average: ``(1 - a^(k+1)) / (1 - a)`` (Leviathan et al. eq. 1)."""
+    if a >= 1.0:
+        return float(k + 1)
+    return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+def verification_steps(tokens: int, a: float, k: int) -> int:
+    """Steps to emit ``tokens`` decode tokens at ``E(a, k)`` per step: ``ceil(tokens / E)`` (0 for 0 tokens). A
+    quotient within 1e-9 of an integer counts as that integer (float rounding of an exact division)."""
+    if tokens <= 0:
+        return 0
+    q = tokens / expected_tokens(a, k)
+    return max(1, math.ceil(q - 1e-9))
+
+
+def step_workload(w: Workload, cfg: SpeculativeConfig, seed: int = 0) -> Workload:
+    """``w`` with each turn's output as the engine schedules it: ``1 + S`` (the prefill's token, then one per
+    verification step: :func:`verification_steps` of ``out - 1`` at the turn's acceptance rate, or
+    :func:`sampled_steps` under ``acceptance_model = "sampled"``, from a generator of its own, the third child of
+    ``SeedSequence(seed)``, so the arrival and tool draws of :func:`agentreplay.sim.run.simulate` are unchanged)."""
+    k = cfg.num_speculative_tokens
+    rates = np.array([cfg.rate(c) for c in w.tool_class], dtype=np.float64)
+    dec = w.output_tokens - 1
+    if cfg.acceptance_model == "sampled":
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(2,)))
+        steps = sampled_steps(dec, rates, k, rng)
+    else:
+        e = np.array([expected_tokens(a, k) for a in rates.tolist()], dtype=np.float64)
+        steps = np.where(dec > 0, np.maximum(1, np.ceil(dec / e - 1e-9)), 0).astype(np.int64)
+    return dataclasses.replace(w, output_tokens=1 + steps)
+
+
+def sampled_steps(tokens: np.ndarray, rates: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Verification steps to emit ``tokens[i]`` tokens when every step accepts ``N = min(G, k)`` drafts, ``G`` the
+    drafts accepted before the first rejection (``P(G >= j) = a^j``), and emits ``N + 1`` tokens (the accepted
+    drafts plus the target's own token; Leviathan et al. 2023 §3.1, vLLM ``RejectionSampler``); draws turn by
+    turn, in turn order (deterministic for a seeded ``rng``)."""
+    out = np.zeros(len(tokens), dtype=np.int64)
+    for i, (n, a) in enumerate(zip(tokens.tolist(), rates.tolist(), strict=True)):
+        if n <= 0:
+            continue
+        if a >= 1.0 or a <= 0.0:
+            out[i] = -(-n // (k + 1)) if a >= 1.0 else n
+            continue
+        done = steps = 0
+        while done < n:
+            m = max(8, int((n - done) / expected_tokens(a, k)) + 8)
+            emitted = np.minimum(rng.geometric(1.0 - a, size=m) - 1, k) + 1
+            cum = done + np.cumsum(emitted)
+            j = int(np.searchsorted(cum, n))  # first step reaching n (cum[j] >= n), or m if none
+            if j < m:
+                steps += j + 1
+                break
+            steps += m
+            done = int(cum[-1])
+        out[i] = steps
+    return out
+
+
+def speculative_pricer(
+    target: IterationPricer, cfg: SpeculativeConfig, draft: IterationPricer | None = None
+) -> SpeculativePricer:
+    """The pricer of an instance speculating as ``cfg`` says: ``draft`` is the drafter model's pricer (method
+    ``draft_model`` with ``draft_model`` set; built by the caller from the catalogue), else none or the fraction."""
+    drafter: IterationPricer | None = None
+    if cfg.method == "draft_model":
+        if cfg.draft_cost_fraction is not None:
+            drafter = ScaledPricer(target, cfg.draft_cost_fraction)
+        else:
+            assert draft is not None, "draft_model: the caller builds the drafter's pricer"
+            drafter = draft
+    return SpeculativePricer(target, cfg.num_speculative_tokens, drafter)
+
+
+def summary(tokens: Workload, steps: Workload, cfg: SpeculativeConfig) -> dict[str, Any]:
+    """Run-summary figures of speculation: verification steps, realised tokens per step, and the bound on tokens
+    the next turns prefill again (the KV approximation of the module docstring: ``out - 1 - S`` per non-last turn)."""
+    dec = int((tokens.output_tokens - 1).sum())
+    n_steps = int((steps.output_tokens - 1).sum())
+    last = tokens.turn_start[1:] - 1
+    behind = tokens.output_tokens - steps.output_tokens
+    behind[last] = 0
+    return {
+        "method": cfg.method,
+        "num_speculative_tokens": cfg.num_speculative_tokens,
+        "acceptance": cfg.acceptance,
+        "acceptance_by_tool_class": dict(cfg.acceptance_by_tool_class or {}),
+        "draft_model": cfg.draft_model,
+        "draft_cost_fraction": cfg.draft_cost_fraction,
+        "acceptance_model": cfg.acceptance_model,
+        "decode_tokens": dec,
+        "verification_steps": n_steps,
+        "tokens_per_step": dec / n_steps if n_steps else float("nan"),
+        "reprefilled_tokens_bound": int(behind.sum()),
+    }
+
+
+def draft_pricer(cfg: Any, instance: tuple[str, int, str]) -> IterationPricer | None:
+    """The draft model's pricer for an instance ``(gpu, tp, dtype)`` of ``cfg`` (a :class:`SimConfig`): the
+    catalogue roofline of ``[speculative] draft_model`` on the same GPUs, TP and dtype (vLLM requires the draft's
+    TP to equal the target's, draft_model.py ``_raise_if_draft_tp_mismatch``), without the per-step host cost
+    (:class:`agentreplay.perf.speculative.DraftPasses`); None for other methods. Refuses a
+    DP deployment (lockstep DP steps are not priced with speculation)."""
+    sc: SpeculativeConfig = cfg.speculative
+    hw = cfg.hardware
+    _check(hw.dp == 1, "method", sc.method, f"speculative decoding is not modelled with [hardware] dp = {hw.dp} > 1")
+    if sc.method != "draft_model" or sc.draft_model is None:
+        return None
+    from agentreplay.perf.deploy import kv_cache_dtype
+    from agentreplay.perf.model import PerfModel
+
+    gpu, tp, dtype = instance
+    model = PerfModel.from_names(
+        gpu,
+        sc.draft_model,
+        dtype,  # type: ignore[arg-type]
+        tp,
+        mixed_attention=hw.mixed_attention,
+        kv_dtype=kv_cache_dtype(hw.kv_cache_dtype),
+    )
+    return DraftPasses(model, model.efficiency)
