@@ -18,6 +18,7 @@ from agentreplay.policy.registry import ParamError, Registry
 from agentreplay.router.policies import ROUTERS, LoadMetric
 from agentreplay.scheduler.queue import QUEUE_ORDERS
 from agentreplay.scheduler.victim import VICTIMS
+from agentreplay.sim.failures import FailureConfig
 
 Arrival = Literal["closed", "poisson", "trace"]
 ToolMode = Literal["replay", "fixed", "scale", "generative"]
@@ -433,6 +434,7 @@ class SimConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     tiers: TierConfig = field(default_factory=TierConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    failures: FailureConfig = field(default_factory=FailureConfig)
     seed: int = 0
 
     def replace(self, **sections: dict[str, Any]) -> SimConfig:
@@ -505,8 +507,8 @@ def to_toml(cfg: SimConfig) -> str:
     """Serialise to TOML (unset optional values are written as comments, since TOML has no null)."""
     lines = [f"seed = {cfg.seed}", ""]
     for f in fields(SimConfig):
-        if f.name == "seed":
-            continue
+        if f.name == "seed" or getattr(getattr(cfg, f.name), "enabled", True) is False:
+            continue  # (a mechanism section that is off is left out: the default, and older files keep their bytes)
         lines.append(f"[{f.name}]")
         for k, v in dataclasses.asdict(getattr(cfg, f.name)).items():
             if v is None:
@@ -515,6 +517,9 @@ def to_toml(cfg: SimConfig) -> str:
                 lines.append(f"{k} = {'true' if v else 'false'}")
             elif isinstance(v, dict):
                 lines.append(f"{k} = {{ " + ", ".join(f"{a} = {b!r}" for a, b in v.items()) + " }")
+            elif isinstance(v, tuple | list) and v and isinstance(v[0], dict):  # an array of inline tables
+                items = (", ".join(f"{a} = {b!r}" for a, b in d.items() if b is not None) for d in v)
+                lines.append(f"{k} = [" + ", ".join(f"{{ {x} }}" for x in items) + "]")
             elif isinstance(v, tuple | list):
                 lines.append(f"{k} = {list(v)!r}")
             elif isinstance(v, str):

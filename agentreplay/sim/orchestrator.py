@@ -74,6 +74,8 @@ class Orchestrator:
         self.affinity_breaks = 0
         #: the segment a request names until it is routed (the router reads only its tokens and program)
         self._unrouted = Segment(("unrouted",), 0, 0)
+        #: replica failures and drains (agentreplay.sim.failover.Failover), None when off: no call per turn
+        self.failover: Any = None
 
     def start(self) -> None:
         n = self.w.n_programs
@@ -178,7 +180,12 @@ class Orchestrator:
         now = self.engine.now
         info = r.info
         p = r.program
-        i = self.router.pick(r, self.instances, now)
+        fo = self.failover
+        i = -1 if fo is None else fo.place(r, ids)  # -2: held (no instance up); >= 0: placed after a failure
+        if i < 0:
+            if i == -2:
+                return
+            i = self.router.pick(r, self.instances, now)
         if info.home >= 0 and i != info.home:
             info.affinity_breaks += 1
             self.affinity_breaks += 1
@@ -214,6 +221,8 @@ class Orchestrator:
                 self.deferred.append((r, ids))
 
     def on_turn_done(self, r: Request) -> None:
+        if self.failover is not None:
+            self.failover.on_turn_done(r)
         if self.deferred:
             self._offer_deferred()
         self.rec.record_turn(r)

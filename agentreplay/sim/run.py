@@ -37,6 +37,7 @@ from agentreplay.sim import tables
 from agentreplay.sim.admission import apply_max_model_len
 from agentreplay.sim.config import ConfigError, SimConfig, to_toml
 from agentreplay.sim.dp import LockstepGroup
+from agentreplay.sim.failover import Failover
 from agentreplay.sim.instance import Instance
 from agentreplay.sim.metrics import Recorder, summarize
 from agentreplay.sim.orchestrator import Orchestrator
@@ -69,7 +70,7 @@ class SimResult:
     or DataFrames (``turns``, ``programs``, ``instances``); the DataFrames are built on first use, since importing
     pandas is most of a small run's start-up (:mod:`agentreplay.sim.tables`)."""
 
-    __slots__ = ("_columns", "_frames", "_migrations", "_rec", "config", "decisions", "summary")
+    __slots__ = ("_columns", "_frames", "_migrations", "_rec", "config", "decisions", "extra", "summary")
 
     def __init__(
         self,
@@ -83,6 +84,7 @@ class SimResult:
         self._rec, self._migrations = rec, migrations
         self._columns: dict[str, tables.Columns | None] = {}
         self._frames: dict[str, pd.DataFrame] = {}
+        self.extra: dict[str, pa.Table] = {}  #: tables of mechanisms that are on (e.g. ``failover``)
 
     def columns(self, name: str) -> tables.Columns | None:
         """``turns``, ``programs`` or ``instances`` as NumPy columns (None: instances of a run without
@@ -133,6 +135,7 @@ class SimResult:
                 if cols is not None
                 else pa.Table.from_pandas(self._frame(name), preserve_index=False)
             )
+        out.update(self.extra)
         return out
 
     def write(self, out_dir: str | os.PathLike[str]) -> dict[str, Path]:
@@ -352,6 +355,12 @@ def simulate(
         admission=ADMISSIONS.build("admit-all", cfg.policy),
     )
     orch_ref.append(orch)
+    failover = None
+    if cfg.failures.enabled:
+        if group is not None:
+            raise ConfigError("[failures] replica failures are not modelled for a lockstep DP group (dp > 1 MoE)")
+        failover = orch.failover = Failover(cfg.failures, engine, orch, instances, cfg.seed)
+        failover.start()
     orch.start()
     engine.run()
     unfinished = int(np.isnan(rec.program_finish_s).sum())
@@ -361,6 +370,8 @@ def simulate(
         inst.check_idle()
     migrations = [0 if info is None else info.affinity_breaks for info in orch.infos]
     result = SimResult(rec, migrations, {}, cfg, decisions)
+    if failover is not None:
+        result.extra["failover"] = failover.table(rec.program_arrival_s, rec.program_finish_s)
     summary = result.summary
     turns, programs = result.columns("turns"), result.columns("programs")
     assert turns is not None and programs is not None
@@ -407,6 +418,8 @@ def simulate(
         summary["cluster"].update(
             {"dp": hw.dp, "ep": hw.ep, "all2all_backend": hw.all2all_backend, "lockstep": group is not None}
         )
+    if failover is not None:
+        summary["failover"] = failover.summary()
     if group is not None:
         summary["dp_group"] = dataclasses.asdict(group.stats)
     return result
