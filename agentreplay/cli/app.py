@@ -285,6 +285,7 @@ COMMANDS = {
     "calibrate": "validate",
     "validate": "validate",
     "plan": "plan",
+    "fleet-failover": "fleet_failover",
 }
 
 
@@ -309,7 +310,18 @@ def main() -> None:
 
 def _register() -> None:
     """Import the command modules so their ``@app.command()`` decorators run."""
-    from agentreplay.cli import compare, drive, plan, sim, study, sweep, tasks, tools, validate  # noqa: F401
+    from agentreplay.cli import (  # noqa: F401
+        compare,
+        drive,
+        fleet_failover,
+        plan,
+        sim,
+        study,
+        sweep,
+        tasks,
+        tools,
+        validate,
+    )
 
 
 app.lazy = True

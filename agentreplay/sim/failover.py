@@ -157,10 +157,11 @@ class Failover:
         now = self.engine.now
         self._set_down(i, recover_after_s)
         old_pool = inst.pool
+        running = {id(r) for r in inst.sched.running}
         aborted = inst.reset(fresh_scheduler(inst.sched, self.engine))
         self.events_log.append({"t_s": now, "instance": i, "event": kind, "aborted": len(aborted)})
         for r in aborted:
-            state = "running" if r.admitted and (r.computed > 0 or r.generated > 0) else "waiting"
+            state = "running" if id(r) in running else "waiting"  # (running: its step in flight is lost too)
             lost = max(r.computed, _cached_history(old_pool, r.program))
             self._row(r.program, r.turn_idx, kind, state, i, lost, r.generated)
         self._lose_idle(i, old_pool, kind, {r.program for r in aborted})
