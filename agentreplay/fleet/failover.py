@@ -168,9 +168,20 @@ def markdown(table: pd.DataFrame, runs: pd.DataFrame, setting: str) -> str:
         return head + body
 
     return (
-        f"# Failover: JCT impact by program age\n\n{setting}\n\n## Runs\n\n{md(runs)}\n"
+        f"# Failover: JCT impact by program age\n\n{setting}\n\n{_READING}\n\n## Runs\n\n{md(runs)}\n"
         f"## Programs the failures hit, by age at the first hit\n\n{md(table)}"
     )
+
+
+_READING = (
+    "Runs: `baseline` without failures; `failure` with them (aborted calls retried through the router, the "
+    "failed instance's KV lost); `remedy` with them plus age-aware placement (re-routed programs oldest first, "
+    "each to the least-loaded survivor with room for its prompt) and the `youngest-first` preemption victim. The "
+    "age table groups the programs the `failure` run's events hit (age = turns done at the first hit) and shows "
+    "their mean JCT in all three runs; `reprefill_*` = context tokens computed again because of a failure "
+    "(`min(KV lost, prompt - cached)` of the re-routed call), for those programs in each run. The remedy run's "
+    "events hit a partly different set of programs (its timeline differs once preemptions differ)."
+)
 
 
 def _fmt(v: Any) -> str:

@@ -17,7 +17,8 @@ What real deployments do, and what is modelled:
 - **drain** (Kubernetes pod termination: the endpoint is removed from the Service before the container gets
   SIGTERM, and vLLM's graceful shutdown finishes in-flight requests): the instance takes no new calls, finishes
   what it runs and what waits, then goes down (its cache lost as above) and recovers after
-  ``recover_after_s`` when given.
+  ``recover_after_s`` when given. Every program homed there loses that cache from the drain on: the idle ones
+  at once, those with a call there when it finishes (their next call is routed elsewhere).
 - Routers skip instances that are not ``up`` (:class:`agentreplay.router.policies.InstanceView`); when every
   instance is down, released calls are held at the front end and routed when one recovers (never dropped).
 
@@ -179,18 +180,20 @@ class Failover:
         self.instances[i].up = False
         self.drain_recover[i] = recover_after_s
         self.events_log.append({"t_s": self.engine.now, "instance": i, "event": "drain", "aborted": 0})
-        if self.instances[i].outstanding() == 0:
+        # the programs homed here lose their cache (the router no longer sends them here): those idle now, and
+        # those with a call here once it finishes (on_turn_done)
+        inst = self.instances[i]
+        self._lose_idle(i, inst.pool, "drain", {r.program for r in (*inst.sched.running, *inst.sched.waiting)})
+        if inst.outstanding() == 0:
             self._drained(i)
 
     def _drained(self, i: int) -> None:
         inst = self.instances[i]
         if self.state[i] != DRAINING or inst.outstanding():
             return
-        old_pool = inst.pool
         self._set_down(i, self.drain_recover[i])
         inst.reset(fresh_scheduler(inst.sched, self.engine))
         self.events_log.append({"t_s": self.engine.now, "instance": i, "event": "drained", "aborted": 0})
-        self._lose_idle(i, old_pool, "drain", set())
 
     def _recover(self, i: int) -> None:
         self.pending_recoveries -= 1
@@ -239,8 +242,14 @@ class Failover:
                 for ev in self._timers:
                     ev.cancel()
         i = r.instance
-        if self.state[i] == DRAINING and self.instances[i].outstanding() == 0:
-            self.engine.at(self.engine.now, PHASE_RELEASE, self._drained, i)
+        if self.state[i] == DRAINING:
+            if not r.last:  # its next call goes elsewhere: the context cached here is lost to it
+                bs = self.instances[i].pool.block_size
+                self._row(p, r.turn_idx + 1, "drain", "idle", i, r.computed // bs * bs, 0)
+                if self.age_aware:
+                    self.replace.add(p)
+            if self.instances[i].outstanding() == 0:
+                self.engine.at(self.engine.now, PHASE_RELEASE, self._drained, i)
 
     # ---- helpers -----------------------------------------------------------------------------------------
     def _resubmit(self, r: Request) -> None:
