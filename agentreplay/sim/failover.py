@@ -145,6 +145,7 @@ class Failover:
         if self.state[i] == UP:
             self.n_up -= 1
         self.state[i] = DOWN
+        self.drain_recover[i] = None
         self.instances[i].up = False
         if recover_after_s is not None:
             self.pending_recoveries += 1

@@ -73,6 +73,25 @@ def test_fail_mid_decode_aborts_the_call_and_the_retry_reprefills_on_a_survivor(
     assert (s["programs_affected"], s["reprefill_tokens"], s["aborted_calls"]) == (1, 1200, 1)
 
 
+def test_fail_during_a_tool_gap_costs_the_idle_program_its_cache() -> None:
+    """Instance 0 fails at 1.5 s, while program 0 is in its first tool call (turn 0 done at 1.109, 63 blocks =
+    1008 tokens cached there). Turn 1 (released 2.109) goes to instance 1 with nothing cached: prefill 1100
+    (1.11 s, first token 3.219), 9 decodes: done 3.318; re-prefilled because of the failure: min(1008, 1100)."""
+    res = _run([THREE], _cfg(events=[{"instance": 0, "at_s": 1.5}]))
+    t = res.turns
+    assert t["instance"].tolist() == [0, 1, 1]
+    assert t["finish_s"].tolist()[:2] == pytest.approx([1.109, 3.318])
+    row = res.tables()["failover"].to_pylist()[0]
+    assert (row["state"], row["turn"], row["turns_done"], row["lost_kv_tokens"], row["reprefill_tokens"]) == (
+        "idle",
+        1,
+        1,
+        1008,
+        1008,
+    )
+    assert res.summary["failover"]["aborted_calls"] == 0
+
+
 def test_drain_finishes_the_running_call_then_the_next_goes_elsewhere() -> None:
     """Drain instance 0 at 1.05, during turn 0's decode: turn 0 finishes there at 1.109 as without a drain; the
     instance then goes down (its cache with it). Turn 1 (released 2.109) goes to instance 1, nothing cached:
