@@ -12,18 +12,21 @@ done 4.505.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from agentreplay.kv.segment_pool import Segment
+from agentreplay.engine import Engine
+from agentreplay.kv.manager import KVManager
+from agentreplay.kv.segment_pool import Segment, SegmentPool
 from agentreplay.request import ProgramInfo, Request
-from agentreplay.router.policies import ROUTERS, InstanceView
+from agentreplay.router.policies import ROUTERS
 from agentreplay.scheduler.queue import Fcfs
+from agentreplay.scheduler.scheduler import Scheduler
 from agentreplay.scheduler.victim import VICTIMS
 from agentreplay.sim import SimConfig, simulate
 from agentreplay.sim.config import ConfigError, RouterConfig
+from agentreplay.sim.instance import Instance
 from tests.factories import make_trace
 from tests.sim.fakes import LinearPerf
 
@@ -145,28 +148,19 @@ def test_no_router_sends_a_call_to_a_dead_instance(router: str) -> None:
     assert (t["instance"] == 1).sum() < 6  # it did take calls before it failed (only the aborted ones moved)
 
 
-class _View(InstanceView):
-    def __init__(self, load: int, up: bool) -> None:
-        self.load, self.up = load, up
-
-    def outstanding(self) -> int:
-        return self.load
-
-    def outstanding_tokens(self) -> int:
-        return self.load
-
-    def queue_lengths(self) -> tuple[int, int]:
-        return self.load, 0
-
-    def kv_usage(self) -> float:
-        return 0.0
+def _instance(waiting: int, up: bool) -> Instance:
+    """A real instance (the routers read compiled InstanceViews) with ``waiting`` queued calls."""
+    inst = Instance(0, Engine(), LinearPerf(), Scheduler(KVManager(SegmentPool(100, 16)), 8, 64), lambda r: None)
+    inst.sched.waiting.extend(_request(100 + k) for k in range(waiting))
+    inst.up = up
+    return inst
 
 
 @pytest.mark.parametrize("router", ROUTERS.names())
 def test_routers_skip_instances_that_are_not_up(router: str) -> None:
     """The least-loaded instance (0) and the program's home (0) are down: every router picks among 1 and 2."""
     policy = ROUTERS.build(router, RouterConfig(policy=router))
-    views: Sequence[InstanceView] = [_View(0, False), _View(5, True), _View(3, True)]
+    views = [_instance(0, False), _instance(5, True), _instance(3, True)]
     for k in range(6):
         r = _request(program=k % 2, prompt=4000)
         r.info.home = 0
