@@ -459,7 +459,7 @@ def _build(cls: type, section: str, values: dict[str, Any]) -> Any:
         raise ConfigError(f"[{section}] unknown field(s) {unknown}; known: {sorted(known)}")
     try:
         return cls(**values)
-    except TypeError as exc:
+    except (TypeError, ParamError) as exc:  # (ParamError: a section validated like policy parameters)
         raise ConfigError(f"[{section}] {exc}") from exc
 
 

@@ -48,6 +48,7 @@ from agentreplay.kv.segment_pool import SegmentPool
 from agentreplay.kv.tiers import HostTier
 from agentreplay.request import Request
 from agentreplay.scheduler.scheduler import Scheduler
+from agentreplay.sim.config import ConfigError
 from agentreplay.sim.failures import FailureConfig
 from agentreplay.sim.instance import Instance
 
@@ -90,7 +91,12 @@ class Failover:
     :meth:`place` before routing a call and :meth:`on_turn_done` when one finishes (only when this exists)."""
 
     def __init__(self, cfg: FailureConfig, engine: Engine, orch: Any, instances: Sequence[Instance], seed: int) -> None:
-        cfg.check_instances(len(instances))
+        for e in cfg.events:
+            if e.instance >= len(instances):
+                raise ConfigError(
+                    f"[failures] events.instance = {e.instance} is invalid: an instance index in "
+                    f"[0, {len(instances) - 1}]"
+                )
         self.cfg = cfg
         self.engine = engine
         self.orch = orch

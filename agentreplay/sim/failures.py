@@ -18,15 +18,16 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from agentreplay.policy.registry import check
+
 Kind = Literal["fail", "drain"]
 Placement = Literal["router", "age-aware"]
 
 
 def _check(cond: bool, name: str, value: Any, allowed: str) -> None:
-    if not cond:
-        from agentreplay.sim.config import ConfigError  # (config imports this module for its section)
-
-        raise ConfigError(f"[failures] {name} = {value!r} is invalid: {allowed}")
+    """:class:`ParamError` (``name = value is invalid: allowed``) unless ``cond``; building the section from a
+    config (``sim.config``) turns it into a ``ConfigError`` naming ``[failures]``."""
+    check(cond, name, value, allowed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +92,3 @@ class FailureConfig:
     @property
     def enabled(self) -> bool:
         return bool(self.events) or self.mtbf_s > 0
-
-    def check_instances(self, n: int) -> None:
-        """Every event names an instance of the cluster."""
-        for e in self.events:
-            _check(e.instance < n, "events.instance", e.instance, f"an instance index in [0, {n - 1}]")
