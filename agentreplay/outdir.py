@@ -36,7 +36,15 @@ MARKER = ".agentreplay-output"
 KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "simulate": (
         "summary.json",
-        ("turns.parquet", "programs.parquet", "instances.parquet", "summary.json", "config.toml", "decisions.jsonl"),
+        (
+            "turns.parquet",
+            "programs.parquet",
+            "instances.parquet",
+            "summary.json",
+            "config.toml",
+            "decisions.jsonl",
+            "failover.parquet",
+        ),
     ),
     "compare": ("compare.parquet", ("compare.parquet", "jct_cdf.png", "*/simulate")),
     "validate": ("errors.parquet", ("*.parquet", "*.png", "*.md", "*.html", "*.json")),

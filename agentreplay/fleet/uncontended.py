@@ -52,9 +52,9 @@ def pricers_for(cfg: SimConfig) -> tuple[list[Any], list[int]]:
                 hw.perf,
                 gpu,
                 hw.model,
-                dtype,
+                dtype,  # type: ignore[arg-type]
                 tp,
-                mixed_attention=hw.mixed_attention,  # type: ignore[arg-type]
+                mixed_attention=hw.mixed_attention,
                 kv_dtype=kv_cache_dtype(hw.kv_cache_dtype),
                 cudagraph_sizes=graph_sizes(cfg, gpu, plan),
                 graph_mixed=graph_padding(hw.cudagraph_mode)[1],

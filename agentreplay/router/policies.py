@@ -24,7 +24,13 @@ LoadMetric = Literal["requests", "tokens"]
 class InstanceView:
     """What a router (or the admission hook) may read of an instance: its load and its KV usage.
     :class:`agentreplay.sim.instance.Instance` implements it. A (compiled) base class rather than a ``Protocol``:
-    the compiled routers then call it directly, as they read the instances of a large cluster on every call."""
+    the compiled routers then call it directly, as they read the instances of a large cluster on every call.
+
+    ``up``: the instance takes new calls. False while it is down or draining (:mod:`agentreplay.sim.failover`:
+    the front end stops routing to a pod whose readiness probe fails); every router skips such instances, and
+    the orchestrator holds calls while none is up, so a router always has one to pick."""
+
+    up: bool = True
 
     def outstanding(self) -> int:
         """Requests queued or running here."""
@@ -111,13 +117,26 @@ class AutellixParams:
         check(self.autellix_long_tokens >= 0, "autellix_long_tokens", self.autellix_long_tokens, ">= 0")
 
 
+_DOWN = 1 << 62  #: the load a router sees for an instance that is not up (never the least)
+
+
+def _up(instances: Sequence[InstanceView], i: int) -> int:
+    """``i``, or the next instance after it (cyclically) that is up."""
+    n = len(instances)
+    for k in range(n):
+        j = (i + k) % n
+        if instances[j].up:
+            return j
+    return i
+
+
 def _load(inst: InstanceView, metric: str) -> int:
     return inst.outstanding() if metric == "requests" else inst.outstanding_tokens()
 
 
 def least_loaded(instances: Sequence[InstanceView], metric: str = "requests") -> int:
-    """Index of the instance with the least load; ties to the lowest index (deterministic)."""
-    loads = [_load(inst, metric) for inst in instances]
+    """Index of the instance with the least load among those ``up``; ties to the lowest index (deterministic)."""
+    loads = [_load(inst, metric) if inst.up else _DOWN for inst in instances]
     return loads.index(min(loads))
 
 
@@ -131,8 +150,8 @@ class RoundRobin:
         self.stats = RouterStats()
 
     def pick(self, r: Request, instances: Sequence[InstanceView], now: float) -> int:
-        i = self._next % len(instances)
-        self._next += 1
+        i = _up(instances, self._next % len(instances))
+        self._next = i + 1
         return i
 
 
@@ -163,7 +182,7 @@ class SessionAffinity:
 
     def pick(self, r: Request, instances: Sequence[InstanceView], now: float) -> int:
         home = r.info.home
-        if home < 0:
+        if home < 0 or not instances[home].up:  # a lost home: a new one, its KV gone with it (no transfer)
             return least_loaded(instances, self.params.load_metric)
         if instances[home].outstanding() < self.params.affinity_max_outstanding:
             return home
@@ -233,17 +252,18 @@ class CacheAware:
         n = len(instances)
         self._ensure(n)
         self._prune(now)
-        loads = [inst.outstanding() for inst in instances]
+        ups = [i for i in range(n) if instances[i].up]  # (all of them unless a replica is down or draining)
+        loads = [instances[i].outstanding() for i in ups]
         lo, hi = min(loads), max(loads)
         if hi - lo > self.params.balance_abs_threshold and hi > lo * self.params.balance_rel_threshold:
-            target = loads.index(lo)
+            target = ups[loads.index(lo)]
         else:
-            matches = [self.match(i, r) for i in range(n)]
+            matches = [self.match(i, r) if instances[i].up else -1 for i in range(n)]
             best = max(range(n), key=lambda i: (matches[i], -i))
             if r.prompt and matches[best] / r.prompt > self.params.cache_threshold:
                 target = best
             else:
-                target = min(range(n), key=lambda i: (self.sizes[i], i))
+                target = min(ups, key=lambda i: (self.sizes[i], i))
         tree = self.trees[target]
         old = tree.pop(r.program, 0)
         tree[r.program] = max(old, r.prompt)
@@ -268,7 +288,7 @@ class Autellix:
         self.stats = RouterStats()
 
     def pick(self, r: Request, instances: Sequence[InstanceView], now: float) -> int:
-        if r.info.home >= 0 and r.prompt > self.params.autellix_long_tokens:
+        if r.info.home >= 0 and r.prompt > self.params.autellix_long_tokens and instances[r.info.home].up:
             return r.info.home
         return least_loaded(instances, self.params.load_metric)
 
@@ -293,6 +313,8 @@ class VllmDP:
         best, best_score = 0, float("inf")
         for i in range(n):
             idx = (self._start + i) % n
+            if not instances[idx].up:
+                continue
             waiting, running = instances[idx].queue_lengths()
             score = float(waiting + running)
             if waiting:

@@ -353,6 +353,8 @@ class Scheduler:
         """The step planned nothing. True when memory was freed so that scheduling again may admit (wake now);
         False when the instance may idle: nothing waits, or an event will wake it (a KV load or a tier write
         completing, a pin expiring). Raises when waiting requests can never be admitted into an empty engine."""
+        if self.running:  # a victim policy other than vLLM's preempted the very request it was scheduling
+            return True  # (vLLM: "No more request to schedule") before any other: the rest run next step
         waiting = self.waiting
         if any(r.loading for r in waiting):
             return False  # a load completion wakes the instance

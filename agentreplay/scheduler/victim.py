@@ -67,11 +67,42 @@ class AgeAware:
         return running[best_i]
 
 
+class YoungestFirst:
+    """Age-aware preemption for failover and memory pressure: evict the running call of the *youngest* program
+    (fewest turns done, then least attained service: prompt + output tokens of its finished calls), so that old
+    programs, whose contexts are the longest and costliest to rebuild, keep their KV. Ties go to the most recent
+    admission.
+
+    Autellix (§4.1, PLAS; the ``plas`` queue order here) schedules by *least attained service*: programs that
+    have received the least service run first, and its multi-level feedback queue demotes a program as its
+    service grows, so under contention the most-served programs wait, and lose their KV, first. That favours
+    young programs to cut mean JCT. This policy does the opposite for the victim: it protects the most-served
+    programs, because on a recompute preemption (and after a failover) their lost KV is the most work to redo.
+    ``age-aware`` looks at the call's context length only; this one at the program's age."""
+
+    name = "youngest-first"
+
+    def __init__(self, params: NoParams | None = None) -> None:
+        pass
+
+    def pick(self, running: Sequence[Request], order: QueueOrder, now: float) -> Request:
+        best_i = len(running) - 1
+        b = running[best_i]
+        best = (b.turn_idx, b.info.service_tokens)
+        for i in range(len(running) - 2, -1, -1):
+            r = running[i]
+            k = (r.turn_idx, r.info.service_tokens)
+            if k < best:
+                best_i, best = i, k
+        return running[best_i]
+
+
 VICTIMS: Registry[VictimPolicy] = Registry(
     "victim",
     [
         Entry("most-recent", MostRecent, NoParams, "the latest admitted running call (vLLM)"),
         Entry("lowest-priority", LowestPriority, NoParams, "the running call with the worst queue key (vLLM priority)"),
         Entry("age-aware", AgeAware, NoParams, "the running call with the shortest context"),
+        Entry("youngest-first", YoungestFirst, NoParams, "the running call of the program with the fewest turns done"),
     ],
 )

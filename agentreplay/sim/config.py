@@ -21,6 +21,7 @@ from agentreplay.scheduler.victim import VICTIMS
 from agentreplay.sim.admission_config import AdmissionConfig, ClassConfig
 from agentreplay.sim.disagg_config import DisaggConfig
 from agentreplay.sim.errors import ConfigError
+from agentreplay.sim.failures import FailureConfig
 from agentreplay.sim.footprint import FootprintConfig
 from agentreplay.sim.speculative import SpeculativeConfig
 from agentreplay.sim.thinking import ThinkingConfig
@@ -444,6 +445,7 @@ class SimConfig:
     classes: ClassConfig = field(default_factory=ClassConfig)
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     thinking: ThinkingConfig = field(default_factory=ThinkingConfig)
+    failures: FailureConfig = field(default_factory=FailureConfig)
     seed: int = 0
 
     def replace(self, **sections: dict[str, Any]) -> SimConfig:
@@ -468,7 +470,7 @@ def _build(cls: type, section: str, values: dict[str, Any]) -> Any:
         raise ConfigError(f"[{section}] unknown field(s) {unknown}; known: {sorted(known)}")
     try:
         return cls(**values)
-    except TypeError as exc:
+    except (TypeError, ParamError) as exc:  # (ParamError: a section validated like policy parameters)
         raise ConfigError(f"[{section}] {exc}") from exc
 
 
@@ -528,6 +530,9 @@ def to_toml(cfg: SimConfig) -> str:
                 lines.append(f"{k} = {'true' if v else 'false'}")
             elif isinstance(v, dict):
                 lines.append(f"{k} = {{ " + ", ".join(f"{a} = {b!r}" for a, b in v.items()) + " }")
+            elif isinstance(v, tuple | list) and v and isinstance(v[0], dict):  # an array of inline tables
+                items = (", ".join(f"{a} = {b!r}" for a, b in d.items() if b is not None) for d in v)
+                lines.append(f"{k} = [" + ", ".join(f"{{ {x} }}" for x in items) + "]")
             elif isinstance(v, tuple | list):
                 lines.append(f"{k} = {list(v)!r}")
             elif isinstance(v, str):

@@ -130,6 +130,7 @@ class Instance(InstanceView):
         #: the DP group this instance steps in lockstep with (agentreplay.sim.dp.LockstepGroup), or None: the
         #: group then schedules and prices every step, and this instance only plans and applies its part
         self.lockstep: Any = None
+        self.up = True  #: takes new calls (InstanceView; False while down or draining)
 
     def _recompute_s(self, tokens: int) -> float:
         """A prefill of ``tokens`` alone (what retention policies weigh against keeping the KV)."""
@@ -337,6 +338,39 @@ class Instance(InstanceView):
         expected = sum(seg.present - seg.base + seg.held_stale for seg in segs.values())
         self.pool.check(held_by_requests=expected)
 
+    def reset(self, scheduler: Scheduler) -> list[Request]:
+        """Failover hook (:mod:`agentreplay.sim.failover`): the instance lost its GPU. The step in flight is
+        abandoned; the running and waiting requests are returned (with their computed / generated tokens as of
+        the last step completed by now) for the caller to re-submit elsewhere; the instance goes on with ``scheduler``,
+        a fresh one over an empty KV stack (HBM, pins, host tiers lost). The old stack's pending callbacks (KV
+        loads, tier writes, pin expiries) no longer wake this instance."""
+        old = self.sched
+        run = self._run
+        if run is not None:  # the steps of the decode run completed by now count (as step by step)
+            j = run.steps_done_by(self.engine.now)
+            done = j if run.end_of_step(j) <= self.engine.now else j - 1
+            if done > 0:
+                old.cohort.advance(done)  # (the run stops before any member's last token: none finishes)
+        old.cohort.sync(old.running)
+        aborted = [*old.running, *old.waiting]
+        if self._done is not None:
+            self._done.cancel()
+            self._done = None
+        if self._busy:
+            self.stats.busy_s += self.engine.now - self._t_start
+        self._plan = None
+        self._run = None
+        self._busy = False
+        if self.residency is not None:
+            self.residency.on_ready = _ignore
+        self.sched = scheduler
+        self.pool = scheduler.kv.pool
+        self.residency = scheduler.kv.residency
+        if self.residency is not None:
+            self.residency.on_ready = self._wake
+        scheduler.recompute_s = self._recompute_s
+        return aborted
+
     def sync_pool(self) -> None:
         """Allocate the blocks of the decode-run steps started by now, as a step-by-step engine would have (for
         a reader of this pool from outside, e.g. another instance loading a migrating program's cached KV)."""
@@ -348,3 +382,7 @@ class Instance(InstanceView):
         if upto > run.allocated:
             self.sched.allocate_decode_steps(run.allocated, upto - run.allocated)
             run.allocated = upto
+
+
+def _ignore() -> None:
+    """The wake-up of a KV stack an instance no longer uses (after :meth:`Instance.reset`)."""

@@ -89,6 +89,8 @@ class Orchestrator:
                 workload.dag, engine, self._arrive, self._release, workload.turn_start, workload.prefix_tokens
             )
             self._roots = self.fan.roots
+        #: replica failures and drains (agentreplay.sim.failover.Failover), None when off: no call per turn
+        self.failover: Any = None
 
     def start(self) -> None:
         roots = self._roots
@@ -231,7 +233,12 @@ class Orchestrator:
         now = self.engine.now
         info = r.info
         p = r.program
-        i = self.router.pick(r, self.instances, now)
+        fo = self.failover
+        i = -1 if fo is None else fo.place(r, ids)  # -2: held (no instance up); >= 0: placed after a failure
+        if i < 0:
+            if i == -2:
+                return
+            i = self.router.pick(r, self.instances, now)
         if info.home >= 0 and i != info.home:
             info.affinity_breaks += 1
             self.affinity_breaks += 1
@@ -276,6 +283,8 @@ class Orchestrator:
     def on_turn_done(self, r: Request) -> None:
         if self._gated:
             self.admission.finished(r, self.engine.now)
+        if self.failover is not None:
+            self.failover.on_turn_done(r)
         if self.deferred:
             self._offer_deferred()
         self.rec.record_turn(r)

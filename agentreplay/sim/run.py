@@ -39,6 +39,7 @@ from agentreplay.sim.admission import apply_max_model_len
 from agentreplay.sim.config import ConfigError, HardwareConfig, SimConfig, to_toml
 from agentreplay.sim.disagg import Disagg, disagg_hardware, link_gbps
 from agentreplay.sim.dp import LockstepGroup
+from agentreplay.sim.failover import Failover
 from agentreplay.sim.footprint import FootprintSampler
 from agentreplay.sim.instance import Instance
 from agentreplay.sim.metrics import Recorder, summarize
@@ -89,7 +90,8 @@ class SimResult:
         self._rec, self._migrations = rec, migrations
         self._columns: dict[str, tables.Columns | None] = {}
         self._frames: dict[str, pd.DataFrame] = {}
-        self.extra: dict[str, tables.Columns] = {}  #: further tables of optional mechanisms (e.g. footprint)
+        #: tables of mechanisms that are on: NumPy columns (e.g. ``footprint``) or Arrow tables (``failover``)
+        self.extra: dict[str, tables.Columns | pa.Table] = {}
 
     def columns(self, name: str) -> tables.Columns | None:
         """``turns``, ``programs`` or ``instances`` as NumPy columns (None: instances of a run without
@@ -142,8 +144,8 @@ class SimResult:
                 if cols is not None
                 else pa.Table.from_pandas(self._frame(name), preserve_index=False)
             )
-        for name, cols in self.extra.items():
-            out[name] = tables.to_arrow(cols)
+        for name, extra in self.extra.items():
+            out[name] = extra if isinstance(extra, pa.Table) else tables.to_arrow(extra)
         return out
 
     def write(self, out_dir: str | os.PathLike[str]) -> dict[str, Path]:
@@ -411,6 +413,14 @@ def simulate(
     if disagg is not None:
         disagg.attach(instances)
         orch.on_route = disagg.prepare
+    failover = None
+    if cfg.failures.enabled:
+        if group is not None:
+            raise ConfigError("[failures] replica failures are not modelled for a lockstep DP group (dp > 1 MoE)")
+        if disagg is not None:
+            raise ConfigError("[failures] replica failures are not modelled with [disagg] enabled = true")
+        failover = orch.failover = Failover(cfg.failures, engine, orch, instances, cfg.seed)
+        failover.start()
     orch.start()
     engine.run()
     unfinished = int(np.isnan(rec.program_finish_s).sum())
@@ -424,6 +434,8 @@ def simulate(
     fp_cols = fp.columns() if fp is not None else None
     if fp_cols is not None:
         result.extra["footprint"] = fp_cols
+    if failover is not None:
+        result.extra["failover"] = failover.table(rec.program_arrival_s, rec.program_finish_s)
     summary = result.summary
     turns, programs = result.columns("turns"), result.columns("programs")
     assert turns is not None and programs is not None
@@ -486,6 +498,8 @@ def simulate(
         )
     if fp is not None:  # (absent otherwise, like dp_group)
         summary["footprint"] = {"interval_s": fp.interval_s, "block_bytes": block_bytes, "samples": len(fp.rows)}
+    if failover is not None:
+        summary["failover"] = failover.summary()
     if group is not None:
         summary["dp_group"] = dataclasses.asdict(group.stats)
     return result
