@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from agentreplay.fleet.outputs import reusable_tokens
+from agentreplay.perf.alone import turn_service_s
 from agentreplay.perf.deploy import graph_padding, kv_cache_dtype
 from agentreplay.perf.table import pricer_from_names
 from agentreplay.sim.config import SimConfig
@@ -71,20 +72,6 @@ def history_hits(turns: pd.DataFrame, block_size: int, reused_tokens: np.ndarray
     inp = turns["input_tokens"].to_numpy(np.int64)
     reuse = np.minimum(reusable_tokens(turns, reused_tokens), inp - 1)
     return np.maximum(reuse, 0) // block_size * block_size
-
-
-def turn_service_s(pricer: Any, chunk_tokens: int, prompt: int, cached: int, output: int) -> tuple[float, float]:
-    """``(prefill_s, decode_s)`` of one turn alone on an instance (module docstring)."""
-    prefill_s = 0.0
-    done = cached
-    while done < prompt:
-        n = min(chunk_tokens, prompt - done)
-        prefill_s += pricer.iteration_time_s([(n, done, done + n == prompt)], ())
-        done += n
-    steps = max(output - 1, 0)
-    a, c = pricer.decode_coeffs(1)  # a decode-only step of one sequence costs a + c * ctx
-    decode_s = steps * a + c * (steps * prompt + steps * (steps - 1) // 2)
-    return prefill_s, decode_s
 
 
 def uncontended(

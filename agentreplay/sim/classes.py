@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from agentreplay.perf.alone import turn_service_s
 from agentreplay.router.deadline import DeadlineContext
 from agentreplay.sim.admission_config import CLASSES, ClassConfig
 from agentreplay.sim.workload import Workload
@@ -40,22 +41,6 @@ def assign_classes(workload: Workload, cfg: ClassConfig, seed: int, trace: Any =
     rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(3)[2])
     shares = np.array([float(cfg.mix.get(c, 0.0)) for c in CLASSES])
     return rng.choice(len(CLASSES), size=workload.n_programs, p=shares / shares.sum()).astype(np.int64)
-
-
-def turn_service_s(pricer: Any, chunk_tokens: int, prompt: int, cached: int, output: int) -> tuple[float, float]:
-    """``(prefill_s, decode_s)`` of one turn alone on an instance: the definition of
-    :func:`agentreplay.fleet.uncontended.turn_service_s` (which imports the run module, so it cannot be used from
-    inside a run; a test checks that the two agree). Chunked prefill of the uncached tokens, one iteration per
-    chunk, the last emitting the first token; then ``output - 1`` batch-1 decode steps of ``a + c * ctx``."""
-    prefill_s = 0.0
-    done = cached
-    while done < prompt:
-        n = min(chunk_tokens, prompt - done)
-        prefill_s += pricer.iteration_time_s([(n, done, done + n == prompt)], ())
-        done += n
-    steps = max(output - 1, 0)
-    a, c = pricer.decode_coeffs(1)
-    return prefill_s, steps * a + c * (steps * prompt + steps * (steps - 1) // 2)
 
 
 def turn_estimates(workload: Workload, pricer: Any, chunk_tokens: int, block_size: int) -> np.ndarray:

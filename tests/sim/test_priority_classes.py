@@ -148,14 +148,26 @@ def test_classes_drawn_from_the_mix_are_seeded_and_a_bad_mix_is_refused() -> Non
         assign_classes(compile_trace(tr), cfg, 0, tr)
 
 
-def test_the_in_run_service_estimate_matches_the_uncontended_definition() -> None:
-    from agentreplay.fleet.uncontended import turn_service_s as reference
-    from agentreplay.perf.table import pricer_from_names
-    from agentreplay.sim.classes import turn_service_s
+def test_the_in_run_service_estimate_is_the_uncontended_definition() -> None:
+    """Deadline estimates inside a run and the uncontended JCT of ``agentreplay tasks`` price a turn alone with the
+    same function (agentreplay.perf.alone), by hand on a constant pricer: 2 chunks of 4 + 2 prefill tokens, then
+    3 decode steps at contexts 8, 9, 10 (the prompt plus the tokens decoded before each step)."""
+    from agentreplay.fleet import uncontended
+    from agentreplay.perf.alone import turn_service_s
+    from agentreplay.sim import classes
 
-    pricer = pricer_from_names("roofline", "h100-sxm", "llama-3.1-8b", "bf16", 1)
-    for args in ((8192, 20_000, 0, 300), (2048, 9000, 4096, 1), (8192, 100, 96, 50)):
-        assert turn_service_s(pricer, *args) == reference(pricer, *args)
+    assert classes.turn_service_s is turn_service_s is uncontended.turn_service_s
+
+    class Const:
+        def iteration_time_s(self, prefill: list, decode: list) -> float:
+            return 1.0 + 0.1 * sum(n for n, _, _ in prefill)
+
+        def decode_coeffs(self, n: int) -> tuple[float, float]:
+            return 0.5, 0.01
+
+    pre, dec = turn_service_s(Const(), 4, 8, 2, 4)
+    assert pre == pytest.approx((1.0 + 0.4) + (1.0 + 0.2))
+    assert dec == pytest.approx(3 * 0.5 + 0.01 * (8 + 9 + 10))
 
 
 def test_admission_and_classes_sections_round_trip_through_toml() -> None:
