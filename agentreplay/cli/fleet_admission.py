@@ -8,13 +8,12 @@ from typing import Annotated
 import typer
 
 from agentreplay.cli.app import app
+from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
 
 
 @app.command("fleet-admission")
 def fleet_admission(
-    trace: Annotated[Path, typer.Option("--trace", "-t", help="Canonical trace folder.")] = Path(
-        "datasets/swebench-verified"
-    ),
+    trace: FleetTrace = BUNDLED_TRACE,
     concurrency: Annotated[int, typer.Option(help="Programs in flight (closed loop).")] = 64,
     gpu: Annotated[str | None, typer.Option(help="GPU catalog name. Default: the config's (h100-sxm).")] = None,
     model: Annotated[str | None, typer.Option(help="Model catalog name. Default: the config's (llama-3.1-8b).")] = None,

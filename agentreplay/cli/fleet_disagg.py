@@ -9,11 +9,12 @@ import typer
 from rich.table import Table
 
 from agentreplay.cli.app import app, console, fail, print_json, show
+from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
 
 
 @app.command("fleet-disagg")
 def fleet_disagg(
-    trace: Annotated[Path, typer.Option("--trace", "-t", help="Trace folder.")] = Path("datasets/swebench-verified"),
+    trace: FleetTrace = BUNDLED_TRACE,
     gpus: Annotated[int, typer.Option(help="GPUs of every cluster compared (instances = GPUs / TP).")] = 4,
     gpu: Annotated[str, typer.Option(help="GPU of both pools (catalog name).")] = "h100-sxm",
     model: Annotated[str, typer.Option(help="Model (catalog name).")] = "llama-3.1-8b",

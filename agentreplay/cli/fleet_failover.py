@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from agentreplay.cli.app import app, console, fail, print_json, show
+from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
 
 
 def _table(title: str, df: object) -> Table:
@@ -34,9 +35,7 @@ def _cell(v: object) -> str:
 
 @app.command("fleet-failover")
 def fleet_failover(
-    trace: Annotated[Path, typer.Option("--trace", "-t", help="Canonical trace folder.")] = Path(
-        "datasets/swebench-verified"
-    ),
+    trace: FleetTrace = BUNDLED_TRACE,
     instances: Annotated[int, typer.Option(help="Instances in the cluster.")] = 4,
     gpu: Annotated[str, typer.Option(help="GPU catalog name.")] = "h100-sxm",
     model: Annotated[str, typer.Option(help="Model catalog name.")] = "llama-3.1-8b",

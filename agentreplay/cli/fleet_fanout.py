@@ -11,13 +11,12 @@ import typer
 from rich.table import Table
 
 from agentreplay.cli.app import app, console, fail, print_json, show
+from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
 
 
 @app.command("fleet-fanout")
 def fleet_fanout(
-    trace: Annotated[Path, typer.Option("--trace", "-t", help="Source trace folder.")] = Path(
-        "datasets/swebench-verified"
-    ),
+    trace: FleetTrace = BUNDLED_TRACE,
     programs: Annotated[int, typer.Option(help="Root programs taken from the start of the trace.")] = 100,
     fanout: Annotated[int, typer.Option("--fanout", help="Children per spawning turn.")] = 4,
     fanout_prob: Annotated[float, typer.Option("--fanout-prob", help="Chance that a non-last turn spawns.")] = 0.05,

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from agentreplay.cli.app import app, console, fail, print_json, show
+from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
 
 
 def _table(title: str, head: list[str], rows: list[list[str]], left: int = 1) -> Table:
@@ -22,7 +23,7 @@ def _table(title: str, head: list[str], rows: list[list[str]], left: int = 1) ->
 
 @app.command("fleet-footprint")
 def fleet_footprint(
-    trace: Annotated[Path, typer.Option("--trace", "-t", help="Trace folder.")] = Path("datasets/swebench-verified"),
+    trace: FleetTrace = BUNDLED_TRACE,
     out: Annotated[Path, typer.Option("--out", help="Folder for footprint.png / .md / summary.json.")] = Path(
         "reports/fleet/footprint"
     ),

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from agentreplay.cli.app import app, fail
+from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
 
 
 def _per_class(value: str | None, option: str) -> dict[str, float]:
@@ -26,9 +27,7 @@ def _per_class(value: str | None, option: str) -> dict[str, float]:
 
 @app.command("fleet-priority")
 def fleet_priority(
-    trace: Annotated[Path, typer.Option("--trace", "-t", help="Canonical trace folder.")] = Path(
-        "datasets/swebench-verified"
-    ),
+    trace: FleetTrace = BUNDLED_TRACE,
     concurrency: Annotated[int, typer.Option(help="Programs in flight (closed loop).")] = 64,
     mix: Annotated[
         str | None,

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from agentreplay.cli.app import app, console, err, fail, print_json, show
+from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
 
 if TYPE_CHECKING:
     from agentreplay.sim.config import SimConfig
@@ -44,9 +45,7 @@ def base_config(config: Path | None, gpu: str, model: str, tp: int, programs: in
 
 @app.command("fleet-spec")
 def fleet_spec(
-    trace: Annotated[Path, typer.Option("--trace", "-t", help="Canonical trace folder.")] = Path(
-        "datasets/swebench-verified"
-    ),
+    trace: FleetTrace = BUNDLED_TRACE,
     gpu: Annotated[str, typer.Option(help="GPU catalog name.")] = "h100-sxm",
     model: Annotated[str, typer.Option(help="Target model catalog name.")] = "llama-3.1-70b",
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree of the target (and of the draft model).")] = 4,

@@ -10,13 +10,12 @@ from rich.table import Table
 
 from agentreplay.cli.app import app, console, err, fail, print_json, show
 from agentreplay.cli.fleet_spec import base_config, ints
+from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
 
 
 @app.command("fleet-thinking")
 def fleet_thinking(
-    trace: Annotated[Path, typer.Option("--trace", "-t", help="Canonical trace folder.")] = Path(
-        "datasets/swebench-verified"
-    ),
+    trace: FleetTrace = BUNDLED_TRACE,
     gpu: Annotated[str, typer.Option(help="GPU catalog name.")] = "h100-sxm",
     model: Annotated[str, typer.Option(help="Model catalog name.")] = "llama-3.1-70b",
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 4,

@@ -47,6 +47,16 @@ def _opt(help_text: str, *names: str) -> Any:
 
 
 Trace = Annotated[Path, _opt("Canonical trace folder (programs.parquet, turns.parquet).", "--trace", "-t")]
+#: the fleet-* studies run on the bundled sample unless told otherwise (a path relative to the repository root)
+BUNDLED_TRACE = Path("datasets/swebench-verified")
+FleetTrace = Annotated[
+    Path,
+    _opt(
+        f"Canonical trace folder. Default: the bundled sample, {BUNDLED_TRACE} (from the repository root).",
+        "--trace",
+        "-t",
+    ),
+]
 Gpu = Annotated[str | None, _opt(f"GPU catalog name (see `agentreplay catalog`). {default('hardware', 'gpu')}")]
 Model = Annotated[str | None, _opt(f"Model catalog name (see `agentreplay catalog`). {default('hardware', 'model')}")]
 Dtype = Annotated[
