@@ -27,9 +27,14 @@ if TYPE_CHECKING:
 class Recorder:
     """Preallocated arrays indexed by global turn / program index (no per-turn objects kept)."""
 
-    def __init__(self, workload: Workload, interval_s: float) -> None:
+    def __init__(self, workload: Workload, interval_s: float, sink: Any = None) -> None:
         n, m = workload.n_turns, workload.n_programs
         self.w = workload
+        #: streaming mode (:class:`agentreplay.sim.stream.ResultStream`): every call goes to the sink and the
+        #: arrays stay empty (the run then holds live programs only)
+        self.sink = sink
+        if sink is not None:
+            n = m = 0
         self.turn_instance = np.full(n, -1, dtype=np.int32)
         self.turn_release_s = np.full(n, np.nan)
         self.turn_first_sched_s = np.full(n, np.nan)
@@ -67,6 +72,9 @@ class Recorder:
         self._v_program_finish: Any = self.program_finish_s.data
 
     def record_turn(self, r: Request) -> None:
+        if self.sink is not None:
+            self.sink.record_turn(r)
+            return
         t = r.turn
         done = self._v_finish[t]
         if done == done:  # not NaN
@@ -84,12 +92,21 @@ class Recorder:
             self._v_reloaded[src][t] = n
 
     def program_arrived(self, p: int, now: float) -> None:
+        if self.sink is not None:
+            self.sink.program_arrived(p, now)
+            return
         self._v_arrival[p] = now
 
     def program_finished(self, p: int, now: float) -> None:
+        if self.sink is not None:
+            self.sink.program_finished(p, now)
+            return
         self._v_program_finish[p] = now
 
     def tool_gap(self, turn: int, seconds: float) -> None:
+        if self.sink is not None:
+            self.sink.tool_gap(turn, seconds)
+            return
         self._v_tool[turn] = seconds
 
     def sample(self, inst: Any) -> None:
@@ -99,9 +116,11 @@ class Recorder:
             return
         self._next_sample[inst.index] = now + self.interval_s
         pool = inst.pool
-        self.samples.append(
-            (now, inst.index, pool.used_blocks, pool.num_blocks, len(inst.sched.running), len(inst.sched.waiting))
-        )
+        row = (now, inst.index, pool.used_blocks, pool.num_blocks, len(inst.sched.running), len(inst.sched.waiting))
+        if self.sink is not None:
+            self.sink.sample(row)
+            return
+        self.samples.append(row)
 
     # ---- tables --------------------------------------------------------------------------------------------
     def turns_frame(self) -> pd.DataFrame:
