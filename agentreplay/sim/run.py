@@ -368,7 +368,7 @@ def simulate(
     )
     orch_ref.append(orch)
     if sink is not None:
-        sink.infos = orch.infos
+        sink.infos, sink.pools = orch.infos, [inst.pool for inst in instances]
     try:
         orch.start()
         engine.run()

@@ -68,6 +68,10 @@ class ResultStream:
         self.paths = {name: self.out / f"{name}.parquet" for name in NAMES}
         self._order: list[np.ndarray] = []  # finished programs, in the order written
         self.infos: list[Any] | None = None  # the orchestrator's ProgramInfo list (migrations; released on finish)
+        #: the instances' :class:`~agentreplay.kv.segment_pool.SegmentPool`\ s: a finished program's history
+        #: segments are forgotten once their blocks are evicted (:meth:`_forget_segments`)
+        self.pools: list[Any] = []
+        self._finished_segments: list[tuple[dict[Any, Any], tuple[str, int], Any]] = []
         self.rows_written = {name: 0 for name in NAMES}
         self.closed = False
 
@@ -115,6 +119,11 @@ class ResultStream:
             infos[p] = None  # the program's state is released with its rows
         self._rows.extend(rows)
         self._programs.append((p, arrival, now, migrations))
+        key = ("prog", p)
+        for pool in self.pools:
+            seg = pool.segments.get(key)
+            if seg is not None:
+                self._finished_segments.append((pool.segments, key, seg))
         if len(self._rows) >= self.row_group_rows:
             self._flush()
 
@@ -135,8 +144,25 @@ class ResultStream:
         writer.write_table(table, row_group_size=max(table.num_rows, 1))
         self.rows_written[name] += table.num_rows
 
+    def _forget_segments(self) -> None:
+        """Remove finished programs' history segments whose blocks are all evicted and unreferenced from their
+        pool's segment map. The pool keeps a segment object per (instance, program) it ever served, found again by
+        key when the program's next call comes (``SegmentPool.segment``); a finished program has no next call, and
+        an evicted, unreferenced segment is what a new one would be, so forgetting it changes nothing simulated
+        (the streamed tables equal the in-memory ones, tests/sim/test_stream.py), while keeping them all is about
+        150 bytes per (instance, program): 3 GB for a day of 1 M programs on 32 instances."""
+        keep = []
+        for segments, key, seg in self._finished_segments:
+            if seg.run is None and seg.ref == 0:
+                if segments.get(key) is seg:
+                    del segments[key]
+            else:
+                keep.append((segments, key, seg))
+        self._finished_segments = keep
+
     def _flush(self) -> None:
         """Pending finished programs -> one row group of ``turns`` and one of ``programs``."""
+        self._forget_segments()
         if not self._programs:
             return
         w = self.w

@@ -121,3 +121,28 @@ def test_row_group_rows_must_be_positive(tmp_path) -> None:
 
     with pytest.raises(ValueError, match="row_group_rows must be >= 1, got 0"):
         ResultStream(compile_trace(TRACE), tmp_path, row_group_rows=0)
+
+
+def test_finished_programs_segments_are_forgotten_once_evicted(tmp_path) -> None:
+    """A finished program's history segment leaves its pool's map at the next flush once its blocks are evicted
+    and unreferenced; one still cached (or held) stays until then."""
+    from types import SimpleNamespace
+
+    from agentreplay.sim.stream import ResultStream
+    from agentreplay.sim.workload import compile_trace
+
+    s = ResultStream(compile_trace(TRACE), tmp_path)
+    evicted = SimpleNamespace(run=None, ref=0)
+    cached = SimpleNamespace(run=object(), ref=0)
+    held = SimpleNamespace(run=None, ref=1)
+    pool = SimpleNamespace(segments={("prog", 0): evicted, ("prog", 1): cached, ("prog", 2): held, ("x", 0): 1})
+    s.pools = [pool]
+    for p in range(3):
+        s.program_arrived(p, 0.0)
+        s.program_finished(p, 1.0)
+    s._forget_segments()
+    assert list(pool.segments) == [("prog", 1), ("prog", 2), ("x", 0)]
+    cached.run, held.ref = None, 0  # evicted and released later
+    s._forget_segments()
+    assert list(pool.segments) == [("x", 0)]
+    s.abort()
