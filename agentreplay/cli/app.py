@@ -285,6 +285,7 @@ COMMANDS = {
     "calibrate": "validate",
     "validate": "validate",
     "plan": "plan",
+    "fleet-day": "fleet_day",
 }
 
 
@@ -309,7 +310,7 @@ def main() -> None:
 
 def _register() -> None:
     """Import the command modules so their ``@app.command()`` decorators run."""
-    from agentreplay.cli import compare, drive, plan, sim, study, sweep, tasks, tools, validate  # noqa: F401
+    from agentreplay.cli import compare, drive, fleet_day, plan, sim, study, sweep, tasks, tools, validate  # noqa: F401
 
 
 app.lazy = True
