@@ -23,6 +23,8 @@ from agentreplay.sim.workload import Workload
 if TYPE_CHECKING:
     import pandas as pd
 
+_NAN = float("nan")
+
 
 class Recorder:
     """Preallocated arrays indexed by global turn / program index (no per-turn objects kept)."""
@@ -30,11 +32,16 @@ class Recorder:
     def __init__(self, workload: Workload, interval_s: float, sink: Any = None) -> None:
         n, m = workload.n_turns, workload.n_programs
         self.w = workload
-        #: streaming mode (:class:`agentreplay.sim.stream.ResultStream`): every call goes to the sink and the
-        #: arrays stay empty (the run then holds live programs only)
+        #: streaming mode (:class:`agentreplay.sim.stream.ResultStream`): the arrays stay empty; a finished
+        #: turn's row goes to its live program's list in ``sink.live_rows`` (appended here, in compiled code: a
+        #: call into the sink per turn would cost more than the row), program arrivals and ends to the sink,
+        #: which also drains ``samples`` (the run then holds live programs only)
         self.sink = sink
+        self._live_rows: dict[int, list[Any]] = {}
+        self._last_rows: list[Any] = []
         if sink is not None:
             n = m = 0
+            self._live_rows = sink.live_rows
         self.turn_instance = np.full(n, -1, dtype=np.int32)
         self.turn_release_s = np.full(n, np.nan)
         self.turn_first_sched_s = np.full(n, np.nan)
@@ -72,10 +79,30 @@ class Recorder:
         self._v_program_finish: Any = self.program_finish_s.data
 
     def record_turn(self, r: Request) -> None:
-        if self.sink is not None:
-            self.sink.record_turn(r)
-            return
         t = r.turn
+        if self.sink is not None:
+            rel = r.reloaded_tokens
+            rows = self._live_rows[r.program]
+            rows.append(
+                (
+                    t,
+                    r.instance,
+                    r.release_s,
+                    r.first_sched_s,
+                    r.first_token_s,
+                    r.finish_s,
+                    r.cached_tokens,
+                    r.cached_prefix_tokens,
+                    r.recomputed_tokens,
+                    r.preemptions,
+                    rel.get("dram", 0),
+                    rel.get("cxl", 0),
+                    rel.get("remote", 0),
+                    _NAN if r.last else r.next_gap_s,  # the gap the orchestrator records next (tool_gap)
+                )
+            )
+            self._last_rows = rows
+            return
         done = self._v_finish[t]
         if done == done:  # not NaN
             raise RuntimeError(f"turn {t} of program {self.w.program_ids[r.program]!r} finished twice")
@@ -105,7 +132,12 @@ class Recorder:
 
     def tool_gap(self, turn: int, seconds: float) -> None:
         if self.sink is not None:
-            self.sink.tool_gap(turn, seconds)
+            rows = self._last_rows
+            if not rows or rows[-1][0] != turn:  # (the orchestrator records a turn's gap right after the turn)
+                raise RuntimeError(f"tool gap of turn {turn} recorded before the turn")
+            row = rows[-1]
+            if row[13] != seconds:
+                rows[-1] = (*row[:13], seconds)
             return
         self._v_tool[turn] = seconds
 
@@ -116,11 +148,9 @@ class Recorder:
             return
         self._next_sample[inst.index] = now + self.interval_s
         pool = inst.pool
-        row = (now, inst.index, pool.used_blocks, pool.num_blocks, len(inst.sched.running), len(inst.sched.waiting))
-        if self.sink is not None:
-            self.sink.sample(row)
-            return
-        self.samples.append(row)
+        self.samples.append(
+            (now, inst.index, pool.used_blocks, pool.num_blocks, len(inst.sched.running), len(inst.sched.waiting))
+        )
 
     # ---- tables --------------------------------------------------------------------------------------------
     def turns_frame(self) -> pd.DataFrame:

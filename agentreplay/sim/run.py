@@ -368,7 +368,7 @@ def simulate(
     )
     orch_ref.append(orch)
     if sink is not None:
-        sink.infos, sink.pools = orch.infos, [inst.pool for inst in instances]
+        sink.infos, sink.pools, sink.samples = orch.infos, [inst.pool for inst in instances], rec.samples
     try:
         orch.start()
         engine.run()

@@ -22,7 +22,6 @@ point sums and means are the same numbers as the in-memory run's.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -35,8 +34,8 @@ import pyarrow.parquet as pq
 from agentreplay.sim import tables
 from agentreplay.sim.workload import Workload
 
-#: turn rows per row group (and per flush): about 30 MB of columns, so a flush costs memory, not a stall
-ROW_GROUP_ROWS = 262_144
+#: turn rows per row group (and per flush): about 30 MB of pending rows and 12 MB of columns per flush
+ROW_GROUP_ROWS = 100_000
 #: instance time-series samples buffered before they are written
 SAMPLE_ROWS = 65_536
 
@@ -57,12 +56,14 @@ class ResultStream:
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.row_group_rows = row_group_rows
-        #: live program -> [arrival_s, its finished turns' rows]
-        self._live: dict[int, tuple[float, list[list[Any]]]] = {}
-        self._last_row: list[Any] = [-1]
-        self._rows: list[list[Any]] = []  # pending turn rows of finished programs, grouped by program
+        #: live program -> its finished turns' rows (tuples of numbers, appended by the Recorder: the garbage
+        #: collector stops tracking a tuple of numbers; lists waiting here would be traversed at every collection)
+        self.live_rows: dict[int, list[tuple[Any, ...]]] = {}
+        self._arrival: dict[int, float] = {}
+        self._rows: list[tuple[Any, ...]] = []  # pending turn rows of finished programs, grouped by program
         self._programs: list[tuple[int, float, float, int]] = []  # pending (program, arrival, finish, migrations)
-        self._samples: list[tuple[float, int, int, int, int, int]] = []
+        #: the Recorder's instance time-series list (``simulate`` hands it over), drained every SAMPLE_ROWS
+        self.samples: list[tuple[float, int, int, int, int, int]] = []
         self._writers: dict[str, pq.ParquetWriter] = {}
         self._partial = {name: self.out / f".{name}.parquet.partial" for name in NAMES}
         self.paths = {name: self.out / f"{name}.parquet" for name in NAMES}
@@ -75,42 +76,14 @@ class ResultStream:
         self.rows_written = {name: 0 for name in NAMES}
         self.closed = False
 
-    # ---- the recorder's calls -----------------------------------------------------------------------------
+    # ---- the recorder's calls (it appends each finished turn's row to ``live_rows[program]`` itself) --------
     def program_arrived(self, p: int, now: float) -> None:
-        self._live[p] = (now, [])
-
-    def record_turn(self, r: Any) -> None:
-        live = self._live.get(r.program)
-        if live is None:
-            raise RuntimeError(f"turn {r.turn} of program {self.w.program_ids[r.program]!r}: program not live")
-        rel = r.reloaded_tokens
-        row = [
-            r.turn,
-            r.instance,
-            r.release_s,
-            r.first_sched_s,
-            r.first_token_s,
-            r.finish_s,
-            r.cached_tokens,
-            r.cached_prefix_tokens,
-            r.recomputed_tokens,
-            r.preemptions,
-            rel.get("dram", 0),
-            rel.get("cxl", 0),
-            rel.get("remote", 0),
-            math.nan,
-        ]
-        live[1].append(row)
-        self._last_row = row
-
-    def tool_gap(self, turn: int, seconds: float) -> None:
-        row = self._last_row
-        if row[_TURN] != turn:  # (the orchestrator records a turn's gap right after the turn)
-            raise RuntimeError(f"tool gap of turn {turn} recorded before the turn")
-        row[_TOOL] = seconds
+        self.live_rows[p] = []
+        self._arrival[p] = now
 
     def program_finished(self, p: int, now: float) -> None:
-        arrival, rows = self._live.pop(p)
+        rows = self.live_rows.pop(p)
+        arrival = self._arrival.pop(p)
         migrations = 0
         infos = self.infos
         if infos is not None:
@@ -126,15 +99,12 @@ class ResultStream:
                 self._finished_segments.append((pool.segments, key, seg))
         if len(self._rows) >= self.row_group_rows:
             self._flush()
-
-    def sample(self, row: tuple[float, int, int, int, int, int]) -> None:
-        self._samples.append(row)
-        if len(self._samples) >= SAMPLE_ROWS:
+        if len(self.samples) >= SAMPLE_ROWS:
             self._flush_samples()
 
     @property
     def live_programs(self) -> int:
-        return len(self._live)
+        return len(self.live_rows)
 
     # ---- writing -----------------------------------------------------------------------------------------
     def _write(self, name: str, table: pa.Table) -> None:
@@ -211,10 +181,10 @@ class ResultStream:
         self._rows, self._programs = [], []
 
     def _flush_samples(self) -> None:
-        cols = tables.instance_columns(SimpleNamespace(samples=self._samples))
+        cols = tables.instance_columns(SimpleNamespace(samples=self.samples))
         if cols is not None:
             self._write("instances", tables.to_arrow(cols))
-        self._samples = []
+        self.samples.clear()  # (the Recorder's own list)
 
     def close(self) -> dict[str, Path]:
         """Write what is pending and the footers, then rename the files to their final names."""
@@ -260,8 +230,9 @@ class ResultStream:
         np.cumsum(n, out=out_start[1:])
         # turn row k of the file is global turn (turn_start[program] + k - start of that program's rows)
         shift = self.w.turn_start[:-1][order] - out_start[:-1]
-        turn_pos = np.arange(out_start[-1], dtype=np.int64)
-        turn_pos += np.repeat(shift, n)
+        dtype = np.int32 if out_start[-1] < 2**31 else np.int64  # (40 M turns: 160 MB, not 320)
+        turn_pos = np.arange(out_start[-1], dtype=dtype)
+        turn_pos += np.repeat(shift, n).astype(dtype)
         return summarize(
             _FileFrame(self.paths["turns"], turn_pos),  # type: ignore[arg-type]
             _FileFrame(self.paths["programs"], order),  # type: ignore[arg-type]
