@@ -33,6 +33,18 @@ def rss_mib() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def release_freed_memory() -> None:
+    """Collect garbage and hand freed heap pages back to the system (glibc ``malloc_trim``; nothing elsewhere), so a
+    run started after another in the same process starts from a comparable resident set."""
+    import contextlib
+    import ctypes
+    import gc
+
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 @dataclass
 class DayRun:
     """One replay of the day: ``mode`` ("streamed" or "in memory"), its summary, wall seconds (given by the
@@ -78,6 +90,7 @@ def run_day(
     """Replay ``workload`` on ``cfg``, streamed into ``out_dir`` or in memory (tables then built, not written),
     sampling memory ``samples`` times along the run; ``clock`` is the caller's wall clock (seconds)."""
     run = DayRun("streamed" if stream else "in memory", {})
+    release_freed_memory()
     base = rss_mib()
     every = max(1, workload.n_programs // samples)
 
