@@ -35,3 +35,22 @@ def test_fleet_day_names_a_bad_trace(tmp_path) -> None:
     r = runner.invoke(app, ["fleet-day", "--trace", str(tmp_path / "nope"), "--out", str(tmp_path / "o")])
     assert r.exit_code != 0
     assert "nope" in r.output
+
+
+def test_simulate_stream_writes_the_same_tables(tmp_path) -> None:
+    """``simulate --stream`` writes the tables of ``simulate`` (rows in the order programs finished) and the same
+    summary, less the findings."""
+    base = ["simulate", "--trace", str(ROOT / "datasets" / "swebench-verified"), "--max-programs", "15"]
+    base += ["--instances", "2", "--concurrency", "6", "--json"]
+    a = runner.invoke(app, [*base, "--out", str(tmp_path / "a")])
+    b = runner.invoke(app, [*base, "--out", str(tmp_path / "b"), "--stream"])
+    assert a.exit_code == 0 and b.exit_code == 0, a.output + b.output
+    keys = {"turns": ["program_id", "turn_idx"], "programs": ["program_id"], "instances": ["time_s", "instance"]}
+    for name, k in keys.items():
+        ta, tb = (pq.read_table(tmp_path / d / f"{name}.parquet") for d in "ab")
+        order = [(c, "ascending") for c in k]
+        assert tb.sort_by(order).equals(ta.sort_by(order)), name
+    sa, sb = (json.loads((tmp_path / d / "summary.json").read_text()) for d in "ab")
+    assert "findings" not in sb
+    sa.pop("findings")
+    assert sa == sb
