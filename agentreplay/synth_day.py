@@ -62,8 +62,8 @@ def day_workload(
     np.cumsum(n_turns, out=start[1:])
     del n_turns
     total = int(start[-1])
-    inp, out, reused = (np.empty(total, dtype=np.int64) for _ in range(3))
-    tool_s = np.empty(total, dtype=np.float64)
+    inp, out, reused = (mapped(total, np.int64) for _ in range(3))
+    tool_s = mapped(total, np.float64)
     prefix = np.empty(n_programs, dtype=np.int64)
     tool_class: list[str] = [""] * total
     task_ids: list[str] = []
@@ -96,3 +96,12 @@ def day_workload(
         prefix_ids=prefix_ids,
         prefix_tokens=prefix,
     )
+
+
+def mapped(n: int, dtype: type) -> np.ndarray:
+    """An array of ``n`` items in its own anonymous memory map: a streamed run hands the pages of finished
+    programs' turns back to the system (:func:`agentreplay.sim.stream.release_turns`)."""
+    import mmap
+
+    size = max(n * np.dtype(dtype).itemsize, 1)
+    return np.frombuffer(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE), dtype=dtype, count=n)  # (shared: kept)

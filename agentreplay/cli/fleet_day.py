@@ -68,6 +68,8 @@ def fleet_day(
             runs.append(run_day(workload, cfg, tmp, stream=True, clock=time.perf_counter))
             if compare:
                 with tempfile.TemporaryDirectory() as scratch:
+                    # (the streamed run handed back finished programs' pages: draw the same programs again)
+                    workload = day_workload(read_trace(trace), programs, seed=seed)
                     runs.append(run_day(workload, cfg, Path(scratch), stream=False, clock=time.perf_counter))
             rows = [r.row() for r in runs]
             same = same_numbers(runs[0], runs[1]) if compare else None

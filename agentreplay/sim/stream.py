@@ -74,6 +74,10 @@ class ResultStream:
         self.pools: list[Any] = []
         self._finished_segments: list[tuple[dict[Any, Any], tuple[str, int], Any]] = []
         self.rows_written = {name: 0 for name in NAMES}
+        #: programs written (1) and the first program not yet written: the turns of the programs before it are
+        #: never read again (:func:`release_turns`)
+        self._done = bytearray(workload.n_programs)
+        self._watermark = 0
         self.closed = False
 
     # ---- the recorder's calls (it appends each finished turn's row to ``live_rows[program]`` itself) --------
@@ -179,6 +183,15 @@ class ResultStream:
         self._write("programs", tables.to_arrow(programs))
         self._order.append(ps)
         self._rows, self._programs = [], []
+        done = self._done
+        for p in ps.tolist():
+            done[p] = 1
+        wm = self._watermark
+        while wm < len(done) and done[wm]:
+            wm += 1
+        if wm > self._watermark:
+            release_turns(w, int(w.turn_start[self._watermark]), int(w.turn_start[wm]))
+            self._watermark = wm
 
     def _flush_samples(self) -> None:
         cols = tables.instance_columns(SimpleNamespace(samples=self.samples))
@@ -237,6 +250,24 @@ class ResultStream:
             _FileFrame(self.paths["turns"], turn_pos),  # type: ignore[arg-type]
             _FileFrame(self.paths["programs"], order),  # type: ignore[arg-type]
         )
+
+
+def release_turns(w: Workload, lo: int, hi: int) -> None:
+    """Hand back to the system the memory of turns ``[lo, hi)`` of the workload's per-turn arrays that live in
+    their own memory maps (:func:`agentreplay.synth_day.mapped`; others are left alone): whole pages inside the
+    range, ``madvise(MADV_DONTNEED)``, after which they read as zeros. Called for the turns of programs already
+    written, which nothing reads again (the orchestrator reads a turn's numbers when it releases it)."""
+    import mmap
+
+    for arr in (w.input_tokens, w.output_tokens, w.reused_tokens, w.tool_s):
+        mm = arr.base.obj if isinstance(arr.base, memoryview) else arr.base  # (numpy keeps a view of the map)
+        if not isinstance(mm, mmap.mmap) or not hasattr(mm, "madvise"):
+            continue
+        page = mmap.PAGESIZE
+        start = -(-lo * arr.itemsize // page) * page
+        end = hi * arr.itemsize // page * page
+        if end > start:
+            mm.madvise(mmap.MADV_DONTNEED, start, end - start)
 
 
 class _FileFrame:
