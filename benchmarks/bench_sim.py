@@ -9,6 +9,10 @@ Each cell runs in a fresh subprocess so its peak RSS is its own. Cells:
   and the same with 4,000 programs (synth-4k, a quick stand-in for profiling: ``--profile synth-4k``)
 - with --scale: the bundled programs replicated 10x and 100x under new ids, same cluster and concurrency (16 in
   flight, one H100, Llama-3.1-8B), to show how cost grows with the number of turns.
+- with --day: a day of a large fleet (issue 20): ``--programs`` synthetic programs (default 1,000,000, ~40 M
+  turns) drawn in chunks (``agentreplay.synth_day``), 32 instances, 2,048 in flight, results streamed to Parquet
+  (``simulate(stream_to=...)``, ``agentreplay.sim.stream``); wall time of generation and of the run, turns/s and
+  peak RSS, also written as JSON into benchmarks/results/.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ SYNTH = {
     "synth-4k": {"synthetic": 4_000, "instances": 32, "concurrency": 2048, "model": "llama-3.1-8b", "tp": 1},
     "synth-100k": {"synthetic": 100_000, "instances": 32, "concurrency": 2048, "model": "llama-3.1-8b", "tp": 1},
 }
+DAY = {"day": {"day": 1_000_000, "instances": 32, "concurrency": 2048, "model": "llama-3.1-8b", "tp": 1}}
 SCALE = {
     "scale-1x": {"copies": 1, "instances": 1, "concurrency": 16, "model": "llama-3.1-8b", "tp": 1},
     "scale-10x": {"copies": 10, "instances": 1, "concurrency": 16, "model": "llama-3.1-8b", "tp": 1},
@@ -67,11 +72,17 @@ def build(spec: dict) -> tuple[Any, Any]:
     from agentreplay.trace.io import read_trace
 
     trace = read_trace(ROOT / "datasets" / "swebench-verified")
-    if spec.get("synthetic"):
+    if spec.get("day"):
+        from agentreplay.synth_day import day_workload
+
+        w = day_workload(trace, spec["day"], seed=0)
+    elif spec.get("synthetic"):
         from agentreplay.synth import synthesize
 
         trace = synthesize(trace, spec["synthetic"], seed=0)
-    w = compile_trace(trace)
+    if not spec.get("day"):
+        w = compile_trace(trace)
+    del trace
     k = spec.get("copies", 1)
     if k > 1:
         n = w.n_turns
@@ -99,13 +110,26 @@ def run_cell(spec: dict) -> dict:
     """In the child: build the workload, time simulate() only, report figures as JSON."""
     from agentreplay.sim import simulate
 
+    t_build = time.perf_counter()
     w, cfg = build(spec)
     t0 = time.perf_counter()
-    res = simulate(w, cfg)
-    wall = time.perf_counter() - t0
+    if spec.get("day"):
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="bench-day-") as tmp:
+            res = simulate(w, cfg, stream_to=tmp)
+            wall = time.perf_counter() - t0
+            written_mib = sum(f.stat().st_size for f in Path(tmp).iterdir()) / 2**20
+    else:
+        res = simulate(w, cfg)
+        wall = time.perf_counter() - t0
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     s = res.summary
+    extra = {}
+    if spec.get("day"):
+        extra = {"build_s": round(t0 - t_build, 3), "parquet_mib": round(written_mib)}
     return {
+        **extra,
         "turns": s["turns"],
         "programs": s["programs"],
         "wall_s": round(wall, 3),
@@ -163,12 +187,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scale", action="store_true", help="also run the 10x / 100x linear-scaling cells")
     ap.add_argument("--synth", action="store_true", help="also run the 100,000-program synthetic cell")
+    ap.add_argument("--day", action="store_true", help="also run the day cell (a streamed day of a large fleet)")
+    ap.add_argument("--programs", type=int, help="programs of the day cell (default 1,000,000)")
     ap.add_argument("--only", help="run one cell by name")
     ap.add_argument("--profile", metavar="NAME", help="profile one cell in-process and print where the time goes")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.profile:
-        profile_cell(args.profile, {**CELLS, **SCALE, **SYNTH}[args.profile])
+        profile_cell(args.profile, {**CELLS, **SCALE, **SYNTH, **day_cells(args.programs)}[args.profile])
         return
     if args.child:
         print(json.dumps(run_cell(json.loads(args.child))))
@@ -178,9 +204,12 @@ def main() -> None:
         cells.update(SYNTH)
     if args.scale:
         cells.update(SCALE)
+    if args.day:
+        cells.update(day_cells(args.programs))
     if args.only:
-        cells = {args.only: {**CELLS, **SCALE, **SYNTH}[args.only]}
-    print(f"build: {build_label()}")
+        cells = {args.only: {**CELLS, **SCALE, **SYNTH, **day_cells(args.programs)}[args.only]}
+    label = build_label()
+    print(f"build: {label}")
     print(
         f"{'cell':<12}{'turns':>10}{'wall s':>9}{'turns/s':>10}{'RSS MiB':>9}{'events':>12}{'hit':>8}"
         f"{'preempt':>9}{'JCT mean s':>12}"
@@ -195,6 +224,41 @@ def main() -> None:
             f"{r['events']:>12,}{r['prefix_hit_rate']:>8.3f}{r['preemptions']:>9,}{r['jct_mean_s']:>12,.1f}",
             flush=True,
         )
+        if spec.get("day"):
+            save_day(name, spec, r, label)
+
+
+def day_cells(programs: int | None) -> dict[str, dict]:
+    """The day cell, with ``programs`` programs if given."""
+    if programs is None:
+        return dict(DAY)
+    return {"day": {**DAY["day"], "day": programs}}
+
+
+def save_day(name: str, spec: dict, r: dict, label: str) -> None:
+    """Print the day cell's extra figures and write its JSON result into benchmarks/results/."""
+    import datetime
+    import os
+
+    print(
+        f"  day: {spec['day']:,} programs, generation {r['build_s']:.1f} s, run {r['wall_s']:.1f} s, "
+        f"{r['turns_per_s']:,} turns/s, peak RSS {r['peak_rss_mib']:,} MiB, Parquet {r['parquet_mib']:,} MiB",
+        flush=True,
+    )
+    out = ROOT / "benchmarks" / "results"
+    out.mkdir(exist_ok=True)
+    compiled = "compiled" if label.startswith("compiled") else "pure"
+    path = out / f"{name}-{spec['day']}-{compiled}.json"
+    doc = {
+        "cell": name,
+        "spec": spec,
+        "build": label,
+        "load_average": list(os.getloadavg()),
+        "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        **r,
+    }
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"  wrote {path.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

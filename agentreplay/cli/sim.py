@@ -347,6 +347,13 @@ def simulate(
             "from the committed validation report."
         ),
     ] = "packaged",
+    stream: Annotated[
+        bool,
+        typer.Option(
+            help="Write the tables as programs finish, so memory holds live programs only (a day of a large "
+            "fleet; the summary is the same, without the saturation findings)."
+        ),
+    ] = False,
     as_json: o.Json = False,
 ) -> None:
     """Replay a trace on a simulated cluster; write turns/programs/instances.parquet, summary.json, config.toml.
@@ -413,8 +420,9 @@ def simulate(
         raise fail(str(exc)) from None
     try:
         with staged(out, "simulate") as tmp:
+            stream_to = tmp if stream else None
             if quiet or as_json:
-                result = run_simulate(tr, cfg)
+                result = run_simulate(tr, cfg, stream_to=stream_to)
             else:
                 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -428,9 +436,13 @@ def simulate(
                 ) as bar:
                     task = bar.add_task("programs", total=tr.n_programs)
                     result = run_simulate(
-                        tr, cfg, progress=lambda done, total: bar.update(task, completed=done, total=total)
+                        tr,
+                        cfg,
+                        progress=lambda done, total: bar.update(task, completed=done, total=total),
+                        stream_to=stream_to,
                     )
-            result.summary["findings"] = findings(result, tr)
+            if not stream:  # (the findings read every turn)
+                result.summary["findings"] = findings(result, tr)
             result.summary["error_bands"] = error_band_dict(result.summary, error_bands)
             result.write(tmp)
     except (CapacityError, OutputDirError, ValueError, OSError) as exc:

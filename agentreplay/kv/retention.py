@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -37,12 +38,14 @@ class ToolStats:
     sums: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     _sorted: dict[str, list[float]] = field(default_factory=dict)
-    _new: dict[str, list[float]] = field(default_factory=dict)
+    #: not yet sorted, as C doubles (8 bytes each, not a 32-byte float object: a day of 40 M tool gaps is
+    #: 0.3 GB, not 1.3 GB; the values are the same)
+    _new: dict[str, array[float]] = field(default_factory=dict)
 
     def observe(self, tool_class: str, duration_s: float) -> None:
         new = self._new.get(tool_class)
         if new is None:
-            new = self._new[tool_class] = []
+            new = self._new[tool_class] = array("d")
         new.append(duration_s)
         self.sums[tool_class] = self.sums.get(tool_class, 0.0) + duration_s
         self.counts[tool_class] = self.counts.get(tool_class, 0) + 1
@@ -65,7 +68,7 @@ class ToolStats:
             else:
                 xs.extend(new)
                 xs.sort()
-            new.clear()
+            del new[:]
         return xs
 
     def quantile(self, tool_class: str, q: float) -> float | None:

@@ -25,13 +25,25 @@ from agentreplay.sim.workload import Workload
 if TYPE_CHECKING:
     import pandas as pd
 
+_NAN = float("nan")
+
 
 class Recorder:
     """Preallocated arrays indexed by global turn / program index (no per-turn objects kept)."""
 
-    def __init__(self, workload: Workload, interval_s: float) -> None:
+    def __init__(self, workload: Workload, interval_s: float, sink: Any = None) -> None:
         n, m = workload.n_turns, workload.n_programs
         self.w = workload
+        #: streaming mode (:class:`agentreplay.sim.stream.ResultStream`): the arrays stay empty; a finished
+        #: turn's row goes to its live program's list in ``sink.live_rows`` (appended here, in compiled code: a
+        #: call into the sink per turn would cost more than the row), program arrivals and ends to the sink,
+        #: which also drains ``samples`` (the run then holds live programs only)
+        self.sink = sink
+        self._live_rows: dict[int, list[Any]] = {}
+        self._last_rows: list[Any] = []
+        if sink is not None:
+            n = m = 0
+            self._live_rows = sink.live_rows
         self.turn_instance = np.full(n, -1, dtype=np.int32)
         self.turn_release_s = np.full(n, np.nan)
         self.turn_first_sched_s = np.full(n, np.nan)
@@ -72,6 +84,30 @@ class Recorder:
 
     def record_turn(self, r: Request) -> None:
         t = r.turn
+        if self.sink is not None:
+            rel = r.reloaded_tokens
+            rows = self._live_rows[r.program]
+            rows.append(
+                (
+                    t,
+                    r.instance,
+                    r.release_s,
+                    r.first_sched_s,
+                    r.first_token_s,
+                    r.finish_s,
+                    r.cached_tokens,
+                    r.cached_prefix_tokens,
+                    r.recomputed_tokens,
+                    r.preemptions,
+                    rel.get("dram", 0),
+                    rel.get("cxl", 0),
+                    rel.get("remote", 0),
+                    _NAN if r.last else r.next_gap_s,  # the gap the orchestrator records next (tool_gap)
+                    r.gpu_s,
+                )
+            )
+            self._last_rows = rows
+            return
         done = self._v_finish[t]
         if done == done:  # not NaN
             raise RuntimeError(f"turn {t} of program {self.w.program_ids[r.program]!r} finished twice")
@@ -89,12 +125,26 @@ class Recorder:
             self._v_reloaded[src][t] = n
 
     def program_arrived(self, p: int, now: float) -> None:
+        if self.sink is not None:
+            self.sink.program_arrived(p, now)
+            return
         self._v_arrival[p] = now
 
     def program_finished(self, p: int, now: float) -> None:
+        if self.sink is not None:
+            self.sink.program_finished(p, now)
+            return
         self._v_program_finish[p] = now
 
     def tool_gap(self, turn: int, seconds: float) -> None:
+        if self.sink is not None:
+            rows = self._last_rows
+            if not rows or rows[-1][0] != turn:  # (the orchestrator records a turn's gap right after the turn)
+                raise RuntimeError(f"tool gap of turn {turn} recorded before the turn")
+            row = rows[-1]
+            if row[13] != seconds:
+                rows[-1] = (*row[:13], seconds)
+            return
         self._v_tool[turn] = seconds
 
     def sample(self, inst: Any) -> None:

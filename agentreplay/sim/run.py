@@ -96,6 +96,8 @@ class SimResult:
     def columns(self, name: str) -> tables.Columns | None:
         """``turns``, ``programs`` or ``instances`` as NumPy columns (None: instances of a run without
         samples, whose frame has object columns)."""
+        if self._rec.sink is not None:
+            raise RuntimeError(f"the tables were streamed to {self._rec.sink.out} (read them from there)")
         if name not in self._columns:
             if name == "turns":
                 self._columns[name] = tables.turn_columns(self._rec)
@@ -151,7 +153,8 @@ class SimResult:
     def write(self, out_dir: str | os.PathLike[str]) -> dict[str, Path]:
         """Write turns/programs/instances.parquet, summary.json and config.toml (Parquet atomically)."""
         out = Path(out_dir)
-        paths = write_tables(out, self.tables())
+        sink = self._rec.sink
+        paths = write_tables(out, self.tables()) if sink is None else {n: Path(q) for n, q in sink.paths.items()}
         texts = [
             ("summary.json", json.dumps(self.summary, indent=2, sort_keys=True) + "\n"),
             ("config.toml", to_toml(self.config)),
@@ -256,10 +259,17 @@ def graph_sizes(cfg: SimConfig, gpu_name: str, plan: ClusterPlan) -> tuple[int, 
 
 
 def simulate(
-    trace: Trace | Workload, cfg: SimConfig | None = None, *, perf: IterationPricer | None = None, progress: Any = None
+    trace: Trace | Workload,
+    cfg: SimConfig | None = None,
+    *,
+    perf: IterationPricer | None = None,
+    progress: Any = None,
+    stream_to: str | os.PathLike[str] | None = None,
 ) -> SimResult:
     """Replay ``trace`` on the cluster of ``cfg``; ``perf`` overrides the catalog performance model (tests,
     measured profiles). ``progress`` is an optional callable ``(done_programs, total)`` called as programs end.
+    ``stream_to``: a folder; the tables are written there as programs finish (:mod:`agentreplay.sim.stream`)
+    instead of being kept in memory.
     """
     cfg = cfg or SimConfig()
     workload = trace if isinstance(trace, Workload) else compile_trace(trace)
@@ -308,7 +318,27 @@ def simulate(
     seeds = np.random.SeedSequence(cfg.seed).spawn(2)
     rng_arrivals, rng_tools = (np.random.default_rng(s) for s in seeds)
     engine = Engine()
-    rec = Recorder(workload, cfg.metrics.timeseries_interval_s)
+    sink = None
+    if stream_to is not None:
+        from agentreplay.sim.stream import ResultStream
+
+        whole_run = [  # mechanisms whose tables or summaries read every program at the end
+            name
+            for name, on in (
+                ("[classes]", cfg.classes.enabled),
+                ("[failures]", cfg.failures.enabled),
+                ("[footprint]", cfg.footprint.interval_s > 0),
+                ("fan-out links (parent_program_id)", workload.dag is not None),
+            )
+            if on
+        ]
+        if whole_run:
+            raise ConfigError(
+                f"streamed results do not support {', '.join(whole_run)}: their outputs need every program in memory"
+                " at the end of the run; run without --stream"
+            )
+        sink = ResultStream(workload, stream_to)
+    rec = Recorder(workload, cfg.metrics.timeseries_interval_s, sink)
     instances: list[Instance] = []
     orch_ref: list[Orchestrator] = []
 
@@ -421,15 +451,24 @@ def simulate(
             raise ConfigError("[failures] replica failures are not modelled with [disagg] enabled = true")
         failover = orch.failover = Failover(cfg.failures, engine, orch, instances, cfg.seed)
         failover.start()
-    orch.start()
-    engine.run()
-    unfinished = int(np.isnan(rec.program_finish_s).sum())
+    if sink is not None:
+        sink.infos, sink.pools, sink.samples = orch.infos, [inst.pool for inst in instances], rec.samples
+    try:
+        orch.start()
+        engine.run()
+    except BaseException:
+        if sink is not None:
+            sink.abort()
+        raise
+    unfinished = int(np.isnan(rec.program_finish_s).sum()) if sink is None else sink.live_programs
     if unfinished:
+        if sink is not None:
+            sink.abort()
         raise RuntimeError(f"simulation ended with {unfinished} unfinished programs (a bug: please report)")
     for inst in instances:
         inst.check_idle()
     assert disagg is None or disagg.idle(), "disaggregated hand-offs left in flight"
-    migrations = [0 if info is None else info.affinity_breaks for info in orch.infos]
+    migrations = [0 if info is None else info.affinity_breaks for info in orch.infos] if sink is None else []
     result = SimResult(rec, migrations, {}, cfg, decisions)
     fp_cols = fp.columns() if fp is not None else None
     if fp_cols is not None:
@@ -437,9 +476,13 @@ def simulate(
     if failover is not None:
         result.extra["failover"] = failover.table(rec.program_arrival_s, rec.program_finish_s)
     summary = result.summary
-    turns, programs = result.columns("turns"), result.columns("programs")
-    assert turns is not None and programs is not None
-    summary.update(summarize(tables.FrameView(turns), tables.FrameView(programs)))
+    if sink is not None:
+        sink.close()
+        summary.update(sink.summary())
+    else:
+        turns, programs = result.columns("turns"), result.columns("programs")
+        assert turns is not None and programs is not None
+        summary.update(summarize(tables.FrameView(turns), tables.FrameView(programs)))
     summary["policy"] = {
         "router": cfg.router.policy,
         "queue": cfg.policy.queue,
@@ -451,8 +494,10 @@ def simulate(
         summary["admission"] = admission.summary()  # type: ignore[attr-defined]
         if cls is not None and adm.policy == "deadline":
             summary["admission"]["rejected_programs"] = len(cls.rejected_classes)
-    if cls is not None and cfg.classes.enabled:
-        summary["classes"] = cls.summary(programs["jct_s"])
+    if cls is not None and cfg.classes.enabled:  # (never streamed: refused above)
+        class_programs = result.columns("programs")
+        assert class_programs is not None
+        summary["classes"] = cls.summary(class_programs["jct_s"])
     if workload.single_turn:
         request_view(summary)
     summary["affinity_breaks"] = orch.affinity_breaks

@@ -1,0 +1,292 @@
+"""Streaming results: per-turn and per-program rows written to Parquet as programs finish (issue 20, "a day of a
+large fleet"), so a run's memory holds live programs only, not every turn of the day.
+
+``simulate(..., stream_to=DIR)`` gives the :class:`~agentreplay.sim.metrics.Recorder` a :class:`ResultStream`
+sink: the recorder then keeps no per-turn arrays; the sink keeps the rows of each live program and, when the
+program's last turn finishes, moves them to a pending chunk. Every ``row_group_rows`` pending turn rows the chunk
+is turned into the three tables by the same functions that build the in-memory tables
+(:func:`agentreplay.sim.tables.turn_columns`, ``program_columns``, ``instance_columns``, ``to_arrow``): same
+columns, same types, same values and definitions (DESIGN §4), only the row order differs (programs in the order
+they finished, a program's turns together and in order; instance samples in time order as in memory). Each chunk
+is one Parquet row group (``pyarrow.parquet.ParquetWriter``).
+
+Files are written as ``.NAME.parquet.partial`` and renamed to ``NAME.parquet`` only by :meth:`ResultStream.close`
+after the last row group and the footer are written; :meth:`ResultStream.abort` (a failed run) deletes them, so a
+partially written file never looks complete (DESIGN §8).
+
+The summary (:meth:`ResultStream.summary`) is :func:`agentreplay.sim.metrics.summarize` of the written files,
+read back one column at a time and put back in the in-memory row order (program index, then turn), so floating
+point sums and means are the same numbers as the in-memory run's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from agentreplay.sim import tables
+from agentreplay.sim.workload import Workload
+
+#: turn rows per row group (and per flush): about 30 MB of pending rows and 12 MB of columns per flush
+ROW_GROUP_ROWS = 100_000
+#: instance time-series samples buffered before they are written
+SAMPLE_ROWS = 65_536
+
+NAMES = ("turns", "programs", "instances")
+#: position of each field in a buffered turn row
+_ROW = 15  #: fields of a turn row (sim/metrics.py Recorder.record_turn, streaming branch)
+_TURN, _INST, _REL, _SCHED, _FIRST, _FIN, _CACHED, _CPFX, _RECOMP, _PREEMPT, _DRAM, _CXL, _REMOTE, _TOOL, _GPU = range(
+    _ROW
+)
+_INSTANCE_COLUMNS = ["time_s", "instance", "kv_used_blocks", "kv_total_blocks", "running", "waiting"]
+
+
+class ResultStream:
+    """The :class:`~agentreplay.sim.metrics.Recorder`'s sink in streaming mode (same calls as the recorder's)."""
+
+    def __init__(self, workload: Workload, out_dir: str | os.PathLike[str], row_group_rows: int | None = None):
+        row_group_rows = ROW_GROUP_ROWS if row_group_rows is None else row_group_rows
+        if row_group_rows < 1:
+            raise ValueError(f"stream: row_group_rows must be >= 1, got {row_group_rows}")
+        self.w = workload
+        self.out = Path(out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.row_group_rows = row_group_rows
+        #: live program -> its finished turns' rows (tuples of numbers, appended by the Recorder: the garbage
+        #: collector stops tracking a tuple of numbers; lists waiting here would be traversed at every collection)
+        self.live_rows: dict[int, list[tuple[Any, ...]]] = {}
+        self._arrival: dict[int, float] = {}
+        self._rows: list[tuple[Any, ...]] = []  # pending turn rows of finished programs, grouped by program
+        self._programs: list[tuple[int, float, float, int]] = []  # pending (program, arrival, finish, migrations)
+        #: the Recorder's instance time-series list (``simulate`` hands it over), drained every SAMPLE_ROWS
+        self.samples: list[tuple[float, int, int, int, int, int]] = []
+        self._writers: dict[str, pq.ParquetWriter] = {}
+        self._partial = {name: self.out / f".{name}.parquet.partial" for name in NAMES}
+        self.paths = {name: self.out / f"{name}.parquet" for name in NAMES}
+        self._order: list[np.ndarray] = []  # finished programs, in the order written
+        self.infos: list[Any] | None = None  # the orchestrator's ProgramInfo list (migrations; released on finish)
+        #: the instances' :class:`~agentreplay.kv.segment_pool.SegmentPool`\ s: a finished program's history
+        #: segments are forgotten once their blocks are evicted (:meth:`_forget_segments`)
+        self.pools: list[Any] = []
+        self._finished_segments: list[tuple[dict[Any, Any], tuple[str, int], Any]] = []
+        self.rows_written = {name: 0 for name in NAMES}
+        #: programs written (1) and the first program not yet written: the turns of the programs before it are
+        #: never read again (:func:`release_turns`)
+        self._done = bytearray(workload.n_programs)
+        self._watermark = 0
+        self.closed = False
+
+    # ---- the recorder's calls (it appends each finished turn's row to ``live_rows[program]`` itself) --------
+    def program_arrived(self, p: int, now: float) -> None:
+        self.live_rows[p] = []
+        self._arrival[p] = now
+
+    def program_finished(self, p: int, now: float) -> None:
+        rows = self.live_rows.pop(p)
+        arrival = self._arrival.pop(p)
+        migrations = 0
+        infos = self.infos
+        if infos is not None:
+            info = infos[p]
+            migrations = 0 if info is None else info.affinity_breaks
+            infos[p] = None  # the program's state is released with its rows
+        self._rows.extend(rows)
+        self._programs.append((p, arrival, now, migrations))
+        key = ("prog", p)
+        for pool in self.pools:
+            seg = pool.segments.get(key)
+            if seg is not None:
+                self._finished_segments.append((pool.segments, key, seg))
+        if len(self._rows) >= self.row_group_rows:
+            self._flush()
+        if len(self.samples) >= SAMPLE_ROWS:
+            self._flush_samples()
+
+    @property
+    def live_programs(self) -> int:
+        return len(self.live_rows)
+
+    # ---- writing -----------------------------------------------------------------------------------------
+    def _write(self, name: str, table: pa.Table) -> None:
+        writer = self._writers.get(name)
+        if writer is None:
+            writer = self._writers[name] = pq.ParquetWriter(self._partial[name], table.schema, compression="zstd")
+        writer.write_table(table, row_group_size=max(table.num_rows, 1))
+        self.rows_written[name] += table.num_rows
+
+    def _forget_segments(self) -> None:
+        """Remove finished programs' history segments whose blocks are all evicted and unreferenced from their
+        pool's segment map. The pool keeps a segment object per (instance, program) it ever served, found again by
+        key when the program's next call comes (``SegmentPool.segment``); a finished program has no next call, and
+        an evicted, unreferenced segment is what a new one would be, so forgetting it changes nothing simulated
+        (the streamed tables equal the in-memory ones, tests/sim/test_stream.py), while keeping them all is about
+        150 bytes per (instance, program): 3 GB for a day of 1 M programs on 32 instances."""
+        keep = []
+        for segments, key, seg in self._finished_segments:
+            if seg.run is None and seg.ref == 0:
+                if segments.get(key) is seg:
+                    del segments[key]
+            else:
+                keep.append((segments, key, seg))
+        self._finished_segments = keep
+
+    def _flush(self) -> None:
+        """Pending finished programs -> one row group of ``turns`` and one of ``programs``."""
+        self._forget_segments()
+        if not self._programs:
+            return
+        w = self.w
+        ps = np.fromiter((q[0] for q in self._programs), dtype=np.int64, count=len(self._programs))
+        n = np.diff(w.turn_start)[ps]
+        start = np.zeros(len(ps) + 1, dtype=np.int64)
+        np.cumsum(n, out=start[1:])
+        a = np.array(self._rows, dtype=np.float64).reshape(-1, _ROW)  # token counts and indices < 2**53: exact
+        turn = a[:, _TURN].astype(np.int64)
+        chunk_w = SimpleNamespace(
+            n_programs=len(ps),
+            n_turns=len(turn),
+            turn_start=start,
+            program_ids=[w.program_ids[p] for p in ps.tolist()],
+            task_ids=[w.task_ids[p] for p in ps.tolist()],
+            input_tokens=w.input_tokens[turn],
+            output_tokens=w.output_tokens[turn],
+        )
+        rec = SimpleNamespace(
+            w=chunk_w,
+            turn_instance=a[:, _INST].astype(np.int32),
+            turn_release_s=np.ascontiguousarray(a[:, _REL]),
+            turn_first_sched_s=np.ascontiguousarray(a[:, _SCHED]),
+            turn_first_token_s=np.ascontiguousarray(a[:, _FIRST]),
+            turn_finish_s=np.ascontiguousarray(a[:, _FIN]),
+            turn_cached=a[:, _CACHED].astype(np.int64),
+            turn_cached_prefix=a[:, _CPFX].astype(np.int64),
+            turn_recomputed=a[:, _RECOMP].astype(np.int64),
+            turn_preemptions=a[:, _PREEMPT].astype(np.int32),
+            turn_reloaded={
+                "dram": a[:, _DRAM].astype(np.int64),
+                "cxl": a[:, _CXL].astype(np.int64),
+                "remote": a[:, _REMOTE].astype(np.int64),
+            },
+            turn_tool_s=np.ascontiguousarray(a[:, _TOOL]),
+            turn_gpu_s=np.ascontiguousarray(a[:, _GPU]),
+            program_arrival_s=np.fromiter((q[1] for q in self._programs), dtype=np.float64, count=len(ps)),
+            program_finish_s=np.fromiter((q[2] for q in self._programs), dtype=np.float64, count=len(ps)),
+        )
+        del a
+        turns = tables.turn_columns(rec)
+        programs = tables.program_columns(rec, turns, [q[3] for q in self._programs])
+        self._write("turns", tables.to_arrow(turns))
+        del turns
+        self._write("programs", tables.to_arrow(programs))
+        self._order.append(ps)
+        self._rows, self._programs = [], []
+        done = self._done
+        for p in ps.tolist():
+            done[p] = 1
+        wm = self._watermark
+        while wm < len(done) and done[wm]:
+            wm += 1
+        if wm > self._watermark:
+            release_turns(w, int(w.turn_start[self._watermark]), int(w.turn_start[wm]))
+            self._watermark = wm
+
+    def _flush_samples(self) -> None:
+        cols = tables.instance_columns(SimpleNamespace(samples=self.samples))
+        if cols is not None:
+            self._write("instances", tables.to_arrow(cols))
+        self.samples.clear()  # (the Recorder's own list)
+
+    def close(self) -> dict[str, Path]:
+        """Write what is pending and the footers, then rename the files to their final names."""
+        if self.live_programs:
+            raise RuntimeError(f"stream closed with {self.live_programs} live programs")
+        self._flush()
+        self._flush_samples()
+        if "instances" not in self._writers:  # no samples: the in-memory run's table (from an empty frame)
+            import pandas as pd
+
+            empty = pd.DataFrame([], columns=_INSTANCE_COLUMNS)
+            self._write("instances", pa.Table.from_pandas(empty, preserve_index=False))
+        for name in ("turns", "programs"):
+            if name not in self._writers:
+                raise RuntimeError("stream closed before any program finished")
+        for writer in self._writers.values():
+            writer.close()
+        for name in NAMES:
+            os.chmod(self._partial[name], 0o644)
+            os.replace(self._partial[name], self.paths[name])
+        self.closed = True
+        return dict(self.paths)
+
+    def abort(self) -> None:
+        """A failed run: close and delete the partial files (none is left looking complete)."""
+        for writer in self._writers.values():
+            with contextlib.suppress(Exception):
+                writer.close()
+        for path in self._partial.values():
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    # ---- the summary ------------------------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        """:func:`agentreplay.sim.metrics.summarize` of the written tables, columns put back in the in-memory
+        row order (so float sums, means and quantiles are bit for bit the in-memory run's)."""
+        from agentreplay.sim.metrics import summarize
+
+        assert self.closed, "close() first"
+        order = np.concatenate(self._order)
+        n = np.diff(self.w.turn_start)[order]
+        out_start = np.zeros(len(order) + 1, dtype=np.int64)
+        np.cumsum(n, out=out_start[1:])
+        # turn row k of the file is global turn (turn_start[program] + k - start of that program's rows)
+        shift = self.w.turn_start[:-1][order] - out_start[:-1]
+        dtype = np.int32 if out_start[-1] < 2**31 else np.int64  # (40 M turns: 160 MB, not 320)
+        turn_pos = np.arange(out_start[-1], dtype=dtype)
+        turn_pos += np.repeat(shift, n).astype(dtype)
+        return summarize(
+            _FileFrame(self.paths["turns"], turn_pos),  # type: ignore[arg-type]
+            _FileFrame(self.paths["programs"], order),  # type: ignore[arg-type]
+        )
+
+
+def release_turns(w: Workload, lo: int, hi: int) -> None:
+    """Hand back to the system the memory of turns ``[lo, hi)`` of the workload's per-turn arrays that live in
+    their own memory maps (:func:`agentreplay.synth_day.mapped`; others are left alone): whole pages inside the
+    range, ``madvise(MADV_DONTNEED)``, after which they read as zeros. Called for the turns of programs already
+    written, which nothing reads again (the orchestrator reads a turn's numbers when it releases it)."""
+    import mmap
+
+    for arr in (w.input_tokens, w.output_tokens, w.reused_tokens, w.tool_s):
+        mm = arr.base.obj if isinstance(arr.base, memoryview) else arr.base  # (numpy keeps a view of the map)
+        if not isinstance(mm, mmap.mmap) or not hasattr(mm, "madvise"):
+            continue
+        page = mmap.PAGESIZE
+        start = -(-lo * arr.itemsize // page) * page
+        end = hi * arr.itemsize // page * page
+        if end > start:
+            mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+
+class _FileFrame:
+    """A Parquet file's columns on demand, one at a time, in the in-memory row order: as much of the DataFrame
+    interface as :func:`~agentreplay.sim.metrics.summarize` uses (``len``, ``[name].to_numpy(dtype=...)``,
+    ``.sum()``, ``.min()``, ``.max()``)."""
+
+    def __init__(self, path: Path, pos: np.ndarray) -> None:
+        self.path, self.pos = path, pos
+
+    def __len__(self) -> int:
+        return len(self.pos)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        col = pq.read_table(self.path, columns=[name]).column(name).to_numpy()
+        out = np.empty_like(col)
+        out[self.pos] = col
+        return out.view(tables._Column)

@@ -1,0 +1,195 @@
+"""Streaming results (agentreplay.sim.stream): the Parquet written as programs finish holds the in-memory run's
+tables (same schema, same rows once sorted by their keys), the summary is the same, and a failed run leaves no
+file that looks complete."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pyarrow.parquet as pq
+import pytest
+
+from agentreplay.sim import SimConfig, simulate
+from agentreplay.sim import stream as stream_mod
+from tests.factories import make_trace
+from tests.sim.fakes import LinearPerf
+
+#: 12 programs of 1 to 6 turns with tool gaps (0, 0.3 or 0.6 s), sharing a system prefix
+TRACE = make_trace(
+    [[(800 + 700 * t, 30 + 7 * p, 0.3 * (p % 3)) for t in range(1 + p % 6)] for p in range(12)],
+    shared_prefix_tokens=300,
+)
+
+CONFIGS = {
+    "default": {},
+    "preempting": {"cache": {"num_gpu_blocks": 700}, "workload": {"concurrency": 12}},
+    "two instances, poisson": {"hardware": {"instances": 2}, "workload": {"arrival": "poisson", "rate_per_s": 3.0}},
+    "three instances, least-loaded, host tier": {
+        "hardware": {"instances": 3},
+        "router": {"policy": "least-loaded"},
+        "tiers": {"dram_gib": 1.0},
+        "policy": {"retention": "ttl"},
+    },
+}
+KEYS = {"turns": ["program_id", "turn_idx"], "programs": ["program_id"], "instances": ["time_s", "instance"]}
+
+
+def _sorted(table, keys):
+    return table.sort_by([(k, "ascending") for k in keys])
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_streamed_tables_and_summary_equal_the_in_memory_ones(name, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(stream_mod, "ROW_GROUP_ROWS", 5)  # several row groups per file
+    cfg = SimConfig().replace(**CONFIGS[name])
+    mem = simulate(TRACE, cfg)
+    streamed = simulate(TRACE, cfg, stream_to=tmp_path)
+    for table, want in mem.tables().items():
+        got = pq.read_table(tmp_path / f"{table}.parquet")
+        assert got.schema.equals(want.schema, check_metadata=True), table
+        assert _sorted(got, KEYS[table]).equals(_sorted(want, KEYS[table])), table
+    assert pq.ParquetFile(tmp_path / "turns.parquet").num_row_groups > 1
+    # same numbers (json: NaN compares equal to NaN)
+    assert json.dumps(streamed.summary, sort_keys=True) == json.dumps(mem.summary, sort_keys=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["instances.parquet", "programs.parquet", "turns.parquet"]
+
+
+def test_rows_are_written_as_programs_finish(tmp_path) -> None:
+    """p0: two turns (100 + 10 tokens, a 2 s tool, 130 + 5); p1: one turn (50 + 3). Both run at once
+    (concurrency 2): p1 ends within its first second, p0 only after its 2 s tool. With one row per row group
+    the turns file holds p1's turn (group 1) then p0's two turns (group 2: a program's rows go out together)."""
+    trace = make_trace([[(100, 10, 2.0), (130, 5, None)], [(50, 3, None)]])
+    cfg = SimConfig().replace(cache={"num_gpu_blocks": 1000}, workload={"concurrency": 2})
+    from agentreplay.sim.stream import ResultStream
+
+    assert ResultStream.__init__.__defaults__ == (None,)
+    simulate(trace, cfg, perf=LinearPerf(), stream_to=tmp_path)
+    turns = pq.ParquetFile(tmp_path / "turns.parquet")
+    assert [turns.metadata.row_group(i).num_rows for i in range(turns.num_row_groups)] == [3]  # default size
+    t = turns.read().to_pydict()
+    assert list(zip(t["program_id"], t["turn_idx"], strict=True)) == [("p1", 0), ("p0", 0), ("p0", 1)]
+    assert t["tool_s"] == [None, 2.0, None]
+    progs = pq.read_table(tmp_path / "programs.parquet").to_pydict()
+    assert progs["program_id"] == ["p1", "p0"]
+    assert progs["n_turns"] == [1, 2]
+    assert progs["tool_s"] == [0.0, 2.0]
+    assert progs["finish_s"][0] < 1.0 < 2.0 < progs["finish_s"][1]
+
+
+def test_one_row_group_per_finished_program_at_row_group_size_one(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(stream_mod, "ROW_GROUP_ROWS", 1)
+    trace = make_trace([[(100, 10, 2.0), (130, 5, None)], [(50, 3, None)]])
+    cfg = SimConfig().replace(cache={"num_gpu_blocks": 1000}, workload={"concurrency": 2})
+    simulate(trace, cfg, perf=LinearPerf(), stream_to=tmp_path)
+    turns = pq.ParquetFile(tmp_path / "turns.parquet")
+    assert [turns.metadata.row_group(i).num_rows for i in range(turns.num_row_groups)] == [1, 2]
+    programs = pq.ParquetFile(tmp_path / "programs.parquet")
+    assert programs.num_row_groups == 2
+
+
+def test_a_failed_run_leaves_no_file_that_looks_complete(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(stream_mod, "ROW_GROUP_ROWS", 2)
+    seen: list[list[str]] = []
+
+    def progress(done: int, total: int) -> None:
+        seen.append(sorted(p.name for p in tmp_path.iterdir()))
+        if done == 6:
+            raise KeyboardInterrupt  # (any exception: the run is interrupted half way)
+
+    with pytest.raises(KeyboardInterrupt):
+        simulate(TRACE, SimConfig(), progress=progress, stream_to=tmp_path)
+    # while running, rows were on disk, under names that are not the outputs'
+    assert any(".turns.parquet.partial" in names for names in seen)
+    assert not any("turns.parquet" in names for names in seen)
+    assert list(tmp_path.iterdir()) == []  # the partial files are removed
+
+
+def test_a_streamed_result_has_no_tables_in_memory(tmp_path) -> None:
+    res = simulate(TRACE, SimConfig(), stream_to=tmp_path / "run")
+    with pytest.raises(RuntimeError, match="streamed"):
+        res.columns("turns")
+    paths = res.write(tmp_path / "run")
+    assert sorted(paths) == ["config.toml", "instances", "programs", "summary.json", "turns"]
+    assert res.summary["programs"] == 12 and res.summary["turns"] == sum(1 + p % 6 for p in range(12))
+    assert not math.isnan(res.summary["jct_s"]["mean"])
+
+
+def test_row_group_rows_must_be_positive(tmp_path) -> None:
+    from agentreplay.sim.stream import ResultStream
+    from agentreplay.sim.workload import compile_trace
+
+    with pytest.raises(ValueError, match="row_group_rows must be >= 1, got 0"):
+        ResultStream(compile_trace(TRACE), tmp_path, row_group_rows=0)
+
+
+def test_finished_programs_segments_are_forgotten_once_evicted(tmp_path) -> None:
+    """A finished program's history segment leaves its pool's map at the next flush once its blocks are evicted
+    and unreferenced; one still cached (or held) stays until then."""
+    from types import SimpleNamespace
+
+    from agentreplay.sim.stream import ResultStream
+    from agentreplay.sim.workload import compile_trace
+
+    s = ResultStream(compile_trace(TRACE), tmp_path)
+    evicted = SimpleNamespace(run=None, ref=0)
+    cached = SimpleNamespace(run=object(), ref=0)
+    held = SimpleNamespace(run=None, ref=1)
+    pool = SimpleNamespace(segments={("prog", 0): evicted, ("prog", 1): cached, ("prog", 2): held, ("x", 0): 1})
+    s.pools = [pool]
+    for p in range(3):
+        s.program_arrived(p, 0.0)
+        s.program_finished(p, 1.0)
+    s._forget_segments()
+    assert list(pool.segments) == [("prog", 1), ("prog", 2), ("x", 0)]
+    cached.run, held.ref = None, 0  # evicted and released later
+    s._forget_segments()
+    assert list(pool.segments) == [("x", 0)]
+    s.abort()
+
+
+def test_a_day_workload_streamed_hands_back_finished_turns(tmp_path, monkeypatch) -> None:
+    """A day workload (arrays in their own memory maps) streamed with small row groups: the tables equal the
+    in-memory run's (on a fresh copy of the same workload), and the pages of the turns of programs already written
+    were handed back (they read as zeros now; nothing reads them again)."""
+    import numpy as np
+
+    from agentreplay.synth_day import day_workload
+    from agentreplay.trace.io import read_trace
+
+    monkeypatch.setattr(stream_mod, "ROW_GROUP_ROWS", 2000)
+    source = read_trace(stream_mod.Path(__file__).resolve().parents[2] / "datasets" / "swebench-verified")
+    cfg = SimConfig().replace(hardware={"model": "llama-3.1-8b", "instances": 2}, workload={"concurrency": 16})
+    streamed_w = day_workload(source, 200, seed=4)
+    assert streamed_w.input_tokens.min() > 0
+    mem = simulate(day_workload(source, 200, seed=4), cfg)
+    streamed = simulate(streamed_w, cfg, stream_to=tmp_path)
+    for table, want in mem.tables().items():
+        got = pq.read_table(tmp_path / f"{table}.parquet")
+        assert _sorted(got, KEYS[table]).equals(_sorted(want, KEYS[table])), table
+    assert json.dumps(streamed.summary, sort_keys=True) == json.dumps(mem.summary, sort_keys=True)
+    zero = streamed_w.input_tokens == 0
+    assert zero.sum() > streamed_w.n_turns // 2  # most of the day's pages were handed back
+    assert np.array_equal(zero, streamed_w.output_tokens == 0)
+
+
+@pytest.mark.parametrize(
+    ("sections", "named"),
+    [
+        (
+            {"failures": {"events": [{"instance": 0, "at_s": 1.0, "kind": "fail", "recover_after_s": 1.0}]}},
+            "[failures]",
+        ),
+        ({"footprint": {"interval_s": 0.5}}, "[footprint]"),
+    ],
+)
+def test_streaming_refuses_mechanisms_whose_outputs_need_the_whole_run(sections, named, tmp_path) -> None:
+    """A failover ledger or footprint table is built from every program at the end: streamed, it would be wrong or
+    missing, so the run is refused up front, naming the section, and nothing is written."""
+    from agentreplay.sim.config import ConfigError
+
+    cfg = SimConfig().replace(**sections)
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        simulate(TRACE, cfg, stream_to=tmp_path)
+    assert not list(tmp_path.iterdir())
