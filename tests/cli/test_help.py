@@ -170,3 +170,16 @@ def test_every_commands_short_help_is_one_line_in_the_listing() -> None:
         if "\n" in first:
             long[name] = first
     assert not long, long
+
+
+def test_the_readme_tour_lists_every_command() -> None:
+    """Every top-level command has a row in the README's CLI tour (its first cell starts with the command name);
+    eight fleet-* commands landed at once and three were missing from it."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    tour = readme.split("## A short tour of the CLI", 1)[1].split("\n## ", 1)[0]
+    firsts = [line.split("|")[1].strip() for line in tour.splitlines() if line.startswith("| `")]
+    listed = {word.strip("`").split()[0] for cell in firsts for word in cell.split(" / ")}
+    top = {p[0] for p, _ in COMMANDS if len(p) == 1}
+    assert top - listed == set(), f"README's CLI tour does not list: {sorted(top - listed)}"
