@@ -17,6 +17,9 @@ Collapse: turn ``t >= 1`` of a program collapses when the previous turn's ``reus
 it could reuse is computed again); the earliest collapse is therefore at step 3. The cause is the first of these
 that holds (what the outputs can tell):
 
+0. ``replica fail`` / ``replica drain``: the failover ledger of a run with ``[failures]``
+   (``failover.parquet``, :mod:`agentreplay.sim.failover`) lists this call: its instance failed (or was drained)
+   while the call ran or waited there, or while the program was in a tool call with its KV there.
 1. ``routing miss``: the turn ran on another instance than the previous turn.
 2. ``reload from lower tier``: part of the prompt came back from DRAM / CXL / another instance.
 3. With ``decisions.jsonl`` (``simulate --decision-log``), the retention decision logged when the previous turn
@@ -124,9 +127,15 @@ def _retention_cause(action: object, ttl_s: float, idle_s: float) -> str:
     return "evicted (no retention decision logged)"
 
 
-def collapses(health: pd.DataFrame, th: Collapse, decisions: pd.DataFrame | None = None) -> pd.DataFrame:
+def collapses(
+    health: pd.DataFrame,
+    th: Collapse,
+    decisions: pd.DataFrame | None = None,
+    failover: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """One row per collapse (module docstring): program_id, step, prev_reuse_hit, reuse_hit, hit_share, cause,
-    instances, idle_s, preemptions, reload_share, retention (the logged action, or "" without a log)."""
+    instances, idle_s, preemptions, reload_share, retention (the logged action, or "" without a log).
+    ``failover``: the run's failover ledger (program_id, turn = the call's turn index, event)."""
     hit = health["reuse_hit"].to_numpy(float)
     prev = np.r_[np.nan, hit[:-1]]
     first = health["first"].to_numpy(bool)
@@ -139,12 +148,18 @@ def collapses(health: pd.DataFrame, th: Collapse, decisions: pd.DataFrame | None
         r = decisions[decisions["event"] == "retention"]
         for pid, turn, act, ttl in zip(r["program_id"], r["turn"], r["action"], r["ttl_s"], strict=True):
             retention[(pid, int(turn))] = (act, float(ttl))
+    failed: dict[tuple[str, int], str] = {}
+    if failover is not None:
+        for pid, turn, event in zip(failover["program_id"], failover["turn"], failover["event"], strict=True):
+            failed.setdefault((str(pid), int(turn)), f"replica {event}")
     rows = []
     inst = health["instance"].to_numpy()
     for i in idx:
         pid, turn = health["program_id"].iat[i], int(health["turn_idx"].iat[i])
         action: object = ""
-        if health["moved"].iat[i]:
+        if (str(pid), turn) in failed:
+            cause = failed[(str(pid), turn)]
+        elif health["moved"].iat[i]:
             cause = "routing miss"
         elif health["reload_share"].iat[i] > 0:
             cause = "reload from lower tier"

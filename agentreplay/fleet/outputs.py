@@ -64,6 +64,8 @@ class SimOutput:
     summary: dict[str, Any]
     config: SimConfig
     decisions: pd.DataFrame | None  #: one row per logged decision, with ``program_id``; None without the log
+    #: the failover ledger (``failover.parquet``, a run with ``[failures]``: agentreplay.sim.failover); None without
+    failover: pd.DataFrame | None = None
 
     @property
     def has_decisions(self) -> bool:
@@ -156,4 +158,9 @@ def read_output(path: str | Path, decision_events: tuple[str, ...] | None = None
     turns = turns.drop(columns="_p").reset_index(drop=True)
     dec = p / "decisions.jsonl"
     decisions = read_decisions(dec, ids, decision_events) if dec.is_file() else None
-    return SimOutput(p, turns, programs.reset_index(drop=True), summary, config, decisions)
+    fo = p / "failover.parquet"
+    failover = None
+    if fo.is_file():
+        failover = pd.read_parquet(fo)
+        _check_columns(failover, ("program_id", "turn", "event"), fo)
+    return SimOutput(p, turns, programs.reset_index(drop=True), summary, config, decisions, failover)

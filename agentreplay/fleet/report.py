@@ -129,7 +129,7 @@ def analyse(
 
     # cache health
     health = turn_health(turns, reused, out.config.cache.block_size)
-    events = collapses(health, th, out.decisions)
+    events = collapses(health, th, out.decisions, out.failover)
     collapsed = collapsed_programs(events)
 
     p = p.merge(pc, on="program_id", how="left", validate="1:1")

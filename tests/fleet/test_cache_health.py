@@ -88,6 +88,28 @@ def test_collapse_causes_from_the_decision_log() -> None:
     assert ev2.loc[ev2["program_id"] == "D", "cause"].item() == "evicted while pinned (unpinned under pressure)"
 
 
+def test_collapse_cause_from_the_failover_ledger() -> None:
+    """A call the failover ledger lists (its instance failed or drained) is a replica failure first, before the
+    routing miss it also looks like (A's turn 2 moved because instance 0 failed) and before the decision log;
+    ledger rows of turns that did not collapse change nothing."""
+    ledger = pd.DataFrame(
+        [
+            {"program_id": "A", "turn": 2, "event": "fail"},
+            {"program_id": "B", "turn": 2, "event": "drain"},
+            {"program_id": "E", "turn": 1, "event": "fail"},
+        ]
+    )
+    ev = collapses(turn_health(TURNS), Collapse(), DECISIONS, ledger)
+    got = dict(zip(ev["program_id"] + ev["step"].astype(str), ev["cause"], strict=True))
+    assert got == {
+        "A3": "replica fail",
+        "A5": "reload from lower tier",
+        "B3": "replica drain",
+        "C3": "dropped at tool gap",
+        "D3": "TTL expiry while idle",
+    }
+
+
 def test_thresholds() -> None:
     assert collapses(turn_health(TURNS), Collapse(above=0.996, below=0.5)).empty  # none was that high (B: 0.99502)
     assert len(collapses(turn_health(TURNS), Collapse(above=0.8, below=0.05))) == 3  # only the near-total misses
