@@ -7,6 +7,7 @@ Tables go through :func:`show`, which never cuts a value; every command that pri
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -91,6 +92,17 @@ def show(table: Table) -> None:
         console._width = saved
 
 
+def table(title: str, head: Sequence[str], rows: Iterable[Sequence[object]], left: int = 1) -> Table:
+    """A titled table of ``rows`` under ``head``: the first ``left`` columns (names) left-aligned, the rest
+    (numbers) right-aligned; cells printed with ``str``. Print it with :func:`show`."""
+    t = Table(title=title)
+    for i, h in enumerate(head):
+        t.add_column(str(h), justify="left" if i < left else "right")
+    for r in rows:
+        t.add_row(*(str(v) for v in r))
+    return t
+
+
 def _plain(x: object) -> object:
     if isinstance(x, float) and x != x:
         return None  # NaN: JSON has no such number
@@ -152,11 +164,11 @@ def collect(
     if as_json:
         print_json(summary)
         return
-    table = Table(title=f"ingest summary ({summary['format']})", show_header=False)
+    t = Table(title=f"ingest summary ({summary['format']})", show_header=False)
     for key in ("files_read", "programs", "turns", "tool_calls", "input_tokens", "output_tokens"):
-        table.add_row(key.replace("_", " "), f"{summary[key]:,}")
-    table.add_row("files skipped", str(len(result.skips)))
-    show(table)
+        t.add_row(key.replace("_", " "), f"{summary[key]:,}")
+    t.add_row("files skipped", str(len(result.skips)))
+    show(t)
     for note in result.notes:
         console.print(f"[dim]note:[/] {escape(note)}")
     for skip in result.skips:
@@ -248,12 +260,12 @@ def query(
     if as_json:
         console.print_json(df.to_json(orient="records"))
         return
-    table = Table()
+    t = Table()
     for col in df.columns:
-        table.add_column(str(col))
+        t.add_column(str(col))
     for row in df.itertuples(index=False):
-        table.add_row(*(escape(str(v)) for v in row))
-    show(table)
+        t.add_row(*(escape(str(v)) for v in row))
+    show(t)
 
 
 @app.callback()

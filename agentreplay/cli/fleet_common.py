@@ -8,9 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
-from agentreplay.cli.app import console, err, fail, print_json, show
+from agentreplay.cli.app import console, err, fail, print_json, show, table
 
 
 def base_config(config: Path | None, overrides: dict[str, dict[str, Any]]) -> Any:
@@ -51,12 +49,7 @@ def run_study(
     if as_json:
         print_json({"head": study.head, "rows": study.rows, "out": str(out)})
         return
-    table = Table(title=title)
-    for i, h in enumerate(study.head):
-        table.add_column(h, justify="left" if i < 2 else "right")
-    for r in study.rows:
-        table.add_row(*(str(v) for v in r))
-    show(table)
+    show(table(title, study.head, study.rows, left=2))
     console.print(f"wrote {out}: table.md, summary.json, {kind}.png", markup=False, soft_wrap=True)
 
 

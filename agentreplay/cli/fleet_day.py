@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from agentreplay.cli.app import app, console, fail, print_json, show
+from agentreplay.cli.app import app, console, fail, print_json, show, table
 
 
 @app.command("fleet-day")
@@ -85,11 +84,6 @@ def fleet_day(
     if as_json:
         print_json({"rows": rows, "same_summary": same, "out": str(out)})
         return
-    t = Table(title="a day of a large fleet: streamed vs in-memory results")
-    for i, h in enumerate(rows[0]):
-        t.add_column(h, justify="left" if i == 0 else "right")
-    for r in rows:
-        t.add_row(*cells(r))
-    show(t)
+    show(table("a day of a large fleet: streamed vs in-memory results", list(rows[0]), [cells(r) for r in rows]))
     console.print(note)
     console.print(f"wrote {out}/ (Parquet, summary.json, day.md, day_memory.png)")

@@ -6,9 +6,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from agentreplay.cli.app import app, console, fail, print_json, show
+from agentreplay.cli.app import app, console, fail, print_json, show, table
 from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
 
 
@@ -80,14 +79,9 @@ def fleet_disagg(
     if as_json:
         print_json(rows)
         return
-    t = Table(title=title)
-    for i, c in enumerate(COLUMNS):
-        t.add_column(c, justify="left" if i < 2 else "right")
-    for r in rows:
-        t.add_row(
-            str(r["load"]),
-            r["cluster"],
-            *(f"{r[c]:.0%}" if c.startswith("util") else f"{r[c]:.3g}" for c in COLUMNS[2:]),
-        )
-    show(t)
+    cells = [
+        [r["load"], r["cluster"], *(f"{r[c]:.0%}" if c.startswith("util") else f"{r[c]:.3g}" for c in COLUMNS[2:])]
+        for r in rows
+    ]
+    show(table(title, COLUMNS, cells, left=2))
     console.print(f"wrote {out}: disagg.md, disagg.png, rows.json", markup=False, soft_wrap=True)

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from agentreplay.cli.app import app, console, fail, print_json, show
+from agentreplay.cli.app import app, console, fail, print_json, show, table
 from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
 
 
@@ -17,12 +17,7 @@ def _table(title: str, df: object) -> Table:
     import pandas as pd
 
     assert isinstance(df, pd.DataFrame)
-    t = Table(title=title)
-    for i, c in enumerate(df.columns):
-        t.add_column(str(c), justify="left" if i == 0 else "right")
-    for row in df.itertuples(index=False, name=None):
-        t.add_row(*[_cell(v) for v in row])
-    return t
+    return table(title, list(df.columns), [[_cell(v) for v in row] for row in df.itertuples(index=False, name=None)])
 
 
 def _cell(v: object) -> str:

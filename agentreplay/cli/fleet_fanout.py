@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from agentreplay.cli.app import app, console, fail, print_json, show
+from agentreplay.cli.app import app, console, fail, print_json, show, table
 from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
 
 
@@ -126,10 +125,5 @@ def fleet_fanout(
     if as_json:
         print_json(summary)
         return
-    t = Table(title=title)
-    for i, h in enumerate(head):
-        t.add_column(h, justify="left" if i == 0 else "right")
-    for r in body:
-        t.add_row(*r)
-    show(t)
+    show(table(title, head, body))
     console.print(f"wrote {out / 'fanout.md'}, {out / 'fanout.png'}, {out / 'summary.json'}")

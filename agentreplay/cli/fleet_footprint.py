@@ -6,19 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from agentreplay.cli.app import app, console, fail, print_json, show
+from agentreplay.cli.app import app, console, fail, print_json, show, table
 from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
-
-
-def _table(title: str, head: list[str], rows: list[list[str]], left: int = 1) -> Table:
-    t = Table(title=title)
-    for i, h in enumerate(head):
-        t.add_column(h, justify="left" if i < left else "right")
-    for r in rows:
-        t.add_row(*r)
-    return t
 
 
 @app.command("fleet-footprint")
@@ -67,6 +57,6 @@ def fleet_footprint(
         print_json([r.summary for r in runs])
         return
     title = f"KV footprint of live sessions ({model} on {gpu}, {concurrency} in flight)"
-    show(_table(title, *F.table_rows(runs), left=2))
-    show(_table("GPU time per 1,000 tasks (attributed vs fleet: the difference is idle GPU time)", *F.gpu_rows(runs)))
+    show(table(title, *F.table_rows(runs), left=2))
+    show(table("GPU time per 1,000 tasks (attributed vs fleet: the difference is idle GPU time)", *F.gpu_rows(runs)))
     console.print(f"wrote {', '.join(str(p) for p in written)}", markup=False, soft_wrap=True)

@@ -6,9 +6,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
-from agentreplay.cli.app import app, console, err, fail, print_json, show
+from agentreplay.cli.app import app, console, err, fail, print_json, show, table
 from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
 
 if TYPE_CHECKING:
@@ -92,12 +91,7 @@ def fleet_spec(
     title = f"speculative decoding, k={k}: {model} TP{tp} on {gpu}, {trace.name}" + (
         f" (first {programs} programs)" if programs else ""
     )
-    table = Table(title=title)
-    for i, h in enumerate(S.HEAD):
-        table.add_column(h, justify="left" if i < 2 else "right")
-    for r in S.table_rows(rows):
-        table.add_row(*r)
-    show(table)
+    show(table(title, S.HEAD, S.table_rows(rows), left=2))
     for key, n in cross.items():
         console.print(f"{key}: costs from a decode batch of {n if n is not None else 'none up to 512'}", markup=False)
     out.mkdir(parents=True, exist_ok=True)

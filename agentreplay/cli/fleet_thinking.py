@@ -6,9 +6,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from agentreplay.cli.app import app, console, err, fail, print_json, show
+from agentreplay.cli.app import app, console, err, fail, print_json, show, table
 from agentreplay.cli.fleet_spec import base_config, ints
 from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
 
@@ -73,12 +72,7 @@ def fleet_thinking(
     title = f"thinking budget: {model} TP{tp} on {gpu}, {trace.name}" + (
         f" (first {programs} programs)" if programs else ""
     )
-    table = Table(title=title)
-    for i, h in enumerate(T.HEAD):
-        table.add_column(h, justify="left" if i < 2 else "right")
-    for r in T.table_rows(rows):
-        table.add_row(*r)
-    show(table)
+    show(table(title, T.HEAD, T.table_rows(rows), left=2))
     line = (
         f"trace: {stats.turns:,} turns, {stats.turns_with_reasoning:,} with reasoning tokens "
         f"({stats.reasoning_tokens:,} tokens), {stats.turns_unrecorded:,} without a recorded count (left uncapped)"
