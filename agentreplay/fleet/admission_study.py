@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentreplay.fleet.figures import subplots
 from agentreplay.sim.admission_config import CLASSES
 from agentreplay.sim.config import SimConfig
 
@@ -183,17 +184,12 @@ def plot_priority(ax_good: Any, ax_jct: Any, study: Study) -> tuple[Any, Any]:
 
 
 def write_figure(path: Path, draw: Callable[[Any, Any, Study], Any], study: Study, title: str) -> Path:
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    fig, axes = subplots(1, 2, figsize=(13, 4.8))
     draw(axes[0], axes[1], study)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 

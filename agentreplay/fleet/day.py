@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow.parquet  # noqa: F401  (imported before a run starts: not counted as the run's memory)
 
+from agentreplay.fleet.figures import subplots
 from agentreplay.sim import SimConfig, simulate
 from agentreplay.sim.workload import Workload
 
@@ -131,16 +132,11 @@ def plot_memory(ax: Any, runs: list[DayRun]) -> Any:
 
 
 def draw(path: Path, runs: list[DayRun]) -> Path:
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = subplots(figsize=(7, 4.2))
     plot_memory(ax, runs)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 

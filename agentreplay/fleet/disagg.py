@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentreplay.fleet.figures import subplots
 from agentreplay.sim.config import SimConfig
 from agentreplay.sim.run import simulate
 from agentreplay.sim.workload import Workload
@@ -127,15 +128,11 @@ def to_markdown(rows: list[dict[str, Any]], title: str) -> str:
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
     """JCT p50 / p90 and TTFT p50 / p99 per cluster, one group of bars per load."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
     loads = sorted({r["load"] for r in rows})
     names = list(dict.fromkeys(r["cluster"] for r in rows))
-    fig, axes = plt.subplots(len(loads), 2, figsize=(11, 3.6 * len(loads)), squeeze=False)
+    fig, axes = subplots(len(loads), 2, figsize=(11, 3.6 * len(loads)), squeeze=False)
     x = np.arange(len(names))
     for i, load in enumerate(loads):
         by = {r["cluster"]: r for r in rows if r["load"] == load}
@@ -155,5 +152,4 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path

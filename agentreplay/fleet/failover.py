@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from agentreplay.fleet.figures import subplots
 from agentreplay.sim import SimConfig, simulate
 from agentreplay.sim.workload import Workload
 
@@ -145,16 +146,11 @@ def plot_impact(ax_bars: Any, ax_scatter: Any, study: FailoverStudy, table: pd.D
 
 
 def write_figure(path: Any, study: FailoverStudy, table: pd.DataFrame) -> None:
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (a, b) = subplots(1, 2, figsize=(12, 4.5))
     plot_impact(a, b, study, table)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def markdown(table: pd.DataFrame, runs: pd.DataFrame, setting: str) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from agentreplay.fleet.figures import subplots
 from agentreplay.sim.config import SimConfig
 from agentreplay.sim.dag import Dag
 from agentreplay.sim.run import SimResult, simulate
@@ -202,12 +203,8 @@ def markdown(title: str, head: list[str], body: list[list[str]], notes: list[str
 def plot(rows: list[RouterRow], path: Path) -> None:
     """Three panels: prefill tokens and sibling hit rate per router; workflow JCT CDFs; others' hit rate with and
     without fan-out."""
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = subplots(1, 3, figsize=(15, 4.2))
     names = [r.router for r in rows]
     x = np.arange(len(rows))
     ax = axes[0]
@@ -240,4 +237,3 @@ def plot(rows: list[RouterRow], path: Path) -> None:
     ax.set_ylim(0, 1.45)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -12,6 +12,16 @@ if TYPE_CHECKING:
     from agentreplay.fleet.report import TaskReport
 
 
+def subplots(*args: Any, figsize: tuple[float, float] | None = None, **kw: Any) -> tuple[Any, Any]:
+    """``pyplot.subplots`` without pyplot: a figure of its own, so drawing switches no global backend and leaves
+    nothing in pyplot's figure registry (``matplotlib.use("Agg")`` in a library would change the caller's
+    backend); ``fig.savefig`` renders it with Agg. Same arguments as ``Figure.subplots``."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(*args, **kw)
+
+
 def plot_ttft_by_step(ax: Any, rep: TaskReport) -> Any:
     t = rep.ttft_steps
     x = np.arange(len(t))
@@ -98,29 +108,24 @@ def plot_collapse_causes(ax: Any, rep: TaskReport) -> Any:
 
 def draw_all(rep: TaskReport, folder: Path) -> list[Path]:
     """Write ttft_by_step.png, goodput.png, cost_ttl.png and cache_health.png into ``folder``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     paths = []
 
     def save(fig: Any, name: str) -> None:
         fig.tight_layout()
         fig.savefig(folder / name, dpi=110)
-        plt.close(fig)
         paths.append(folder / name)
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = subplots(figsize=(7, 4.2))
     plot_ttft_by_step(ax, rep)
     save(fig, "ttft_by_step.png")
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    fig, (a1, a2) = subplots(1, 2, figsize=(10, 4), sharey=True)
     plot_goodput(a1, a2, rep)
     save(fig, "goodput.png")
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = subplots(figsize=(7, 4.2))
     plot_cost_break_even(ax, rep)
     save(fig, "cost_ttl.png")
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [3, 2]})
+    fig, (a1, a2) = subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [3, 2]})
     plot_cache_health(a1, rep)
     plot_collapse_causes(a2, rep)
     save(fig, "cache_health.png")

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from agentreplay.fleet.figures import subplots
 from agentreplay.policy.presets import apply_preset
 from agentreplay.sim import SimConfig, simulate
 from agentreplay.sim.footprint import STATES
@@ -163,18 +164,12 @@ def write(runs: list[FootprintRun], folder: Path, setting: str = "") -> list[Pat
     ran (model, GPU, load, trace) for the Markdown page."""
     import json
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     folder.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 2.6 * len(runs)), squeeze=False)
+    fig, axes = subplots(len(runs), 1, figsize=(9, 2.6 * len(runs)), squeeze=False)
     plot_footprint(axes[:, 0], runs)
     fig.tight_layout()
     png = folder / "footprint.png"
     fig.savefig(png, dpi=110)
-    plt.close(fig)
     head, rows = table_rows(runs)
     ghead, grows = gpu_rows(runs)
     md = [

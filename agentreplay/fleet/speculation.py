@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from agentreplay.fleet.figures import subplots
 from agentreplay.perf.speculative import SpeculativePricer
 from agentreplay.sim.config import SimConfig
 from agentreplay.sim.speculative import draft_pricer, expected_tokens
@@ -204,19 +205,14 @@ def plot_jct(ax: Any, rows: list[dict[str, Any]]) -> Any:
 
 
 def draw(rows: list[dict[str, Any]], curve: list[dict[str, Any]], path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     contexts = sorted({r["ctx"] for r in curve}, reverse=True)
-    fig, axes = plt.subplots(1, 1 + len(contexts), figsize=(6.5 * (1 + len(contexts)), 4.8))
+    fig, axes = subplots(1, 1 + len(contexts), figsize=(6.5 * (1 + len(contexts)), 4.8))
     plot_jct(axes[0], rows)
     for ax, ctx in zip(axes[1:], contexts, strict=True):
         plot_speedup(ax, curve, ctx)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 

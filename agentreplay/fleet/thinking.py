@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentreplay.fleet.figures import subplots
 from agentreplay.sim.config import SimConfig
 from agentreplay.sim.thinking import ThinkingConfig, ThinkingStats, apply
 from agentreplay.sim.workload import Workload
@@ -104,16 +105,11 @@ def plot_tail(ax: Any, rows: list[dict[str, Any]]) -> Any:
 
 
 def draw(rows: list[dict[str, Any]], path: Path) -> Path:
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = subplots(figsize=(7, 4.5))
     plot_tail(ax, rows)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
