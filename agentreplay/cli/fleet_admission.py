@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from agentreplay.cli.app import app
-from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
+from agentreplay.cli.options import BUNDLED_TRACE, Config, FleetTrace, Json, MaxPrograms, NumGpuBlocks
 
 
 @app.command("fleet-admission")
@@ -17,16 +17,11 @@ def fleet_admission(
     concurrency: Annotated[int, typer.Option(help="Programs in flight (closed loop).")] = 64,
     gpu: Annotated[str | None, typer.Option(help="GPU catalog name. Default: the config's (h100-sxm).")] = None,
     model: Annotated[str | None, typer.Option(help="Model catalog name. Default: the config's (llama-3.1-8b).")] = None,
-    num_gpu_blocks: Annotated[
-        int | None, typer.Option(help="KV blocks per instance. Default: the memory model's.")
-    ] = None,
-    max_programs: Annotated[int | None, typer.Option(help="Replay only the first N programs. Default: all.")] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", "-c", help="Base simulate config TOML. Default: the simulator's defaults."),
-    ] = None,
+    num_gpu_blocks: NumGpuBlocks = None,
+    max_programs: MaxPrograms = None,
+    config: Config = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder (replaced).")] = Path("out/fleet-admission"),
-    as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
+    as_json: Json = False,
 ) -> None:
     """Admit-all vs ThunderAgent program-aware admission: JCT, throughput, preemptions, pauses; figure.
 

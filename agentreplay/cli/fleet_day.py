@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from agentreplay.cli.app import app, console, fail, print_json, show, table
+from agentreplay.cli.options import Json
 
 
 @app.command("fleet-day")
@@ -34,7 +35,7 @@ def fleet_day(
     compare: Annotated[
         bool, typer.Option(help="Also replay with the tables kept in memory, for the memory comparison.")
     ] = True,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
+    as_json: Json = False,
 ) -> None:
     """Replay a synthetic day with results streamed to Parquet, and compare its memory with the in-memory run.
 

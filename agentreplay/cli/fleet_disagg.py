@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from agentreplay.cli.app import app, console, fail, print_json, show, table
-from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
+from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace, Json, MaxPrograms
 
 
 @app.command("fleet-disagg")
@@ -26,11 +26,11 @@ def fleet_disagg(
     first_token: Annotated[
         str, typer.Option(help='[disagg] first_token: the client\'s first token from "decode" (vLLM) or "prefill".')
     ] = "decode",
-    max_programs: Annotated[int | None, typer.Option(help="Replay only the first N programs. Default: all.")] = None,
+    max_programs: MaxPrograms = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for disagg.md, disagg.png, rows.json.")] = Path(
         "reports/fleet/disagg"
     ),
-    as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+    as_json: Json = False,
 ) -> None:
     """Colocated vs disaggregated prefill / decode at equal GPU count.
 

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from agentreplay.cli.app import app, console, fail, print_json, show, table
-from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
+from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace, Json, MaxPrograms
 
 
 def _table(title: str, df: object) -> Table:
@@ -57,7 +57,7 @@ def fleet_failover(
     recover_after: Annotated[
         float, typer.Option(help="Seconds until a failed instance is back, empty (negative: never).")
     ] = 300.0,
-    max_programs: Annotated[int | None, typer.Option(help="Replay only the first N programs. Default: all.")] = None,
+    max_programs: MaxPrograms = None,
     seed: Annotated[int, typer.Option(help="Run seed.")] = 0,
     out: Annotated[
         Path | None,
@@ -67,7 +67,7 @@ def fleet_failover(
             help="Folder for the ledgers, tables and figure (replaced as a whole). Default: none (print only).",
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the tables as JSON.")] = False,
+    as_json: Json = False,
 ) -> None:
     """Replica failures: the failover ledger and JCT impact by program age, with and without the remedy.
 

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from agentreplay.cli.app import app, console, fail, print_json, show, table
-from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
+from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace, Json
 
 
 @app.command("fleet-fanout")
@@ -36,7 +36,7 @@ def fleet_fanout(
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for fanout.md, fanout.png, summary.json.")] = Path(
         "reports/fleet/fanout"
     ),
-    as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+    as_json: Json = False,
 ) -> None:
     """Sub-agent fan-out: sibling prefix sharing by router, workflow JCT, eviction of others' prefixes.
 

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from agentreplay.cli.app import app, console, fail, print_json, show, table
-from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
+from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace, Json, MaxPrograms
 
 
 @app.command("fleet-footprint")
@@ -21,8 +21,8 @@ def fleet_footprint(
     model: Annotated[str, typer.Option(help="Model.")] = "llama-3.1-8b",
     concurrency: Annotated[int, typer.Option(help="Programs in flight (closed loop).")] = 64,
     interval: Annotated[float, typer.Option(help="Seconds between footprint samples per instance.")] = 10.0,
-    max_programs: Annotated[int | None, typer.Option(help="Replay only the first N programs. Default: all.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    max_programs: MaxPrograms = None,
+    as_json: Json = False,
 ) -> None:
     """KV footprint of live sessions over time: 1 and 4 H100s, least-loaded vs agent-affinity.
 

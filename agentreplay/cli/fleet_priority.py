@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from agentreplay.cli.app import app, fail
-from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
+from agentreplay.cli.options import BUNDLED_TRACE, Config, FleetTrace, Json, MaxPrograms, NumGpuBlocks
 
 
 def _per_class(value: str | None, option: str) -> dict[str, float]:
@@ -44,16 +44,11 @@ def fleet_priority(
         str | None,
         typer.Option(help="Per-class absolute deadline, seconds (overrides deadline-x for that class). Default: none."),
     ] = None,
-    num_gpu_blocks: Annotated[
-        int | None, typer.Option(help="KV blocks per instance. Default: the memory model's.")
-    ] = None,
-    max_programs: Annotated[int | None, typer.Option(help="Replay only the first N programs. Default: all.")] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", "-c", help="Base simulate config TOML. Default: the simulator's defaults."),
-    ] = None,
+    num_gpu_blocks: NumGpuBlocks = None,
+    max_programs: MaxPrograms = None,
+    config: Config = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder (replaced).")] = Path("out/fleet-priority"),
-    as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
+    as_json: Json = False,
 ) -> None:
     """FCFS vs priority classes, with and without deadline admission: goodput and JCT per class; figure.
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from agentreplay.cli.app import app, console, err, fail, print_json, show, table
-from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
+from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace, Json
 
 if TYPE_CHECKING:
     from agentreplay.sim.config import SimConfig
@@ -59,7 +59,7 @@ def fleet_spec(
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for spec.md and spec.png.")] = Path(
         "reports/fleet/spec"
     ),
-    as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+    as_json: Json = False,
 ) -> None:
     """Speculative decoding on a trace: JCT for n-gram and draft-model drafters at two acceptance rates.
 

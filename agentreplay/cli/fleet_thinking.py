@@ -9,7 +9,7 @@ import typer
 
 from agentreplay.cli.app import app, console, err, fail, print_json, show, table
 from agentreplay.cli.fleet_spec import base_config, ints
-from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace
+from agentreplay.cli.options import BUNDLED_TRACE, FleetTrace, Json
 
 
 @app.command("fleet-thinking")
@@ -33,7 +33,7 @@ def fleet_thinking(
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for thinking.md and thinking.png.")] = Path(
         "reports/fleet/thinking"
     ),
-    as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+    as_json: Json = False,
 ) -> None:
     """Thinking budget on a trace: tail JCT (p90, p99) when each turn's reasoning tokens are capped.
 
