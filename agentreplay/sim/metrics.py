@@ -35,15 +35,21 @@ class Recorder:
         n, m = workload.n_turns, workload.n_programs
         self.w = workload
         #: streaming mode (:class:`agentreplay.sim.stream.ResultStream`): the arrays stay empty; a finished
-        #: turn's row goes to its live program's list in ``sink.live_rows`` (appended here, in compiled code: a
-        #: call into the sink per turn would cost more than the row), program arrivals and ends to the sink,
-        #: which also drains ``samples`` (the run then holds live programs only)
+        #: turn's row is written into the sink's row buffer (columns, through memoryviews, in compiled code: a
+        #: call into the sink per turn would cost more than the row) at the next free position, which is
+        #: appended to its live program's list in ``sink.live_rows``; when the buffer is full the sink makes room
+        #: (:meth:`ResultStream.make_room`). Program arrivals and ends go to the sink, which also drains
+        #: ``samples`` (the run then holds live programs only)
         self.sink = sink
-        self._live_rows: dict[int, list[Any]] = {}
-        self._last_rows: list[Any] = []
+        self._live_rows: dict[int, list[int]] = {}
+        self._pos = 0  #: next free row of the sink's buffer
+        self._cap = 0  #: rows of the sink's buffer
+        self._last_pos = -1  #: row of the last turn recorded (its tool gap comes next)
+        self._b: list[Any] = []  #: memoryviews of the sink's buffer columns, in ``stream.BUFFER`` order
         if sink is not None:
             n = m = 0
             self._live_rows = sink.live_rows
+            self._buffer_views()
         self.turn_instance = np.full(n, -1, dtype=np.int32)
         self.turn_release_s = np.full(n, np.nan)
         self.turn_first_sched_s = np.full(n, np.nan)
@@ -82,31 +88,38 @@ class Recorder:
         self._v_arrival: Any = self.program_arrival_s.data
         self._v_program_finish: Any = self.program_finish_s.data
 
+    def _buffer_views(self) -> None:
+        """Memoryviews of the sink's row-buffer columns (new after the sink grows its buffer)."""
+        self._b = [col.data for col in self.sink.buffer]
+        self._cap = len(self.sink.buffer[0])
+
     def record_turn(self, r: Request) -> None:
         t = r.turn
         if self.sink is not None:
+            pos = self._pos
+            if pos >= self._cap:
+                pos = self.sink.make_room(pos)
+                self._buffer_views()
+            self._pos = pos + 1
+            self._last_pos = pos
+            self._live_rows[r.program].append(pos)
             rel = r.reloaded_tokens
-            rows = self._live_rows[r.program]
-            rows.append(
-                (
-                    t,
-                    r.instance,
-                    r.release_s,
-                    r.first_sched_s,
-                    r.first_token_s,
-                    r.finish_s,
-                    r.cached_tokens,
-                    r.cached_prefix_tokens,
-                    r.recomputed_tokens,
-                    r.preemptions,
-                    rel.get("dram", 0),
-                    rel.get("cxl", 0),
-                    rel.get("remote", 0),
-                    _NAN if r.last else r.next_gap_s,  # the gap the orchestrator records next (tool_gap)
-                    r.gpu_s,
-                )
-            )
-            self._last_rows = rows
+            b = self._b
+            b[0][pos] = t
+            b[1][pos] = r.instance
+            b[2][pos] = r.release_s
+            b[3][pos] = r.first_sched_s
+            b[4][pos] = r.first_token_s
+            b[5][pos] = r.finish_s
+            b[6][pos] = r.cached_tokens
+            b[7][pos] = r.cached_prefix_tokens
+            b[8][pos] = r.recomputed_tokens
+            b[9][pos] = r.preemptions
+            b[10][pos] = rel.get("dram", 0)
+            b[11][pos] = rel.get("cxl", 0)
+            b[12][pos] = rel.get("remote", 0)
+            b[13][pos] = _NAN if r.last else r.next_gap_s  # the gap the orchestrator records next (tool_gap)
+            b[14][pos] = r.gpu_s
             return
         done = self._v_finish[t]
         if done == done:  # not NaN
@@ -138,12 +151,10 @@ class Recorder:
 
     def tool_gap(self, turn: int, seconds: float) -> None:
         if self.sink is not None:
-            rows = self._last_rows
-            if not rows or rows[-1][0] != turn:  # (the orchestrator records a turn's gap right after the turn)
+            pos = self._last_pos
+            if pos < 0 or self._b[0][pos] != turn:  # (the orchestrator records a turn's gap right after the turn)
                 raise RuntimeError(f"tool gap of turn {turn} recorded before the turn")
-            row = rows[-1]
-            if row[13] != seconds:
-                rows[-1] = (*row[:13], seconds)
+            self._b[13][pos] = seconds
             return
         self._v_tool[turn] = seconds
 

@@ -2,9 +2,10 @@
 large fleet"), so a run's memory holds live programs only, not every turn of the day.
 
 ``simulate(..., stream_to=DIR)`` gives the :class:`~agentreplay.sim.metrics.Recorder` a :class:`ResultStream`
-sink: the recorder then keeps no per-turn arrays; the sink keeps the rows of each live program and, when the
-program's last turn finishes, moves them to a pending chunk. Every ``row_group_rows`` pending turn rows the chunk
-is turned into the three tables by the same functions that build the in-memory tables
+sink: the recorder then keeps no per-turn arrays; it writes each finished turn's row into the sink's row buffer
+(NumPy columns, filled in turn-finish order; when full, the rows still needed move to its front) and the sink
+keeps each live program's buffer positions; when the program's last turn finishes they join a pending chunk.
+Every ``row_group_rows`` pending turn rows the chunk's rows are gathered from the buffer and turned into the three tables by the same functions that build the in-memory tables
 (:func:`agentreplay.sim.tables.turn_columns`, ``program_columns``, ``instance_columns``, ``to_arrow``): same
 columns, same types, same values and definitions (DESIGN §4), only the row order differs (programs in the order
 they finished, a program's turns together and in order; instance samples in time order as in memory). Each chunk
@@ -40,10 +41,24 @@ ROW_GROUP_ROWS = 100_000
 SAMPLE_ROWS = 65_536
 
 NAMES = ("turns", "programs", "instances")
-#: position of each field in a buffered turn row
-_ROW = 15  #: fields of a turn row (sim/metrics.py Recorder.record_turn, streaming branch)
-_TURN, _INST, _REL, _SCHED, _FIRST, _FIN, _CACHED, _CPFX, _RECOMP, _PREEMPT, _DRAM, _CXL, _REMOTE, _TOOL, _GPU = range(
-    _ROW
+#: the turn-row buffer's columns, in the order the Recorder writes them (sim/metrics.py Recorder.record_turn,
+#: streaming branch): the Recorder's attribute each fills (its in-memory array of the same dtype) and the dtype
+BUFFER: tuple[tuple[str, type], ...] = (
+    ("turn", np.int64),
+    ("turn_instance", np.int32),
+    ("turn_release_s", np.float64),
+    ("turn_first_sched_s", np.float64),
+    ("turn_first_token_s", np.float64),
+    ("turn_finish_s", np.float64),
+    ("turn_cached", np.int64),
+    ("turn_cached_prefix", np.int64),
+    ("turn_recomputed", np.int64),
+    ("turn_preemptions", np.int32),
+    ("dram", np.int64),
+    ("cxl", np.int64),
+    ("remote", np.int64),
+    ("turn_tool_s", np.float64),
+    ("turn_gpu_s", np.float64),
 )
 _INSTANCE_COLUMNS = ["time_s", "instance", "kv_used_blocks", "kv_total_blocks", "running", "waiting"]
 
@@ -59,11 +74,12 @@ class ResultStream:
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.row_group_rows = row_group_rows
-        #: live program -> its finished turns' rows (tuples of numbers, appended by the Recorder: the garbage
-        #: collector stops tracking a tuple of numbers; lists waiting here would be traversed at every collection)
-        self.live_rows: dict[int, list[tuple[Any, ...]]] = {}
+        #: the turn-row buffer (columns as :data:`BUFFER`), written by the Recorder at increasing positions;
+        #: live program -> the buffer positions of its finished turns, in turn order
+        self.buffer: list[np.ndarray] = [np.empty(2 * row_group_rows, dtype=dtype) for _, dtype in BUFFER]
+        self.live_rows: dict[int, list[int]] = {}
         self._arrival: dict[int, float] = {}
-        self._rows: list[tuple[Any, ...]] = []  # pending turn rows of finished programs, grouped by program
+        self._pending: list[int] = []  # buffer positions of the finished programs' rows not yet written
         self._programs: list[tuple[int, float, float, int]] = []  # pending (program, arrival, finish, migrations)
         #: the Recorder's instance time-series list (``simulate`` hands it over), drained every SAMPLE_ROWS
         self.samples: list[tuple[float, int, int, int, int, int]] = []
@@ -83,7 +99,7 @@ class ResultStream:
         self._watermark = 0
         self.closed = False
 
-    # ---- the recorder's calls (it appends each finished turn's row to ``live_rows[program]`` itself) --------
+    # ---- the recorder's calls (it writes each finished turn's row into the buffer itself) --------------------
     def program_arrived(self, p: int, now: float) -> None:
         self.live_rows[p] = []
         self._arrival[p] = now
@@ -97,17 +113,38 @@ class ResultStream:
             info = infos[p]
             migrations = 0 if info is None else info.affinity_breaks
             infos[p] = None  # the program's state is released with its rows
-        self._rows.extend(rows)
+        self._pending.extend(rows)
         self._programs.append((p, arrival, now, migrations))
         key = ("prog", p)
         for pool in self.pools:
             seg = pool.segments.get(key)
             if seg is not None:
                 self._finished_segments.append((pool.segments, key, seg))
-        if len(self._rows) >= self.row_group_rows:
+        if len(self._pending) >= self.row_group_rows:
             self._flush()
         if len(self.samples) >= SAMPLE_ROWS:
             self._flush_samples()
+
+    def make_room(self, pos: int) -> int:
+        """The Recorder has filled the buffer up to ``pos``: move the rows still needed (pending finished
+        programs', then live programs', each program's in order) to its front, doubling the buffer when they
+        fill more than half of it, and return the position of the next row. Rows already written are dropped."""
+        if pos != len(self.buffer[0]):
+            raise RuntimeError(f"stream: make_room at row {pos} of a buffer of {len(self.buffer[0])}")
+        lists = [self._pending, *self.live_rows.values()]
+        keep = np.fromiter((q for rows in lists for q in rows), dtype=np.int64, count=sum(map(len, lists)))
+        n = len(keep)
+        size = len(self.buffer[0]) * (2 if 2 * n > len(self.buffer[0]) else 1)
+        for k, col in enumerate(self.buffer):
+            moved = col[keep]
+            if size != len(col):
+                col = self.buffer[k] = np.empty(size, dtype=col.dtype)
+            col[:n] = moved
+        at = 0
+        for rows in lists:
+            rows[:] = range(at, at + len(rows))
+            at += len(rows)
+        return n
 
     @property
     def live_programs(self) -> int:
@@ -147,8 +184,9 @@ class ResultStream:
         n = np.diff(w.turn_start)[ps]
         start = np.zeros(len(ps) + 1, dtype=np.int64)
         np.cumsum(n, out=start[1:])
-        a = np.array(self._rows, dtype=np.float64).reshape(-1, _ROW)  # token counts and indices < 2**53: exact
-        turn = a[:, _TURN].astype(np.int64)
+        rows = np.asarray(self._pending, dtype=np.int64)
+        col = {name: buf[rows] for (name, _), buf in zip(BUFFER, self.buffer, strict=True)}
+        turn = col.pop("turn")
         chunk_w = SimpleNamespace(
             n_programs=len(ps),
             n_turns=len(turn),
@@ -160,33 +198,20 @@ class ResultStream:
         )
         rec = SimpleNamespace(
             w=chunk_w,
-            turn_instance=a[:, _INST].astype(np.int32),
-            turn_release_s=np.ascontiguousarray(a[:, _REL]),
-            turn_first_sched_s=np.ascontiguousarray(a[:, _SCHED]),
-            turn_first_token_s=np.ascontiguousarray(a[:, _FIRST]),
-            turn_finish_s=np.ascontiguousarray(a[:, _FIN]),
-            turn_cached=a[:, _CACHED].astype(np.int64),
-            turn_cached_prefix=a[:, _CPFX].astype(np.int64),
-            turn_recomputed=a[:, _RECOMP].astype(np.int64),
-            turn_preemptions=a[:, _PREEMPT].astype(np.int32),
-            turn_reloaded={
-                "dram": a[:, _DRAM].astype(np.int64),
-                "cxl": a[:, _CXL].astype(np.int64),
-                "remote": a[:, _REMOTE].astype(np.int64),
-            },
-            turn_tool_s=np.ascontiguousarray(a[:, _TOOL]),
-            turn_gpu_s=np.ascontiguousarray(a[:, _GPU]),
+            turn_reloaded={src: col.pop(src) for src in ("dram", "cxl", "remote")},
+            **col,
             program_arrival_s=np.fromiter((q[1] for q in self._programs), dtype=np.float64, count=len(ps)),
             program_finish_s=np.fromiter((q[2] for q in self._programs), dtype=np.float64, count=len(ps)),
         )
-        del a
+        del col
         turns = tables.turn_columns(rec)
         programs = tables.program_columns(rec, turns, [q[3] for q in self._programs])
         self._write("turns", tables.to_arrow(turns))
         del turns
         self._write("programs", tables.to_arrow(programs))
         self._order.append(ps)
-        self._rows, self._programs = [], []
+        self._pending.clear()
+        self._programs = []
         done = self._done
         for p in ps.tolist():
             done[p] = 1

