@@ -7,11 +7,13 @@ byte-identical output files.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -454,8 +456,9 @@ def simulate(
     if sink is not None:
         sink.infos, sink.pools, sink.samples = orch.infos, [inst.pool for inst in instances], rec.samples
     try:
-        orch.start()
-        engine.run()
+        with frozen_heap():
+            orch.start()
+            engine.run()
     except BaseException:
         if sink is not None:
             sink.abort()
@@ -548,3 +551,25 @@ def simulate(
     if group is not None:
         summary["dp_group"] = dataclasses.asdict(group.stats)
     return result
+
+
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Hide the objects that exist before the run from the cyclic garbage collector while it runs
+    (``gc.freeze``: "move them to a permanent generation and ignore them in all the future collections",
+    https://docs.python.org/3/library/gc.html#gc.freeze), then give them back (``gc.unfreeze``: "put them back
+    into the oldest generation"). The run allocates millions of short-lived objects, so the collector runs full
+    collections all along, and each would traverse everything that existed before: the workload's per-turn lists
+    (a day of 1 M programs holds 40 M tool-class references), the configuration and whatever the caller holds,
+    none of it garbage the run made. Collections of what the run creates go on as usual. A caller that froze
+    objects itself keeps them frozen (its own and, then, these).
+
+    Measured on ``benchmarks/bench_sim.py --day --programs 10000`` (compiled, streamed): about 13% of the run's
+    wall time, and more as the workload grows."""
+    frozen_before = gc.get_freeze_count()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        if frozen_before == 0:
+            gc.unfreeze()

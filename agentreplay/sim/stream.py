@@ -5,11 +5,12 @@ large fleet"), so a run's memory holds live programs only, not every turn of the
 sink: the recorder then keeps no per-turn arrays; it writes each finished turn's row into the sink's row buffer
 (NumPy columns, filled in turn-finish order; when full, the rows still needed move to its front) and the sink
 keeps each live program's buffer positions; when the program's last turn finishes they join a pending chunk.
-Every ``row_group_rows`` pending turn rows the chunk's rows are gathered from the buffer and turned into the three tables by the same functions that build the in-memory tables
-(:func:`agentreplay.sim.tables.turn_columns`, ``program_columns``, ``instance_columns``, ``to_arrow``): same
-columns, same types, same values and definitions (DESIGN §4), only the row order differs (programs in the order
-they finished, a program's turns together and in order; instance samples in time order as in memory). Each chunk
-is one Parquet row group (``pyarrow.parquet.ParquetWriter``).
+Every ``row_group_rows`` pending turn rows the chunk's rows are gathered from the buffer and turned into the
+three tables by the same functions that build the in-memory tables (:func:`agentreplay.sim.tables.turn_columns`,
+``program_columns``, ``instance_columns``, ``to_arrow``): same columns, same types, same values and definitions
+(DESIGN §4), only the row order differs (programs in the order they finished, a program's turns together and in
+order; instance samples in time order as in memory). Each chunk is one Parquet row group
+(``pyarrow.parquet.ParquetWriter``).
 
 Files are written as ``.NAME.parquet.partial`` and renamed to ``NAME.parquet`` only by :meth:`ResultStream.close`
 after the last row group and the footer are written; :meth:`ResultStream.abort` (a failed run) deletes them, so a

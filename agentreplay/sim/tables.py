@@ -12,8 +12,8 @@ bytes. ``tests/sim/test_tables.py`` holds both to that. The Arrow arrays are bui
 from __future__ import annotations
 
 import json
-from itertools import chain
 from importlib import metadata
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
