@@ -20,6 +20,26 @@ class ProgramInfo:
     affinity_breaks: int = 0  #: calls sent to another instance than the previous call's
     priority: int = 0  #: its priority class's rank, 0 = most urgent (agentreplay.sim.admission_config.CLASSES)
 
+    # written out, not left to @dataclass: mypyc compiles this one; the dataclass-generated __init__ runs
+    # interpreted (tests/sim/test_native.py checks it against the fields)
+    def __init__(
+        self,
+        arrival_s: float,
+        service_tokens: int = 0,
+        home: int = -1,
+        prefix_key: Any = None,
+        prefix_tokens: int = 0,
+        affinity_breaks: int = 0,
+        priority: int = 0,
+    ) -> None:
+        self.arrival_s = arrival_s
+        self.service_tokens = service_tokens
+        self.home = home
+        self.prefix_key = prefix_key
+        self.prefix_tokens = prefix_tokens
+        self.affinity_breaks = affinity_breaks
+        self.priority = priority
+
 
 @dataclass(slots=True, eq=False)
 class Request:
@@ -86,3 +106,89 @@ class Request:
     def is_decoding(self) -> bool:
         """True when the next iteration computes exactly the last emitted token."""
         return self.generated > 0 and self.computed == self.prompt + self.generated - 1
+
+    # written out, not left to @dataclass: mypyc compiles this one; the dataclass-generated __init__ runs
+    # interpreted (tests/sim/test_native.py checks it against the fields)
+    def __init__(
+        self,
+        turn: int,
+        program: int,
+        turn_idx: int,
+        prompt: int,
+        target_out: int,
+        reuse: int,
+        pfx: Segment | None,
+        prog: Segment,
+        base: int,
+        release_s: float,
+        info: ProgramInfo | None = None,
+        chain: list[Segment] | None = None,
+        chain_ids: tuple[int, ...] = (),
+        chain_ends: tuple[int, ...] = (),
+        tool_class: str = "other",
+        last: bool = False,
+        next_gap_s: float = 0.0,
+        instance: int = -1,
+        pinned: bool = False,
+        migrate_from: int = -1,
+        loading: bool = False,
+        held: bool = False,
+        computed: int = 0,
+        generated: int = 0,
+        partial: int = 0,
+        admitted: bool = False,
+        first_sched_s: float = -1.0,
+        first_token_s: float = -1.0,
+        finish_s: float = -1.0,
+        cached_tokens: int = 0,
+        cached_prefix_tokens: int = 0,
+        recomputed_tokens: int = 0,
+        reloaded_tokens: dict[str, int] | None = None,
+        preemptions: int = 0,
+        run_seq: int = -1,
+        lazy: bool = False,
+        c_off: int = 0,
+        g_off: int = 0,
+        gpu_s: float = 0.0,
+        gpu_mark: float = 0.0,
+    ) -> None:
+        self.turn = turn
+        self.program = program
+        self.turn_idx = turn_idx
+        self.prompt = prompt
+        self.target_out = target_out
+        self.reuse = reuse
+        self.pfx = pfx
+        self.prog = prog
+        self.base = base
+        self.release_s = release_s
+        self.info = ProgramInfo(0.0) if info is None else info
+        self.chain = [] if chain is None else chain
+        self.chain_ids = chain_ids
+        self.chain_ends = chain_ends
+        self.tool_class = tool_class
+        self.last = last
+        self.next_gap_s = next_gap_s
+        self.instance = instance
+        self.pinned = pinned
+        self.migrate_from = migrate_from
+        self.loading = loading
+        self.held = held
+        self.computed = computed
+        self.generated = generated
+        self.partial = partial
+        self.admitted = admitted
+        self.first_sched_s = first_sched_s
+        self.first_token_s = first_token_s
+        self.finish_s = finish_s
+        self.cached_tokens = cached_tokens
+        self.cached_prefix_tokens = cached_prefix_tokens
+        self.recomputed_tokens = recomputed_tokens
+        self.reloaded_tokens = {} if reloaded_tokens is None else reloaded_tokens
+        self.preemptions = preemptions
+        self.run_seq = run_seq
+        self.lazy = lazy
+        self.c_off = c_off
+        self.g_off = g_off
+        self.gpu_s = gpu_s
+        self.gpu_mark = gpu_mark

@@ -30,6 +30,11 @@ class Decision:
     reason: str = ""
 
 
+#: the decisions of the stateless policies, made once (a Decision is immutable; one is asked for every call)
+_RELEASE = Decision("release")
+_DROP = Decision("drop")
+
+
 @dataclass(slots=True)
 class ToolStats:
     """Observed tool durations per class. ``observe`` is O(1) (a simulation records millions); the sorted copy a
@@ -128,7 +133,7 @@ class Lru(_Stateless):
     name = "lru"
 
     def decide(self, r: Request, ctx: GapContext) -> Decision:
-        return Decision("release")
+        return _RELEASE
 
 
 class Evict(_Stateless):
@@ -137,7 +142,7 @@ class Evict(_Stateless):
     name = "evict"
 
     def decide(self, r: Request, ctx: GapContext) -> Decision:
-        return Decision("drop")
+        return _DROP
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,20 @@ class Run:
     prev: Run | None = None
     next: Run | None = None
 
+    # written out, not left to @dataclass: mypyc compiles this one; the dataclass-generated __init__ runs
+    # interpreted (tests/sim/test_native.py checks it against the fields)
+    def __init__(
+        self,
+        count: int,
+        seg: Segment | None,
+        prev: Run | None = None,
+        next: Run | None = None,
+    ) -> None:
+        self.count = count
+        self.seg = seg
+        self.prev = prev
+        self.next = next
+
 
 @dataclass(slots=True, eq=False)
 class Segment:
@@ -58,6 +72,24 @@ class Segment:
     #: blocks cut off by a touch while earlier references (a pin, an offload write, requests on the shared
     #: prefix) still held them; no longer part of the segment, they go to the queue at the next release
     held_stale: int = 0
+
+    # written out, not left to @dataclass: mypyc compiles this one; the dataclass-generated __init__ runs
+    # interpreted (tests/sim/test_native.py checks it against the fields)
+    def __init__(
+        self,
+        key: Hashable,
+        base: int,
+        present: int,
+        ref: int = 0,
+        run: Run | None = None,
+        held_stale: int = 0,
+    ) -> None:
+        self.key = key
+        self.base = base
+        self.present = present
+        self.ref = ref
+        self.run = run
+        self.held_stale = held_stale
 
     @property
     def cached_blocks(self) -> int:

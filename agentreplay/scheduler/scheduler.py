@@ -61,6 +61,26 @@ class StepPlan:
     loading: list[Request] = field(default_factory=list)  #: admitted to load their KV first (they stay waiting)
     stop: StopReason = "empty"
 
+    # written out, not left to @dataclass: mypyc compiles this one; the dataclass-generated __init__ runs
+    # interpreted (tests/sim/test_native.py checks it against the fields)
+    def __init__(
+        self,
+        prefill: list[tuple[Request, int, int]] | None = None,
+        decode: list[Request] | None = None,
+        cohort: int = 0,
+        preempted: list[Request] | None = None,
+        admitted: list[Request] | None = None,
+        loading: list[Request] | None = None,
+        stop: StopReason = "empty",
+    ) -> None:
+        self.prefill = [] if prefill is None else prefill
+        self.decode = [] if decode is None else decode
+        self.cohort = cohort
+        self.preempted = [] if preempted is None else preempted
+        self.admitted = [] if admitted is None else admitted
+        self.loading = [] if loading is None else loading
+        self.stop = stop
+
     @property
     def empty(self) -> bool:
         return not self.prefill and not self.decode and not self.cohort

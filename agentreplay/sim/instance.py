@@ -53,6 +53,28 @@ class _Run:
     allocated: int = 1  #: steps whose KV blocks are allocated (the first step's by the scheduler)
     _ends: list[float] | np.ndarray | None = None  # completion time of every step, computed once per run
 
+    # written out, not left to @dataclass: mypyc compiles this one; the dataclass-generated __init__ runs
+    # interpreted (tests/sim/test_native.py checks it against the fields)
+    def __init__(
+        self,
+        t0: float,
+        n: int,
+        sum_ctx: int,
+        steps: int,
+        a: float,
+        c: float,
+        allocated: int = 1,
+        _ends: list[float] | np.ndarray | None = None,
+    ) -> None:
+        self.t0 = t0
+        self.n = n
+        self.sum_ctx = sum_ctx
+        self.steps = steps
+        self.a = a
+        self.c = c
+        self.allocated = allocated
+        self._ends = _ends
+
     def _all_ends(self) -> list[float] | np.ndarray:
         """Step completion times, summed one step at a time in order (``np.add.accumulate`` is sequential),
         so they are bit-identical to single decode steps priced as ``a + c * sum_ctx``. Short runs sum in a

@@ -114,3 +114,77 @@ def test_an_unreadable_manifest_names_the_file(tmp_path: Path) -> None:
     (pkg / _native.MANIFEST_NAME).write_text("{not json")
     with pytest.raises(_native.StaleNativeModuleError, match=_native.MANIFEST_NAME):
         _native.check(pkg)
+
+
+#: hot-path dataclasses whose ``__init__`` is written out (mypyc compiles it; the generated one runs interpreted)
+def _written_out_inits():
+    from agentreplay.kv.segment_pool import Run, Segment
+    from agentreplay.request import ProgramInfo, Request
+    from agentreplay.scheduler.scheduler import StepPlan
+    from agentreplay.sim.instance import _Run
+
+    return [Request, ProgramInfo, StepPlan, _Run, Run, Segment]
+
+
+def _annotations(cls) -> dict[str, str]:
+    """The class's field annotations as written in its source (the compiled build keeps only simplified types)."""
+    import ast
+
+    source = ROOT / (cls.__module__.replace(".", "/") + ".py")
+    tree = ast.parse(source.read_text())
+    node = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
+    return {
+        s.target.id: ast.unparse(s.annotation)
+        for s in node.body
+        if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+    }
+
+
+def _value(annotation: str, i: int):
+    """A value of the field's declared type, distinct per field (the compiled build checks types)."""
+    from agentreplay.kv.segment_pool import Run, Segment
+    from agentreplay.request import ProgramInfo
+
+    simple = {"int": 1000 + i, "float": 0.25 + i, "bool": True, "str": f"s{i}", "StopReason": "max_seqs"}
+    if annotation in simple:
+        return simple[annotation]
+    if annotation.startswith("tuple"):
+        return (i,)
+    if annotation.startswith(("Segment", "list[Segment]")):
+        seg = Segment(("k", i), 0, 0)
+        return [seg] if annotation.startswith("list") else seg
+    if annotation.startswith("list"):
+        return [0.5 + i]
+    kinds = {"Run | None": Run(1, None), "ProgramInfo": ProgramInfo(1.0 + i), "dict[str, int]": {"dram": i}}
+    return kinds.get(annotation, ("h", i))  # Any, Hashable
+
+
+@pytest.mark.parametrize("cls", _written_out_inits(), ids=lambda c: c.__name__)
+def test_a_written_out_init_sets_every_field_as_the_dataclass_would(cls) -> None:
+    """Given only the required fields, every other field takes its declared default (a fresh object for a
+    default factory, never shared between instances); given every field by keyword, each keeps its value."""
+    import dataclasses
+
+    fields = dataclasses.fields(cls)
+    ann = _annotations(cls)
+    required = {
+        f.name: _value(ann[f.name], k)
+        for k, f in enumerate(fields)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    a, b = cls(**required), cls(**required)
+    for f in fields:
+        if f.default is not dataclasses.MISSING:
+            assert getattr(a, f.name) == f.default, f.name
+        elif f.default_factory is not dataclasses.MISSING:
+            want, got = f.default_factory(), getattr(a, f.name)
+            assert type(got) is type(want), f.name
+            if dataclasses.is_dataclass(want):
+                assert dataclasses.astuple(got) == dataclasses.astuple(want), f.name
+            else:
+                assert got == want, f.name
+            assert got is not getattr(b, f.name), f"{f.name}: one default object shared by two instances"
+    given = {f.name: _value(ann[f.name], k) for k, f in enumerate(fields)}
+    c = cls(**given)
+    for f in fields:
+        assert getattr(c, f.name) == given[f.name], f.name
