@@ -455,6 +455,7 @@ def simulate(
         failover.start()
     if sink is not None:
         sink.infos, sink.pools, sink.samples = orch.infos, [inst.pool for inst in instances], rec.samples
+        sink.home_pools = disagg is None
     try:
         with frozen_heap():
             orch.start()

@@ -93,6 +93,10 @@ class ResultStream:
         #: segments are forgotten once their blocks are evicted (:meth:`_forget_segments`)
         self.pools: list[Any] = []
         self._finished_segments: list[tuple[dict[Any, Any], tuple[str, int], Any]] = []
+        #: a program's history segments are in the pools of the instances it was routed to (ProgramInfo.home and
+        #: affinity_breaks tell which), so a program never moved has one only at home; False when other pools
+        #: also hold them (disaggregated serving's decode pools): every pool is searched
+        self.home_pools = False
         self.rows_written = {name: 0 for name in NAMES}
         #: programs written (1) and the first program not yet written: the turns of the programs before it are
         #: never read again (:func:`release_turns`)
@@ -108,7 +112,7 @@ class ResultStream:
     def program_finished(self, p: int, now: float) -> None:
         rows = self.live_rows.pop(p)
         arrival = self._arrival.pop(p)
-        migrations = 0
+        migrations, info = 0, None
         infos = self.infos
         if infos is not None:
             info = infos[p]
@@ -117,7 +121,10 @@ class ResultStream:
         self._pending.extend(rows)
         self._programs.append((p, arrival, now, migrations))
         key = ("prog", p)
-        for pool in self.pools:
+        pools = self.pools
+        if self.home_pools and migrations == 0 and info is not None and info.home >= 0:
+            pools = [pools[info.home]]  # never routed elsewhere: only its home holds its history segment
+        for pool in pools:
             seg = pool.segments.get(key)
             if seg is not None:
                 self._finished_segments.append((pool.segments, key, seg))

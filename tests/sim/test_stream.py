@@ -220,3 +220,31 @@ def test_the_row_buffer_keeps_pending_then_live_rows_in_order(tmp_path) -> None:
     assert s._pending == [0] and s.live_rows == {7: [1], 8: [2, 3]}
     with pytest.raises(RuntimeError, match="make_room at row 3 of a buffer of 8"):
         s.make_room(3)
+
+
+@pytest.mark.parametrize(
+    "sections",
+    [
+        {"hardware": {"instances": 3}, "router": {"policy": "least-loaded"}},
+        {"disagg": {"enabled": True, "prefill_instances": 1, "decode_instances": 2}},
+    ],
+    ids=["moving programs", "disaggregated"],
+)
+def test_every_evicted_segment_of_a_finished_program_is_forgotten(sections, tmp_path, monkeypatch) -> None:
+    """Programs routed to several instances (least-loaded moves them) or whose history also sits in decode pools
+    (disaggregated): when the stream closes, no finished program's history segment that is evicted and
+    unreferenced is left in any pool, whichever pool it is in."""
+    left: list[tuple[int, tuple]] = []
+    close = stream_mod.ResultStream.close
+
+    def checked_close(self):
+        out = close(self)
+        for i, pool in enumerate(self.pools):
+            left.extend([(i, k) for k, s in pool.segments.items() if k[0] == "prog" and s.run is None and not s.ref])
+        return out
+
+    monkeypatch.setattr(stream_mod.ResultStream, "close", checked_close)
+    cfg = SimConfig().replace(cache={"num_gpu_blocks": 300}, workload={"concurrency": 12}, **sections)
+    res = simulate(TRACE, cfg, stream_to=tmp_path)
+    assert res.summary["programs"] == 12
+    assert left == []
