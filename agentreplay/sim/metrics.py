@@ -257,12 +257,11 @@ def _q(x: np.ndarray) -> dict[str, float]:
     x = x[~np.isnan(x)]
     if len(x) == 0:
         return {"mean": float("nan"), "p50": float("nan"), "p90": float("nan"), "p99": float("nan")}
-    return {
-        "mean": float(x.mean()),
-        "p50": float(np.quantile(x, 0.5)),
-        "p90": float(np.quantile(x, 0.9)),
-        "p99": float(np.quantile(x, 0.99)),
-    }
+    mean = float(x.mean())
+    # one partition of x (a copy already) for the three quantiles, in place: the same values as three calls,
+    # without three more copies of a column (40 M turns: 320 MB each)
+    p50, p90, p99 = np.quantile(x, [0.5, 0.9, 0.99], overwrite_input=True).tolist()
+    return {"mean": mean, "p50": p50, "p90": p90, "p99": p99}
 
 
 def summarize(turns: pd.DataFrame, programs: pd.DataFrame) -> dict[str, Any]:

@@ -319,7 +319,16 @@ class _FileFrame:
         return len(self.pos)
 
     def __getitem__(self, name: str) -> np.ndarray:
-        col = pq.read_table(self.path, columns=[name]).column(name).to_numpy()
-        out = np.empty_like(col)
-        out[self.pos] = col
+        """The column, one row group at a time into its place (a whole column read at once would hold it
+        twice more: Arrow's chunks and their concatenation)."""
+        f = pq.ParquetFile(self.path)
+        out: np.ndarray | None = None
+        at = 0
+        for g in range(f.num_row_groups):
+            chunk = f.read_row_group(g, columns=[name]).column(0).to_numpy()
+            if out is None:
+                out = np.empty(len(self.pos), dtype=chunk.dtype)
+            out[self.pos[at : at + len(chunk)]] = chunk
+            at += len(chunk)
+        assert out is not None and at == len(self.pos), f"{self.path}: {at} rows read, {len(self.pos)} expected"
         return out.view(tables._Column)
