@@ -130,14 +130,15 @@ def _up(instances: Sequence[InstanceView], i: int) -> int:
     return i
 
 
-def _load(inst: InstanceView, metric: str) -> int:
-    return inst.outstanding() if metric == "requests" else inst.outstanding_tokens()
-
-
 def least_loaded(instances: Sequence[InstanceView], metric: str = "requests") -> int:
     """Index of the instance with the least load among those ``up``; ties to the lowest index (deterministic)."""
-    loads = [_load(inst, metric) if inst.up else _DOWN for inst in instances]
-    return loads.index(min(loads))
+    tokens = metric != "requests"
+    best, at = _DOWN + 1, 0
+    for i, inst in enumerate(instances):  # (one pass, no list: every call of a busy fleet routes through here)
+        load = _DOWN if not inst.up else inst.outstanding_tokens() if tokens else inst.outstanding()
+        if load < best:
+            best, at = load, i
+    return at
 
 
 class RoundRobin:
