@@ -287,18 +287,22 @@ def test_tool_stats_quantiles_equal_a_sorted_list(events) -> None:
             seen[key].append(x)
 
 
+@settings(max_examples=40, deadline=None)
 @given(
-    loads=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 900), st.booleans()), min_size=1, max_size=8),
+    loads=st.lists(st.tuples(st.integers(0, 4), st.integers(1, 900), st.booleans()), min_size=1, max_size=6),
     metric=st.sampled_from(["requests", "tokens"]),
 )
 def test_least_loaded_picks_the_first_least_loaded_up_instance(loads, metric) -> None:
     """The lowest load among instances that are up, ties to the lowest index; with none up, instance 0."""
-    from types import SimpleNamespace
-
     from agentreplay.router.policies import least_loaded
+    from tests.sim.test_failover import _instance, _request
 
-    views = [SimpleNamespace(up=up, outstanding=lambda n=n: n, outstanding_tokens=lambda t=t: t) for n, t, up in loads]
-    up = [i for i, (_, _, u) in enumerate(loads) if u]
-    key = 0 if metric == "requests" else 1
-    want = min(up, key=lambda i: (loads[i][key], i)) if up else 0
+    views = []
+    for waiting, prompt, up in loads:
+        inst = _instance(0, up)
+        inst.sched.waiting.extend(_request(100 + k, prompt=prompt) for k in range(waiting))
+        views.append(inst)
+    load = [v.outstanding() if metric == "requests" else v.outstanding_tokens() for v in views]
+    up = [i for i, v in enumerate(views) if v.up]
+    want = min(up, key=lambda i: (load[i], i)) if up else 0
     assert least_loaded(views, metric) == want
