@@ -43,7 +43,8 @@ SAMPLE_ROWS = 65_536
 
 NAMES = ("turns", "programs", "instances")
 #: the turn-row buffer's columns, in the order the Recorder writes them (sim/metrics.py Recorder.record_turn,
-#: streaming branch): the Recorder's attribute each fills (its in-memory array of the same dtype) and the dtype
+#: streaming branch): each one's name in a chunk's recorder namespace (:meth:`ResultStream._flush`: the in-memory
+#: Recorder's array of the same name and dtype; the three reload sources go to ``turn_reloaded``) and its dtype
 BUFFER: tuple[tuple[str, type], ...] = (
     ("turn", np.int64),
     ("turn_instance", np.int32),
