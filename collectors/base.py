@@ -99,6 +99,26 @@ def per_file(paths: Iterable[Path], parse: Callable[[Path], T], skips: list[Skip
             skips.append(Skip(str(p), f"{type(exc).__name__}: {exc}"))
 
 
+#: a turn row's fields that sources often do not record: None, not NaN (which :func:`frames` gives an absent key)
+TURN_UNRECORDED: dict[str, object] = dict.fromkeys(
+    (
+        "provider_cached_tokens",
+        "reasoning_tokens",
+        "tool_name",
+        "tool_duration_s",
+        "tool_duration_kind",
+        "llm_latency_s",
+        "t_request_s",
+        "t_response_s",
+    )
+)
+
+
+def turn_row(**fields: object) -> dict:
+    """A turn row: the given fields, and None for the :data:`TURN_UNRECORDED` ones not given."""
+    return {**TURN_UNRECORDED, **fields}
+
+
 def frames(programs: list[dict], turns: list[dict], tool_calls: list[dict] | None = None) -> Trace:
     """Build a :class:`Trace` from row dicts, with canonical column order and dtypes."""
 

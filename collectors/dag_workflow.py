@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collectors.base import BadInput, CollectResult, frames, per_file
+from collectors.base import BadInput, CollectResult, frames, per_file, turn_row
 from collectors.requests import as_int, as_time, detects, files, jsonl_objects, recogniser, require
 
 FIELDS = ("workflow_id", "nodes", "edges")
@@ -158,23 +158,15 @@ def parse_workflow(obj: dict, line: int) -> tuple[list[dict], list[dict]]:
 
 
 def _turn(pid: str, t: int, inp: int, out: int, reused: int) -> dict:
-    return {
-        "program_id": pid,
-        "turn_idx": t,
-        "input_tokens": inp,
-        "output_tokens": out,
-        "reused_tokens": reused,
-        "provider_cached_tokens": None,
-        "reasoning_tokens": None,
-        "tokens_kind": "exact",
-        "tool_class": "other",
-        "tool_name": None,
-        "tool_duration_s": None,
-        "tool_duration_kind": None,
-        "llm_latency_s": None,
-        "t_request_s": None,
-        "t_response_s": None,
-    }
+    return turn_row(
+        program_id=pid,
+        turn_idx=t,
+        input_tokens=inp,
+        output_tokens=out,
+        reused_tokens=reused,
+        tokens_kind="exact",
+        tool_class="other",
+    )
 
 
 def parse_file(path: Path) -> tuple[list[dict], list[dict]]:

@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from agentreplay.trace.taxonomy import classify_command
-from collectors.base import BadInput, CollectResult, Skip, frames, per_file
+from collectors.base import BadInput, CollectResult, Skip, frames, per_file, turn_row
 from collectors.gaps import estimate_tool_durations, fit_seconds_per_token, program_gaps
 from collectors.tokens import estimate_tokens
 
@@ -204,22 +204,16 @@ class LMCacheCollector:
             cmd = bash_command(r.output)
             words = cmd.split() if cmd else []
             rows.append(
-                {
-                    "turn_idx": i,
-                    "input_tokens": inp,
-                    "output_tokens": estimate_tokens(r.output),
-                    "reused_tokens": reused,
-                    "provider_cached_tokens": None,
-                    "reasoning_tokens": None,
-                    "tokens_kind": "estimated",
-                    "tool_class": classify_command(cmd),
-                    "tool_name": words[0] if words else None,
-                    "tool_duration_s": None,
-                    "tool_duration_kind": None,
-                    "llm_latency_s": None,
-                    "t_request_s": (r.timestamp - t0) / 1e6,
-                    "t_response_s": None,
-                }
+                turn_row(
+                    turn_idx=i,
+                    input_tokens=inp,
+                    output_tokens=estimate_tokens(r.output),
+                    reused_tokens=reused,
+                    tokens_kind="estimated",
+                    tool_class=classify_command(cmd),
+                    tool_name=words[0] if words else None,
+                    t_request_s=(r.timestamp - t0) / 1e6,
+                )
             )
             prev = r.input
         return rows, ratios

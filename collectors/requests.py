@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from collectors.base import BadInput, CollectResult, Skip, frames, per_file
+from collectors.base import BadInput, CollectResult, Skip, frames, per_file, turn_row
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,25 +196,18 @@ def collect_requests(
                 }
             )
             turns.append(
-                {
-                    "program_id": pid,
-                    "turn_idx": 0,
-                    "input_tokens": r.input_tokens,
-                    "output_tokens": r.output_tokens,
-                    "reused_tokens": 0,
-                    "provider_cached_tokens": None,
-                    "reasoning_tokens": None,
-                    "tokens_kind": "exact",
-                    "tool_class": "other",
-                    "tool_name": None,
-                    "tool_duration_s": None,
-                    "tool_duration_kind": None,
-                    "llm_latency_s": None,
-                    "t_request_s": t,
-                    "t_response_s": None,
-                    "prefix_hash_ids": r.hash_ids,
-                    "hash_block_tokens": r.hash_block_tokens,
-                }
+                turn_row(
+                    program_id=pid,
+                    turn_idx=0,
+                    input_tokens=r.input_tokens,
+                    output_tokens=r.output_tokens,
+                    reused_tokens=0,
+                    tokens_kind="exact",
+                    tool_class="other",
+                    t_request_s=t,
+                    prefix_hash_ids=r.hash_ids,
+                    hash_block_tokens=r.hash_block_tokens,
+                )
             )
     n = len(turns)
     span = max(t["t_request_s"] for t in turns)

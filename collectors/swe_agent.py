@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentreplay.trace.taxonomy import PRIORITY, classify_command, classify_tool
-from collectors.base import BadInput, CollectResult, Skip, frames, per_file
+from collectors.base import BadInput, CollectResult, Skip, frames, per_file, turn_row
 from collectors.tokens import estimate_tokens
 
 _SWE_TOOLS = frozenset(
@@ -201,22 +201,17 @@ def _is_prefix(a: list[dict], b: list[dict]) -> bool:
 
 
 def _turn(i: int, inp: int, out: int, reused: int, cls: str, name: str | None, dur: float | None) -> dict:
-    return {
-        "turn_idx": i,
-        "input_tokens": inp,
-        "output_tokens": out,
-        "reused_tokens": reused,
-        "provider_cached_tokens": None,
-        "reasoning_tokens": None,
-        "tokens_kind": "estimated",
-        "tool_class": cls,
-        "tool_name": name,
-        "tool_duration_s": dur,
-        "tool_duration_kind": None if dur is None else "measured",
-        "llm_latency_s": None,
-        "t_request_s": None,
-        "t_response_s": None,
-    }
+    return turn_row(
+        turn_idx=i,
+        input_tokens=inp,
+        output_tokens=out,
+        reused_tokens=reused,
+        tokens_kind="estimated",
+        tool_class=cls,
+        tool_name=name,
+        tool_duration_s=dur,
+        tool_duration_kind=None if dur is None else "measured",
+    )
 
 
 def _call(call_idx: int, turn_idx: int, name: str | None, cls: str, dur: float) -> dict:
