@@ -1,9 +1,14 @@
 """The discrete-event engine: one simulated clock and one event heap (SimPy-style, STYLE.md).
 
-Events are kept as ``(time_s, phase, seq, event)``. ``phase`` orders simultaneous events: engine outputs
-first, then releases/arrivals, then scheduling decisions, so a scheduler running at time t sees every
-request that arrived at t. ``seq`` is a per-engine counter: ties are resolved in scheduling order, never by
-object identity. Nothing here reads the host clock.
+Events are ordered by ``(time_s, phase, seq)``. ``phase`` orders simultaneous events: engine outputs first,
+then releases/arrivals, then scheduling decisions, so a scheduler running at time t sees every request that
+arrived at t. ``seq`` is a per-engine counter: ties are resolved in scheduling order, never by object identity.
+Nothing here reads the host clock.
+
+The heap holds the :class:`Event` objects themselves, ordered by ``(time_s, key)`` with ``key = phase * 2**48 +
+seq`` (the same order as ``(time_s, phase, seq)`` while seq < 2**48); push and pop are :mod:`heapq`'s algorithms
+written out here so that, compiled, a comparison reads two doubles and two ints instead of comparing tuples of
+Python objects (tests/test_engine.py checks the order against ``heapq`` on tuples).
 
 Cancellation is the one mechanism for an event that became stale (a truncated decode run's completion, a pin
 released before its TTL, a link completion superseded by a new transfer): :meth:`Engine.at` returns the
@@ -14,7 +19,6 @@ any other: the count is the number of events scheduled and due, which the summar
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -29,17 +33,68 @@ PHASE_SCHEDULE: Final = 2
 class Event:
     """A scheduled ``handler(arg)``; :meth:`cancel` makes the engine skip it."""
 
-    __slots__ = ("arg", "cancelled", "handler", "time_s")
+    __slots__ = ("arg", "cancelled", "handler", "key", "time_s")
 
-    def __init__(self, time_s: float, handler: Callable[[Any], None], arg: Any) -> None:
+    def __init__(self, time_s: float, handler: Callable[[Any], None], arg: Any, key: int = 0) -> None:
         self.time_s = time_s
         self.handler = handler
         self.arg = arg
         self.cancelled = False
+        self.key = key  #: phase * 2**48 + seq: the order among events at the same time
 
     def cancel(self) -> None:
         """The event will not run (cancelling twice, or an event already run, is harmless)."""
         self.cancelled = True
+
+
+_SEQ_BITS: Final = 48  #: seq below 2**48 (about 2.8e14 events) keeps key order = (phase, seq) order
+
+
+def _before(a: Event, b: Event) -> bool:
+    """``a`` is due before ``b``: (time_s, key) order."""
+    return a.time_s < b.time_s or (a.time_s == b.time_s and a.key < b.key)
+
+
+def heap_push(heap: list[Event], ev: Event) -> None:
+    """``heapq.heappush`` (its ``_siftdown``) with :func:`_before` as the order."""
+    heap.append(ev)
+    pos = len(heap) - 1
+    while pos > 0:
+        parent_pos = (pos - 1) >> 1
+        parent = heap[parent_pos]
+        if not _before(ev, parent):
+            break
+        heap[pos] = parent
+        pos = parent_pos
+    heap[pos] = ev
+
+
+def heap_pop(heap: list[Event]) -> Event:
+    """``heapq.heappop`` (its ``_siftup``: down to a leaf along the earlier children, then up) with
+    :func:`_before` as the order."""
+    last = heap.pop()
+    if not heap:
+        return last
+    top = heap[0]
+    end = len(heap)
+    pos = 0
+    child = 1
+    while child < end:
+        right = child + 1
+        if right < end and not _before(heap[child], heap[right]):
+            child = right
+        heap[pos] = heap[child]
+        pos = child
+        child = 2 * pos + 1
+    while pos > 0:
+        parent_pos = (pos - 1) >> 1
+        parent = heap[parent_pos]
+        if not _before(last, parent):
+            break
+        heap[pos] = parent
+        pos = parent_pos
+    heap[pos] = last
+    return top
 
 
 class Engine:
@@ -49,7 +104,7 @@ class Engine:
 
     def __init__(self) -> None:
         self.now: float = 0.0
-        self._heap: list[tuple[float, int, int, Event]] = []
+        self._heap: list[Event] = []
         self._seq = 0
         self.events_processed = 0
 
@@ -58,26 +113,27 @@ class Engine:
         if time_s < self.now:
             raise ValueError(f"event scheduled in the past: {time_s} < now {self.now}")
         self._seq += 1
-        ev = Event(time_s, handler, arg)
-        heapq.heappush(self._heap, (time_s, phase, self._seq, ev))
+        if self._seq >> _SEQ_BITS:
+            raise OverflowError(f"more than 2**{_SEQ_BITS} events scheduled")
+        ev = Event(time_s, handler, arg, (phase << _SEQ_BITS) + self._seq)
+        heap_push(self._heap, ev)
         return ev
 
     def nothing_else_now(self) -> bool:
         """True when no other event is due at ``now``: an event scheduled now would be the next one popped, so
         its handler may as well run at once (same order, one heap push and pop fewer)."""
-        return not self._heap or self._heap[0][0] > self.now
+        return not self._heap or self._heap[0].time_s > self.now
 
     def peek_time(self) -> float | None:
-        return self._heap[0][0] if self._heap else None
+        return self._heap[0].time_s if self._heap else None
 
     def run(self, until_s: float | None = None) -> None:
         heap = self._heap
-        pop = heapq.heappop
         while heap:
-            if until_s is not None and heap[0][0] > until_s:
+            if until_s is not None and heap[0].time_s > until_s:
                 break
-            time_s, _, _, ev = pop(heap)
-            self.now = time_s
+            ev = heap_pop(heap)
+            self.now = ev.time_s
             self.events_processed += 1
             if not ev.cancelled:
                 ev.handler(ev.arg)
