@@ -46,6 +46,7 @@ HOT = [
     "agentreplay/kv/manager.py",
     "agentreplay/kv/tiers.py",
     "agentreplay/perf/model.py",
+    "agentreplay/perf/refined.py",
     "agentreplay/perf/tiles.py",
     "agentreplay/scheduler/queue.py",
     "agentreplay/kv/retention.py",

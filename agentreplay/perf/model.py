@@ -62,7 +62,7 @@ LM head, norms, router and activations stay bf16; attention runs at the bf16 pea
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from mypy_extensions import mypyc_attr
 
@@ -119,6 +119,20 @@ _ATTN_DECODE = OPERATORS.index("attention_decode")
 def _cost(op: tuple[float, float, float], tokens: int) -> float:
     flop_s, weight_s, act_s = op
     return max(tokens * flop_s, weight_s + tokens * act_s)
+
+
+def mixed_pricer(perf: object) -> Callable[[Sequence[PrefillItem], int, int], float] | None:
+    """``perf``'s :meth:`PerfModel.mixed_time_s` when it prices a mixed step exactly as its ``iteration_time_s``
+    would from the decodes' count and sum (a :class:`PerfModel` that does not read each context, and whose class
+    overrides none of the methods ``iteration_time_s`` goes through), else None (the caller then builds the
+    contexts list)."""
+    if not isinstance(perf, PerfModel) or perf.needs_decode_contexts:
+        return None
+    cls = type(perf)
+    for name in ("iteration_time_s", "_priced", "_priced_summary", "_summarise", "mixed_time_s"):
+        if getattr(cls, name) is not getattr(PerfModel, name):
+            return None
+    return perf.mixed_time_s
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # perf.table.RefinedPerfModel refines it
@@ -307,8 +321,16 @@ class PerfModel:
     def _priced(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> tuple[float, ...]:
         """:meth:`_terms` of the iteration, prefill attention in the tile form when it is on: the kernel's
         critical path, never below the chunks' KV traffic (the FLOP form's memory term)."""
-        summary = self._summarise(prefill, decode_ctx)
-        t = self._terms(*summary)
+        return self._priced_summary(prefill, decode_ctx, self._summarise(prefill, decode_ctx))
+
+    def _priced_summary(
+        self,
+        prefill: Sequence[PrefillItem],
+        decode_ctx: Sequence[int],
+        summary: tuple[int, int, int, float, int, int, int, int],
+    ) -> tuple[float, ...]:
+        tokens, emit, seqs, pf_work, pf_prefix, pf_chunk, n_dec, sum_ctx = summary  # (a native call, not *args)
+        t = self._terms(tokens, emit, seqs, pf_work, pf_prefix, pf_chunk, n_dec, sum_ctx)
         if self._tile_s == 0.0 or not prefill:
             return t
         d = self.model.head_dim
@@ -338,6 +360,20 @@ class PerfModel:
         decoding sequence (each decodes one token and emits it).
         """
         return sum(self._priced(prefill, decode_ctx))
+
+    def mixed_time_s(self, prefill: Sequence[PrefillItem], n_dec: int, sum_ctx: int) -> float:
+        """:meth:`iteration_time_s` of ``prefill`` plus ``n_dec`` decodes whose contexts sum to ``sum_ctx``, for a
+        model that reads only their count and sum (``needs_decode_contexts`` false; the simulator calls it then):
+        the same number bit for bit as ``iteration_time_s(prefill, [sum_ctx] + [0] * (n_dec - 1))``, without
+        building that list every mixed step."""
+        if self._one_kernel:
+            raise ValueError("mixed_time_s: this model prices each decode's context (needs_decode_contexts)")
+        empty: tuple[int, ...] = ()
+        if sum_ctx < 0:
+            raise ValueError(f"decode contexts must be >= 0 tokens; their sum is {sum_ctx}")
+        tokens, emit, seqs, pf_work, pf_prefix, pf_chunk, _, _ = self._summarise(prefill, empty)
+        summary = (tokens + n_dec, emit + n_dec, seqs + n_dec, pf_work, pf_prefix, pf_chunk, n_dec, sum_ctx)
+        return sum(self._priced_summary(prefill, empty, summary))
 
     def breakdown(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> dict[str, float]:
         """Seconds per operator (all :data:`OPERATORS`, summed over layers) for the same iteration."""

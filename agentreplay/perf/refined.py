@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from mypy_extensions import mypyc_attr
+
 from agentreplay.perf.catalog import Dtype, Efficiency, GpuSpec, ModelSpec, load_gpu, load_model
 from agentreplay.perf.kernels import KERNELS, PER_FORWARD
 from agentreplay.perf.loaders import load_refinement
@@ -55,6 +57,7 @@ def kernels_s(pm: PerfModel, op: str) -> float:
     return len(KERNELS[op]) * pm.efficiency.kernel_overhead_us * 1e-6
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class RefinedPerfModel(PerfModel):
     """:class:`PerfModel` with the :class:`Refinement` terms (module docstring). Same invariants and API."""
 

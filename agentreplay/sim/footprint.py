@@ -76,18 +76,20 @@ class FootprintSampler:
     def hook(self, inner: Any) -> Any:
         """A sample hook calling ``inner`` (the Recorder's) and then :meth:`sample`."""
 
-        def both(inst: Any) -> None:
-            inner(inst)
-            self.sample(inst)
+        def both(inst: Any) -> float:
+            return min(inner(inst), self.sample(inst))  # (each hook keeps its own interval)
 
         return both
 
-    def sample(self, inst: Any) -> None:
+    def sample(self, inst: Any) -> float:
+        """A footprint row for ``inst``, at most one per ``interval_s``; returns when its next one is due."""
         now = inst.engine.now
-        if now < self._next.get(inst.index, 0.0):
-            return
-        self._next[inst.index] = now + self.interval_s
+        due = self._next.get(inst.index, 0.0)
+        if now < due:
+            return due
+        due = self._next[inst.index] = now + self.interval_s
         self.rows.append((now, inst.index, *split(inst)))
+        return due
 
     def columns(self) -> dict[str, np.ndarray] | None:
         if not self.rows:

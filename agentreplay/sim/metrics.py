@@ -158,16 +158,19 @@ class Recorder:
             return
         self._v_tool[turn] = seconds
 
-    def sample(self, inst: Any) -> None:
-        """Instance time series, at most one sample per ``interval_s`` per instance."""
+    def sample(self, inst: Any) -> float:
+        """Instance time series, at most one sample per ``interval_s`` per instance; returns when this instance's
+        next sample is due (the instance calls again only from then on: ``Instance.sample_due``)."""
         now = inst.engine.now
-        if now < self._next_sample.get(inst.index, 0.0):
-            return
-        self._next_sample[inst.index] = now + self.interval_s
+        due = self._next_sample.get(inst.index, 0.0)
+        if now < due:
+            return due
+        due = self._next_sample[inst.index] = now + self.interval_s
         pool = inst.pool
         self.samples.append(
             (now, inst.index, pool.used_blocks, pool.num_blocks, len(inst.sched.running), len(inst.sched.waiting))
         )
+        return due
 
     # ---- tables --------------------------------------------------------------------------------------------
     def turns_frame(self) -> pd.DataFrame:

@@ -121,9 +121,8 @@ def _written_out_inits():
     from agentreplay.kv.segment_pool import Run, Segment
     from agentreplay.request import ProgramInfo, Request
     from agentreplay.scheduler.scheduler import StepPlan
-    from agentreplay.sim.instance import _Run
 
-    return [Request, ProgramInfo, StepPlan, _Run, Run, Segment]
+    return [Request, ProgramInfo, StepPlan, Run, Segment]
 
 
 def _annotations(cls) -> dict[str, str]:
