@@ -80,7 +80,6 @@ from agentreplay.perf.deploy import (
     custom_ar_link_bytes,
     fused_moe_block_m,
     linear_kernel,
-    padded_tokens,
     padding_table,
 )
 from agentreplay.perf.pricer import IterationPricer, PrefillItem
@@ -116,6 +115,12 @@ _ATTN_PREFILL = OPERATORS.index("attention_prefill")
 _ATTN_DECODE = OPERATORS.index("attention_decode")
 
 
+def _padded(table: list[int], tokens: int) -> int:
+    """:func:`agentreplay.perf.deploy.padded_tokens`, here so that the compiled model calls it natively (the
+    deploy module runs interpreted; a test checks the two agree)."""
+    return table[tokens] if 0 < tokens < len(table) else tokens
+
+
 def _cost(op: tuple[float, float, float], tokens: int) -> float:
     flop_s, weight_s, act_s = op
     return max(tokens * flop_s, weight_s + tokens * act_s)
@@ -129,7 +134,7 @@ def mixed_pricer(perf: object) -> Callable[[Sequence[PrefillItem], int, int], fl
     if not isinstance(perf, PerfModel) or perf.needs_decode_contexts:
         return None
     cls = type(perf)
-    for name in ("iteration_time_s", "_priced", "_priced_summary", "_summarise", "mixed_time_s"):
+    for name in ("iteration_time_s", "_priced", "_priced_summary", "_summarise", "_summarise_prefill", "mixed_time_s"):
         if getattr(cls, name) is not getattr(PerfModel, name):
             return None
     return perf.mixed_time_s
@@ -257,7 +262,7 @@ class PerfModel:
         if tokens == 0:
             return (0.0,) * len(OPERATORS)
         if pf_chunk == 0 or self._graph_mixed:
-            tokens = padded_tokens(self._pad, tokens)  # non-attention kernels run the CUDA graph's padded batch
+            tokens = _padded(self._pad, tokens)  # non-attention kernels run the CUDA graph's padded batch
         n_layers = self._layers
         if self._moe:
             gate_up, down = self._experts(tokens)
@@ -301,6 +306,15 @@ class PerfModel:
     def _summarise(
         self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]
     ) -> tuple[int, int, int, float, int, int, int, int]:
+        pf_work, pf_prefix, pf_chunk, emit = self._summarise_prefill(prefill)
+        n_dec = len(decode_ctx)
+        sum_ctx = sum(decode_ctx)
+        if sum_ctx < 0:
+            raise ValueError(f"decode contexts must be >= 0 tokens; their sum is {sum_ctx}")
+        return pf_chunk + n_dec, emit + n_dec, len(prefill) + n_dec, pf_work, pf_prefix, pf_chunk, n_dec, sum_ctx
+
+    def _summarise_prefill(self, prefill: Sequence[PrefillItem]) -> tuple[float, int, int, int]:
+        """``(sum of chunk * (prefix + chunk / 2), prefix tokens, chunk tokens, chunks that emit)``."""
         pf_work = 0.0
         pf_prefix = pf_chunk = emit = 0
         for item in prefill:
@@ -312,11 +326,7 @@ class PerfModel:
             pf_chunk += chunk
             if len(item) < 3 or item[2]:
                 emit += 1
-        n_dec = len(decode_ctx)
-        sum_ctx = sum(decode_ctx)
-        if sum_ctx < 0:
-            raise ValueError(f"decode contexts must be >= 0 tokens; their sum is {sum_ctx}")
-        return pf_chunk + n_dec, emit + n_dec, len(prefill) + n_dec, pf_work, pf_prefix, pf_chunk, n_dec, sum_ctx
+        return pf_work, pf_prefix, pf_chunk, emit
 
     def _priced(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> tuple[float, ...]:
         """:meth:`_terms` of the iteration, prefill attention in the tile form when it is on: the kernel's
@@ -371,8 +381,8 @@ class PerfModel:
         empty: tuple[int, ...] = ()
         if sum_ctx < 0:
             raise ValueError(f"decode contexts must be >= 0 tokens; their sum is {sum_ctx}")
-        tokens, emit, seqs, pf_work, pf_prefix, pf_chunk, _, _ = self._summarise(prefill, empty)
-        summary = (tokens + n_dec, emit + n_dec, seqs + n_dec, pf_work, pf_prefix, pf_chunk, n_dec, sum_ctx)
+        pf_work, pf_prefix, pf_chunk, emit = self._summarise_prefill(prefill)
+        summary = (pf_chunk + n_dec, emit + n_dec, len(prefill) + n_dec, pf_work, pf_prefix, pf_chunk, n_dec, sum_ctx)
         return sum(self._priced_summary(prefill, empty, summary))
 
     def breakdown(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> dict[str, float]:
@@ -472,7 +482,7 @@ class PerfModel:
         batch with prefill when only decode batches run graphs (``graph_mixed=False``, FULL_DECODE_ONLY)."""
         if not decode_only and not self._graph_mixed:
             return tokens
-        return padded_tokens(self._pad, tokens)
+        return _padded(self._pad, tokens)
 
     def experts_time_s(self, tokens: int, ep: int = 1) -> float:
         """Seconds of one rank's MoE expert work (gate_up, activation, down; all layers) when ``tokens`` tokens

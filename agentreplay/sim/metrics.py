@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agentreplay.request import Request
+from agentreplay.sim.instance import Instance
 from agentreplay.sim.workload import Workload
 
 if TYPE_CHECKING:
@@ -158,7 +159,7 @@ class Recorder:
             return
         self._v_tool[turn] = seconds
 
-    def sample(self, inst: Any) -> float:
+    def sample(self, inst: Instance) -> float:
         """Instance time series, at most one sample per ``interval_s`` per instance; returns when this instance's
         next sample is due (the instance calls again only from then on: ``Instance.sample_due``)."""
         now = inst.engine.now
