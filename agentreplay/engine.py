@@ -5,7 +5,7 @@ then releases/arrivals, then scheduling decisions, so a scheduler running at tim
 arrived at t. ``seq`` is a per-engine counter: ties are resolved in scheduling order, never by object identity.
 Nothing here reads the host clock.
 
-The heap holds the :class:`Event` objects themselves, ordered by ``(time_s, key)`` with ``key = phase * 2**48 +
+The heaps hold the :class:`Event` objects themselves, ordered by ``(time_s, key)`` with ``key = phase * 2**48 +
 seq`` (the same order as ``(time_s, phase, seq)`` while seq < 2**48); push and pop are :mod:`heapq`'s algorithms
 written out here so that, compiled, a comparison reads two doubles and two ints instead of comparing tuples of
 Python objects (tests/test_engine.py checks the order against ``heapq`` on tuples).
@@ -98,13 +98,19 @@ def heap_pop(heap: list[Event]) -> Event:
 
 
 class Engine:
-    """Owns ``now`` and the heap; ``run()`` pops events in (time, phase, seq) order until none are left."""
+    """Owns ``now`` and the heaps; ``run()`` pops events in (time, phase, seq) order until none are left.
 
-    __slots__ = ("_heap", "_seq", "events_processed", "now")
+    Releases (:data:`PHASE_RELEASE`: program arrivals and tool-gap ends, one pending per program in flight) and
+    the instances' events (completions and scheduling, a few per instance) are kept in two heaps, and ``run()``
+    takes the earlier of the two tops: the same order as one heap, while the frequent instance events sift
+    through a heap of tens of events instead of thousands."""
+
+    __slots__ = ("_heap", "_releases", "_seq", "events_processed", "now")
 
     def __init__(self) -> None:
         self.now: float = 0.0
-        self._heap: list[Event] = []
+        self._heap: list[Event] = []  #: completions and scheduling events
+        self._releases: list[Event] = []  #: PHASE_RELEASE events
         self._seq = 0
         self.events_processed = 0
 
@@ -116,23 +122,34 @@ class Engine:
         if self._seq >> _SEQ_BITS:
             raise OverflowError(f"more than 2**{_SEQ_BITS} events scheduled")
         ev = Event(time_s, handler, arg, (phase << _SEQ_BITS) + self._seq)
-        heap_push(self._heap, ev)
+        heap_push(self._releases if phase == PHASE_RELEASE else self._heap, ev)
         return ev
+
+    def _next_heap(self) -> list[Event] | None:
+        """The heap whose top is the next event due, or None when both are empty."""
+        heap, rel = self._heap, self._releases
+        if not heap:
+            return rel if rel else None
+        if rel and _before(rel[0], heap[0]):
+            return rel
+        return heap
 
     def nothing_else_now(self) -> bool:
         """True when no other event is due at ``now``: an event scheduled now would be the next one popped, so
         its handler may as well run at once (same order, one heap push and pop fewer)."""
-        return not self._heap or self._heap[0].time_s > self.now
+        heap, rel, now = self._heap, self._releases, self.now
+        return (not heap or heap[0].time_s > now) and (not rel or rel[0].time_s > now)
 
     def peek_time(self) -> float | None:
-        return self._heap[0].time_s if self._heap else None
+        h = self._next_heap()
+        return h[0].time_s if h is not None else None
 
     def run(self, until_s: float | None = None) -> None:
-        heap = self._heap
-        while heap:
-            if until_s is not None and heap[0].time_s > until_s:
+        while True:
+            h = self._next_heap()
+            if h is None or (until_s is not None and h[0].time_s > until_s):
                 break
-            ev = heap_pop(heap)
+            ev = heap_pop(h)
             self.now = ev.time_s
             self.events_processed += 1
             if not ev.cancelled:

@@ -115,6 +115,52 @@ _ATTN_PREFILL = OPERATORS.index("attention_prefill")
 _ATTN_DECODE = OPERATORS.index("attention_decode")
 
 
+#: One float per operator of :data:`OPERATORS` (17). Written out so that, compiled, :meth:`PerfModel._terms`
+#: returns the seconds unboxed (a C struct) instead of a tuple of 17 Python floats built every step.
+Terms = tuple[
+    float,
+    float,
+    float,
+    float,
+    float,
+    float,
+    float,
+    float,
+    float,
+    float,
+    float,
+    float,
+    float,
+    float,
+    float,
+    float,
+    float,
+]
+
+
+def terms_of(values: Sequence[float]) -> Terms:
+    """The :data:`Terms` of 17 per-operator values (e.g. a list a subclass adjusted)."""
+    if len(values) != len(OPERATORS):
+        raise ValueError(f"{len(values)} operator terms; need {len(OPERATORS)} (OPERATORS)")
+    v = values
+    return (v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13], v[14], v[15], v[16])
+
+
+def total(t: Terms) -> float:
+    """Seconds of an iteration: its terms added one by one in operator order, from 0.0 (what ``sum`` did on
+    Python 3.11; 3.12's ``sum`` compensates rounding, so every price goes through here or :func:`seq_sum`)."""
+    acc = 0.0 + t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7] + t[8]  # (left to right)
+    return acc + t[9] + t[10] + t[11] + t[12] + t[13] + t[14] + t[15] + t[16]
+
+
+def seq_sum(values: Sequence[float]) -> float:
+    """:func:`total` of a sequence of terms (the same additions in the same order)."""
+    acc = 0.0
+    for v in values:
+        acc += v
+    return acc
+
+
 def _padded(table: list[int], tokens: int) -> int:
     """:func:`agentreplay.perf.deploy.padded_tokens`, here so that the compiled model calls it natively (the
     deploy module runs interpreted; a test checks the two agree)."""
@@ -257,10 +303,10 @@ class PerfModel:
         pf_chunk: int,
         n_dec: int,
         sum_ctx: int,
-    ) -> tuple[float, ...]:
+    ) -> Terms:
         """Seconds per operator, in :data:`OPERATORS` order. ``pf_work`` = sum(chunk * (prefix + chunk/2))."""
         if tokens == 0:
-            return (0.0,) * len(OPERATORS)
+            return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         if pf_chunk == 0 or self._graph_mixed:
             tokens = _padded(self._pad, tokens)  # non-attention kernels run the CUDA graph's padded batch
         n_layers = self._layers
@@ -369,21 +415,24 @@ class PerfModel:
         emits a token when it completes its prompt. ``decode_ctx``: tokens already in the KV cache for each
         decoding sequence (each decodes one token and emits it).
         """
-        return sum(self._priced(prefill, decode_ctx))
+        return seq_sum(self._priced(prefill, decode_ctx))
 
     def mixed_time_s(self, prefill: Sequence[PrefillItem], n_dec: int, sum_ctx: int) -> float:
         """:meth:`iteration_time_s` of ``prefill`` plus ``n_dec`` decodes whose contexts sum to ``sum_ctx``, for a
         model that reads only their count and sum (``needs_decode_contexts`` false; the simulator calls it then):
         the same number bit for bit as ``iteration_time_s(prefill, [sum_ctx] + [0] * (n_dec - 1))``, without
-        building that list every mixed step."""
+        building that list, or boxing the terms, every mixed step."""
         if self._one_kernel:
             raise ValueError("mixed_time_s: this model prices each decode's context (needs_decode_contexts)")
-        empty: tuple[int, ...] = ()
         if sum_ctx < 0:
             raise ValueError(f"decode contexts must be >= 0 tokens; their sum is {sum_ctx}")
         pf_work, pf_prefix, pf_chunk, emit = self._summarise_prefill(prefill)
-        summary = (pf_chunk + n_dec, emit + n_dec, len(prefill) + n_dec, pf_work, pf_prefix, pf_chunk, n_dec, sum_ctx)
-        return sum(self._priced_summary(prefill, empty, summary))
+        tokens, emit, seqs = pf_chunk + n_dec, emit + n_dec, len(prefill) + n_dec
+        if self._tile_s == 0.0 or not prefill:  # (_priced_summary's terms as they are)
+            return total(self._terms(tokens, emit, seqs, pf_work, pf_prefix, pf_chunk, n_dec, sum_ctx))
+        empty: tuple[int, ...] = ()
+        summary = (tokens, emit, seqs, pf_work, pf_prefix, pf_chunk, n_dec, sum_ctx)
+        return seq_sum(self._priced_summary(prefill, empty, summary))
 
     def breakdown(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> dict[str, float]:
         """Seconds per operator (all :data:`OPERATORS`, summed over layers) for the same iteration."""
@@ -403,7 +452,7 @@ class PerfModel:
         (depends on the contexts only through their sum)."""
         if n_seqs < 0 or sum_ctx < 0:
             raise ValueError(f"n_seqs={n_seqs} and sum_ctx={sum_ctx} must be >= 0")
-        return sum(self._terms(n_seqs, n_seqs, n_seqs, 0.0, 0, 0, n_seqs, sum_ctx))
+        return total(self._terms(n_seqs, n_seqs, n_seqs, 0.0, 0, 0, n_seqs, sum_ctx))
 
     def decode_steps_time_s(self, n_seqs: int, sum_ctx: int, k: int) -> float:
         """Seconds for ``k`` consecutive decode-only iterations of ``n_seqs`` sequences, the first with context

@@ -37,7 +37,7 @@ from mypy_extensions import mypyc_attr
 from agentreplay.perf.catalog import Dtype, Efficiency, GpuSpec, ModelSpec, load_gpu, load_model
 from agentreplay.perf.kernels import KERNELS, PER_FORWARD
 from agentreplay.perf.loaders import load_refinement
-from agentreplay.perf.model import OPERATORS, PerfModel
+from agentreplay.perf.model import OPERATORS, PerfModel, Terms, terms_of
 from agentreplay.perf.refinement import Refinement
 
 _IDX: Final = {op: i for i, op in enumerate(OPERATORS)}
@@ -133,10 +133,10 @@ class RefinedPerfModel(PerfModel):
 
     def _terms(
         self, tokens: int, emit: int, seqs: int, pf_work: float, pf_prefix: int, pf_chunk: int, n_dec: int, sum_ctx: int
-    ) -> tuple[float, ...]:
+    ) -> Terms:
         t = list(super()._terms(tokens, emit, seqs, pf_work, pf_prefix, pf_chunk, n_dec, sum_ctx))
         if tokens == 0:
-            return tuple(t)
+            return terms_of(t)
         tokens = self.padded_tokens(tokens, pf_chunk == 0)  # as PerfModel._terms: CUDA-graph padding
         n_layers = self._layers
         if n_dec and self._dec_fixed_s:
@@ -163,7 +163,7 @@ class RefinedPerfModel(PerfModel):
         t[_IDX["kernel_overhead"]] = (
             n_layers * self._kernel_layer_s + self._kernel_fwd_s + (self._kernel_emit_s if emit else 0.0)
         )
-        return tuple(t)
+        return terms_of(t)
 
     def __repr__(self) -> str:
         return f"Refined{super().__repr__()}"

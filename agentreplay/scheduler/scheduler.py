@@ -167,7 +167,6 @@ class Scheduler:
     # ---- the step ------------------------------------------------------------------------------------------
     def schedule(self, now: float = 0.0) -> StepPlan:
         self.now = now
-        plan = StepPlan()
         budget = self.max_num_batched_tokens
         kv, bs = self.kv, self.bs
         running = self.running
@@ -199,10 +198,11 @@ class Scheduler:
             if need <= kv.free_blocks:
                 if need:
                     kv.allocate(need)
-                plan.prefill, plan.decode, plan.cohort = prefill, decode, n_dec
+                plan = StepPlan(prefill, decode, n_dec)
                 plan.stop = self._admit(plan, left)
                 return self._logged(plan)
         # General path (vLLM's loop, with preemption): every request is handled one by one.
+        plan = StepPlan()
         if n_dec:
             co.dissolve(running)
         i = 0
