@@ -107,6 +107,29 @@ class DecodeCohort:
             total += cross[-(t0 + j) % bs]
         return total
 
+    def steps_within(self, first: int, free: int, limit: int) -> int:
+        """The most steps ``s <= limit`` after the next ``first`` ones whose blocks fit ``free`` blocks, i.e. the
+        largest ``s`` with ``crossings(first, s) <= free`` (members unchanged). Every ``bs`` consecutive steps
+        allocate exactly ``n`` blocks (each member crosses once), so whole cycles are counted at once and at most
+        one cycle is walked."""
+        n, bs, cross = self.n, self.bs, self.cross
+        if not n or limit <= 0:
+            return max(limit, 0)
+        cycles = free // n
+        s = cycles * bs
+        if s >= limit:
+            return limit
+        left = free - cycles * n
+        t = self.tick + first + s
+        while s < limit:
+            c = cross[-t % bs]
+            if c > left:
+                break
+            left -= c
+            s += 1
+            t += 1
+        return s
+
     def steps_to_finish(self) -> int:
         """Steps until the first member emits its last token (that step included); members must exist."""
         return self.heap[0][0] - self.tick

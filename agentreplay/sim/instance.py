@@ -259,6 +259,7 @@ class Instance(InstanceView):
         plan = self.sched.schedule(self.engine.now)
         self.stats.preemptions += len(plan.preempted)
         if plan.empty:
+            self.sched.recycle(plan)
             if self.sched.unstall():
                 self._wake()
             return None
@@ -274,16 +275,8 @@ class Instance(InstanceView):
         co = self.sched.cohort
         n = co.n
         k = co.steps_to_finish()
-        free = self.pool.free_blocks
-        if k > 1 and co.crossings(1, k - 1) > free:  # blocks of steps 2..k (the first step's are allocated)
-            lo, hi = 1, k  # crossings for lo steps fit, for hi steps not
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if co.crossings(1, mid - 1) <= free:
-                    lo = mid
-                else:
-                    hi = mid
-            k = lo
+        if k > 1:  # the blocks of steps 2..k must fit (the first step's are allocated)
+            k = 1 + co.steps_within(1, self.pool.free_blocks, k - 1)
         a, c = self.perf.decode_coeffs(n)
         run = _Run(self.engine.now, n, co.sum_ctx, k, a, c)
         self._run = run
@@ -330,6 +323,7 @@ class Instance(InstanceView):
             stats.decode_tokens += len(plan.decode) + plan.cohort
             finished = self.sched.update_from_output(plan, now)
         self._plan = None
+        self.sched.recycle(plan)  # (nothing here reads the plan again)
         self._busy = False
         for r in finished:
             self.on_finish(r)

@@ -90,3 +90,22 @@ def test_stepping_past_a_finish_is_an_error() -> None:
     assert co.steps_to_finish() == 2
     with pytest.raises(AssertionError, match="past its last token"):
         co.advance(3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    members=members_st,
+    pre=st.integers(0, 40),
+    first=st.integers(0, 3),
+    free=st.integers(0, 400),
+    limit=st.integers(0, 300),
+)
+def test_steps_within_is_the_most_steps_whose_blocks_fit(members, pre, first, free, limit) -> None:
+    """``steps_within(first, free, limit)`` = the largest s <= limit with crossings(first, s) <= free (the
+    binary search it replaced, by brute force)."""
+    co = DecodeCohort(BS)
+    co.advance(pre)
+    for i, (p, g, extra) in enumerate(members):
+        co.join(decoding(i, p, g, g + extra))
+    want = max(s for s in range(limit + 1) if co.crossings(first, s) <= free)
+    assert co.steps_within(first, free, limit) == want
