@@ -46,12 +46,37 @@ class ToolStats:
     #: not yet sorted, as C doubles (8 bytes each, not a 32-byte float object: a day of 40 M tool gaps is
     #: 0.3 GB, not 1.3 GB; the values are the same)
     _new: dict[str, array[float]] = field(default_factory=dict)
+    #: keep every duration (what :meth:`quantile` reads); False keeps only counts and sums (means), for a run
+    #: whose policies read no quantile: a day of 40 M tool gaps then holds no 0.3 GB of durations
+    samples: bool = True
+
+    # written out, not left to @dataclass: mypyc compiles this one (see tests/sim/test_native.py)
+    def __init__(
+        self,
+        sums: dict[str, float] | None = None,
+        counts: dict[str, int] | None = None,
+        _sorted: dict[str, list[float]] | None = None,
+        _new: dict[str, array[float]] | None = None,
+        samples: bool = True,
+    ) -> None:
+        self.sums = {} if sums is None else sums
+        self.counts = {} if counts is None else counts
+        self._sorted = {} if _sorted is None else _sorted
+        self._new = {} if _new is None else _new
+        self.samples = samples
+
+    def keep_samples(self) -> None:
+        """A policy that reads quantiles asks for the durations (before any is observed)."""
+        if not self.samples and self.counts:
+            raise RuntimeError("ToolStats: durations asked for after observations were made without them")
+        self.samples = True
 
     def observe(self, tool_class: str, duration_s: float) -> None:
-        new = self._new.get(tool_class)
-        if new is None:
-            new = self._new[tool_class] = array("d")
-        new.append(duration_s)
+        if self.samples:
+            new = self._new.get(tool_class)
+            if new is None:
+                new = self._new[tool_class] = array("d")
+            new.append(duration_s)
         self.sums[tool_class] = self.sums.get(tool_class, 0.0) + duration_s
         self.counts[tool_class] = self.counts.get(tool_class, 0) + 1
 
@@ -64,6 +89,8 @@ class ToolStats:
 
     def sorted_s(self, tool_class: str) -> list[float]:
         """The class's durations, sorted."""
+        if not self.samples:
+            raise RuntimeError("ToolStats: durations were not kept (keep_samples() before observing)")
         xs = self._sorted.setdefault(tool_class, [])
         new = self._new.get(tool_class)
         if new:
@@ -115,6 +142,10 @@ class GapContext:
 
 
 class Retention(Protocol):
+    """A tool-gap retention policy, built as ``cls(params, tool_stats)``. The simulator's
+    :class:`ToolStats` keeps counts and sums (``mean``); a policy that reads ``quantile`` calls
+    ``tool_stats.keep_samples()`` in its ``__init__``."""
+
     name: str
 
     def decide(self, r: Request, ctx: GapContext) -> Decision: ...
@@ -193,6 +224,7 @@ class ContinuumTtl:
     def __init__(self, params: ContinuumParams, stats: ToolStats) -> None:
         self.params = params
         self.stats = stats
+        stats.keep_samples()  # (the paper variant's TTL is a quantile of the durations)
 
     def decide(self, r: Request, ctx: GapContext) -> Decision:
         cls = r.tool_class

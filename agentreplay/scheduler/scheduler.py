@@ -249,11 +249,16 @@ class Scheduler:
         """The caller is done with ``plan`` (applied, priced, reported) and keeps no reference to it or its lists:
         they are emptied and the next :meth:`schedule` fills them again (a plan and five lists fewer to allocate and
         free every step). A plan never handed back is never reused."""
-        plan.prefill.clear()
-        plan.decode.clear()
-        plan.preempted.clear()
-        plan.admitted.clear()
-        plan.loading.clear()
+        if plan.prefill:  # (an empty list's clear() is still a call)
+            plan.prefill.clear()
+        if plan.decode:
+            plan.decode.clear()
+        if plan.preempted:
+            plan.preempted.clear()
+        if plan.admitted:
+            plan.admitted.clear()
+        if plan.loading:
+            plan.loading.clear()
         plan.cohort = 0
         plan.stop = "empty"
         self._spare = plan

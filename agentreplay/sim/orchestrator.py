@@ -234,7 +234,7 @@ class Orchestrator:
         info = r.info
         p = r.program
         fo = self.failover
-        i = -1 if fo is None else fo.place(r, ids)  # -2: held (no instance up); >= 0: placed after a failure
+        i: int = -1 if fo is None else fo.place(r, ids)  # -2: held (no instance up); >= 0: placed after a failure
         if i < 0:
             if i == -2:
                 return

@@ -353,7 +353,7 @@ def simulate(
     block_bytes = cfg.cache.block_size * model_spec.kv_bytes_per_token(kv_dtype, 1)  # whole block, all TP ranks
     decisions: list[dict[str, Any]] | None = [] if cfg.policy.decision_log else None
     log = decisions.append if decisions is not None else None
-    tool_stats = ToolStats()
+    tool_stats = ToolStats(samples=False)  # (a policy that reads quantiles asks for the durations when built)
     pc = cfg.policy
     order, victim = QUEUE_ORDERS.build(pc.queue, pc), VICTIMS.build(pc.victim, pc)
     retention = RETENTIONS.build(pc.retention, pc, tool_stats)

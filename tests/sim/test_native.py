@@ -118,11 +118,12 @@ def test_an_unreadable_manifest_names_the_file(tmp_path: Path) -> None:
 
 #: hot-path dataclasses whose ``__init__`` is written out (mypyc compiles it; the generated one runs interpreted)
 def _written_out_inits():
+    from agentreplay.kv.retention import ToolStats
     from agentreplay.kv.segment_pool import Run, Segment
     from agentreplay.request import ProgramInfo, Request
     from agentreplay.scheduler.scheduler import StepPlan
 
-    return [Request, ProgramInfo, StepPlan, Run, Segment]
+    return [Request, ProgramInfo, StepPlan, Run, Segment, ToolStats]
 
 
 def _annotations(cls) -> dict[str, str]:
@@ -154,7 +155,9 @@ def _value(annotation: str, i: int):
         return [seg] if annotation.startswith("list") else seg
     if annotation.startswith("list"):
         return [0.5 + i]
-    kinds = {"Run | None": Run(1, None), "ProgramInfo": ProgramInfo(1.0 + i), "dict[str, int]": {"dram": i}}
+    if annotation.startswith("dict[str, "):
+        return {f"k{i}": i}
+    kinds = {"Run | None": Run(1, None), "ProgramInfo": ProgramInfo(1.0 + i)}
     return kinds.get(annotation, ("h", i))  # Any, Hashable
 
 

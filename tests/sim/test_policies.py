@@ -306,3 +306,22 @@ def test_least_loaded_picks_the_first_least_loaded_up_instance(loads, metric) ->
     up = [i for i, v in enumerate(views) if v.up]
     want = min(up, key=lambda i: (load[i], i)) if up else 0
     assert least_loaded(views, metric) == want
+
+
+def test_tool_stats_keep_durations_only_when_a_policy_asks() -> None:
+    """The simulator's ToolStats keeps counts and sums; durations (for quantiles) only after keep_samples(), which
+    Continuum calls when built; asking for them after observations were made without them is an error."""
+    from agentreplay.kv.retention import ContinuumParams, ContinuumTtl
+
+    lean = ToolStats(samples=False)
+    lean.observe("test", 2.0)
+    assert lean.mean("test") == 2.0 and lean.count("test") == 1 and not lean._new
+    with pytest.raises(RuntimeError, match="not kept"):
+        lean.quantile("test", 0.5)
+    with pytest.raises(RuntimeError, match="after observations"):
+        ContinuumTtl(ContinuumParams(), lean)
+    fresh = ToolStats(samples=False)
+    ContinuumTtl(ContinuumParams(), fresh)
+    for x in (1.0, 2.0, 3.0):
+        fresh.observe("test", x)
+    assert fresh.quantile("test", 0.5) == 2.0
