@@ -47,6 +47,8 @@ class _Run:
     __slots__ = ("a", "allocated", "c", "n", "steps", "sum_ctx", "t0")
 
     def __init__(self, t0: float, n: int, sum_ctx: int, steps: int, a: float, c: float, allocated: int = 1) -> None:
+        if n < 1:
+            raise ValueError(f"a decode run needs at least one sequence, got n={n}")
         self.t0 = t0
         self.n = n
         self.sum_ctx = sum_ctx
@@ -62,11 +64,10 @@ class _Run:
         c: float = self.c
         s: float = float(self.sum_ctx)
         n: float = float(self.n)
-        i = 0
-        while i < j:  # (not ``for _ in range``: mypyc boxes ``_``)
+        end = s + n * j  # (context sums are whole numbers below 2**53: exact, and the loop runs on doubles only)
+        while s < end:
             t += a + c * s
             s += n
-            i += 1
         return t
 
     def progress(self, now: float) -> tuple[int, float]:
@@ -77,15 +78,14 @@ class _Run:
         c: float = self.c
         s: float = float(self.sum_ctx)
         n: float = float(self.n)
-        steps = self.steps
-        j = 0
-        while j < steps:
+        s0 = s
+        end = s + n * self.steps
+        while s < end:
             t += a + c * s
-            j += 1
+            s += n
             if t >= now:
                 break
-            s += n
-        return j, t
+        return int((s - s0) / n), t
 
     def steps_done_by(self, now: float) -> int:
         """The step in progress at ``now`` (1-based); a step ending exactly at ``now`` counts as that one."""
