@@ -76,6 +76,11 @@ class Orchestrator:
         self._output = _ints(workload.output_tokens)
         self._reused = _ints(workload.reused_tokens)
         self._prefix_tokens = _ints(workload.prefix_tokens)
+        #: the workload's per-turn / per-program lists, typed here (read natively; filled in place by a day's
+        #: chunked generator, never replaced)
+        self._tool_class: list[str] = workload.tool_class
+        self._prefix_ids: list[str | None] = workload.prefix_ids
+        self._closed = cfg.arrival == "closed"
         self.affinity_breaks = 0
         #: the segment a request names until it is routed (the router reads only its tokens and program)
         self._unrouted = Segment(("unrouted",), 0, 0)
@@ -122,7 +127,7 @@ class Orchestrator:
 
     def _arrive(self, p: int) -> None:
         self.rec.program_arrived(p, self.engine.now)
-        pid = self.w.prefix_ids[p]
+        pid = self._prefix_ids[p]
         self.infos[p] = info = ProgramInfo(
             self.engine.now, prefix_key=pid, prefix_tokens=self._prefix_tokens[p] if pid is not None else 0
         )
@@ -134,7 +139,7 @@ class Orchestrator:
 
     def _segments(self, inst: Instance, p: int) -> tuple[Segment | None, Segment, int]:
         base = self._prefix_tokens[p] // self.bs
-        pid = self.w.prefix_ids[p]
+        pid = self._prefix_ids[p]
         shared = pid is not None and base > 0 and inst.sched.prefix_caching
         pfx = inst.pool.segment(("prefix", pid, base), 0) if shared else None
         if pfx is None:
@@ -178,7 +183,7 @@ class Orchestrator:
             base=0,
             release_s=now,
             info=info,
-            tool_class=w.tool_class[turn],
+            tool_class=self._tool_class[turn],
             last=last,
         )
         if not last:
@@ -297,7 +302,7 @@ class Orchestrator:
             self.done_programs += 1
             if fan is not None and not fan.program_done(r.program):
                 return  # (closed loop: the worker is busy until its whole workflow finished)
-            if self.cfg.arrival == "closed" and self._next_program < len(self._roots):
+            if self._closed and self._next_program < len(self._roots):
                 self._arrive_next()
             return
         gap = r.next_gap_s
