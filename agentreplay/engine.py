@@ -55,10 +55,8 @@ def _before(a: Event, b: Event) -> bool:
     return a.time_s < b.time_s or (a.time_s == b.time_s and a.key < b.key)
 
 
-def heap_push(heap: list[Event], ev: Event) -> None:
-    """``heapq.heappush`` (its ``_siftdown``) with :func:`_before` as the order."""
-    heap.append(ev)
-    pos = len(heap) - 1
+def _sift_up(heap: list[Event], pos: int, ev: Event) -> None:
+    """Put ``ev`` at ``pos`` or above it, moving later parents down (heapq's ``_siftdown``)."""
     while pos > 0:
         parent_pos = (pos - 1) >> 1
         parent = heap[parent_pos]
@@ -67,6 +65,12 @@ def heap_push(heap: list[Event], ev: Event) -> None:
         heap[pos] = parent
         pos = parent_pos
     heap[pos] = ev
+
+
+def heap_push(heap: list[Event], ev: Event) -> None:
+    """``heapq.heappush`` with :func:`_before` as the order."""
+    heap.append(ev)
+    _sift_up(heap, len(heap) - 1, ev)
 
 
 def heap_pop(heap: list[Event]) -> Event:
@@ -86,14 +90,7 @@ def heap_pop(heap: list[Event]) -> Event:
         heap[pos] = heap[child]
         pos = child
         child = 2 * pos + 1
-    while pos > 0:
-        parent_pos = (pos - 1) >> 1
-        parent = heap[parent_pos]
-        if not _before(last, parent):
-            break
-        heap[pos] = parent
-        pos = parent_pos
-    heap[pos] = last
+    _sift_up(heap, pos, last)
     return top
 
 

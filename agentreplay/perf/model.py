@@ -117,25 +117,10 @@ _ATTN_DECODE = OPERATORS.index("attention_decode")
 
 #: One float per operator of :data:`OPERATORS` (17). Written out so that, compiled, :meth:`PerfModel._terms`
 #: returns the seconds unboxed (a C struct) instead of a tuple of 17 Python floats built every step.
-Terms = tuple[
-    float,
-    float,
-    float,
-    float,
-    float,
-    float,
-    float,
-    float,
-    float,
-    float,
-    float,
-    float,
-    float,
-    float,
-    float,
-    float,
-    float,
-]
+# fmt: off
+Terms = tuple[float, float, float, float, float, float, float, float, float,
+              float, float, float, float, float, float, float, float]
+# fmt: on
 
 
 def terms_of(values: Sequence[float]) -> Terms:
