@@ -117,9 +117,6 @@ class AutellixParams:
         check(self.autellix_long_tokens >= 0, "autellix_long_tokens", self.autellix_long_tokens, ">= 0")
 
 
-_DOWN = 1 << 62  #: the load a router sees for an instance that is not up (never the least)
-
-
 def _up(instances: Sequence[InstanceView], i: int) -> int:
     """``i``, or the next instance after it (cyclically) that is up."""
     n = len(instances)
@@ -133,10 +130,16 @@ def _up(instances: Sequence[InstanceView], i: int) -> int:
 def least_loaded(instances: Sequence[InstanceView], metric: str = "requests") -> int:
     """Index of the instance with the least load among those ``up``; ties to the lowest index (deterministic)."""
     tokens = metric != "requests"
-    best, at = _DOWN + 1, 0
-    for i, inst in enumerate(instances):  # (one pass, no list: every call of a busy fleet routes through here)
-        load = _DOWN if not inst.up else inst.outstanding_tokens() if tokens else inst.outstanding()
-        if load < best:
+    best, at = -1, 0  # (none up: the first)
+    # one pass, by index over the list the simulator passes (every call of a busy fleet routes through here), in
+    # small ints (compiled, a load above 2**62 would be a Python int compared generically)
+    insts: list[InstanceView] = instances if isinstance(instances, list) else list(instances)
+    for i in range(len(insts)):
+        inst = insts[i]
+        if not inst.up:
+            continue
+        load = inst.outstanding_tokens() if tokens else inst.outstanding()
+        if best < 0 or load < best:
             best, at = load, i
     return at
 
