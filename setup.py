@@ -47,6 +47,7 @@ HOT = [
     "agentreplay/kv/tiers.py",
     "agentreplay/perf/model.py",
     "agentreplay/perf/refined.py",
+    "agentreplay/perf/padding.py",
     "agentreplay/perf/tiles.py",
     "agentreplay/scheduler/queue.py",
     "agentreplay/kv/retention.py",

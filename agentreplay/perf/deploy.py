@@ -28,10 +28,10 @@ prices iterations with the results.
 
 from __future__ import annotations
 
-import bisect
 from typing import Final, Literal
 
 from agentreplay.perf.catalog import Dtype, GpuSpec
+from agentreplay.perf.padding import padded_tokens, padding_table
 
 #: vLLM ``--kv-cache-dtype`` values (``CacheDType`` in ``vllm/config/cache.py``) this model prices.
 KV_CACHE_DTYPES: Final = ("auto", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")
@@ -94,20 +94,6 @@ def cudagraph_capture_sizes(
     return tuple(sorted(set(sizes)))
 
 
-def padding_table(sizes: tuple[int, ...] | list[int]) -> list[int]:
-    """``table[n]`` = the capture size a batch of ``n`` tokens runs at (``CudagraphDispatcher
-    ._compute_bs_to_padded_graph_size``), for n up to the largest size; empty when ``sizes`` is (eager)."""
-    if not sizes:
-        return []
-    ordered = sorted(set(int(s) for s in sizes))
-    if ordered[0] < 1:
-        raise ValueError(f"cudagraph capture sizes {list(sizes)} must be >= 1")
-    table = [0] * (ordered[-1] + 1)
-    for n in range(1, ordered[-1] + 1):
-        table[n] = ordered[bisect.bisect_left(ordered, n)]
-    return table
-
-
 def graph_padding(mode: str) -> tuple[bool, bool]:
     """``(decode-only batches padded, mixed / prefill batches padded)`` under vLLM's ``cudagraph_mode``: FULL and
     PIECEWISE graphs both run padded batches (``CudagraphDispatcher.dispatch``); FULL_DECODE_ONLY runs mixed
@@ -115,11 +101,6 @@ def graph_padding(mode: str) -> tuple[bool, bool]:
     if mode not in CUDAGRAPH_MODES:
         raise ValueError(f"cudagraph_mode={mode!r} is not supported; allowed: {list(CUDAGRAPH_MODES)}")
     return mode != "NONE", mode not in ("NONE", "FULL_DECODE_ONLY")
-
-
-def padded_tokens(table: list[int], tokens: int) -> int:
-    """Tokens the graph runs for a batch of ``tokens`` (unchanged above the largest capture size)."""
-    return table[tokens] if 0 < tokens < len(table) else tokens
 
 
 def kv_cache_dtype(value: str) -> Dtype:

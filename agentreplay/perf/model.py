@@ -80,8 +80,8 @@ from agentreplay.perf.deploy import (
     custom_ar_link_bytes,
     fused_moe_block_m,
     linear_kernel,
-    padding_table,
 )
+from agentreplay.perf.padding import padded_tokens, padding_table
 from agentreplay.perf.pricer import IterationPricer, PrefillItem
 from agentreplay.perf.tiles import block_tiles, makespan_blocks, makespan_tiles
 
@@ -146,12 +146,6 @@ def seq_sum(values: Sequence[float]) -> float:
     return acc
 
 
-def _padded(table: list[int], tokens: int) -> int:
-    """:func:`agentreplay.perf.deploy.padded_tokens`, here so that the compiled model calls it natively (the
-    deploy module runs interpreted; a test checks the two agree)."""
-    return table[tokens] if 0 < tokens < len(table) else tokens
-
-
 def _cost(op: tuple[float, float, float], tokens: int) -> float:
     flop_s, weight_s, act_s = op
     return max(tokens * flop_s, weight_s + tokens * act_s)
@@ -165,7 +159,8 @@ def mixed_pricer(perf: object) -> Callable[[Sequence[PrefillItem], int, int], fl
     if not isinstance(perf, PerfModel) or perf.needs_decode_contexts:
         return None
     cls = type(perf)
-    for name in ("iteration_time_s", "_priced", "_priced_summary", "_summarise", "_summarise_prefill", "mixed_time_s"):
+    names = ("iteration_time_s", "_summarise", "_summarise_prefill", "_priced_total", "_priced_summary", "mixed_time_s")
+    for name in names:
         if getattr(cls, name) is not getattr(PerfModel, name):
             return None
     return perf.mixed_time_s
@@ -293,7 +288,7 @@ class PerfModel:
         if tokens == 0:
             return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         if pf_chunk == 0 or self._graph_mixed:
-            tokens = _padded(self._pad, tokens)  # non-attention kernels run the CUDA graph's padded batch
+            tokens = padded_tokens(self._pad, tokens)  # non-attention kernels run the CUDA graph's padded batch
         n_layers = self._layers
         if self._moe:
             gate_up, down = self._experts(tokens)
@@ -400,7 +395,7 @@ class PerfModel:
         emits a token when it completes its prompt. ``decode_ctx``: tokens already in the KV cache for each
         decoding sequence (each decodes one token and emits it).
         """
-        return seq_sum(self._priced(prefill, decode_ctx))
+        return self._priced_total(prefill, decode_ctx, self._summarise(prefill, decode_ctx))
 
     def mixed_time_s(self, prefill: Sequence[PrefillItem], n_dec: int, sum_ctx: int) -> float:
         """:meth:`iteration_time_s` of ``prefill`` plus ``n_dec`` decodes whose contexts sum to ``sum_ctx``, for a
@@ -412,12 +407,22 @@ class PerfModel:
         if sum_ctx < 0:
             raise ValueError(f"decode contexts must be >= 0 tokens; their sum is {sum_ctx}")
         pf_work, pf_prefix, pf_chunk, emit = self._summarise_prefill(prefill)
-        tokens, emit, seqs = pf_chunk + n_dec, emit + n_dec, len(prefill) + n_dec
-        if self._tile_s == 0.0 or not prefill:  # (_priced_summary's terms as they are)
-            return total(self._terms(tokens, emit, seqs, pf_work, pf_prefix, pf_chunk, n_dec, sum_ctx))
+        summary = (pf_chunk + n_dec, emit + n_dec, len(prefill) + n_dec, pf_work, pf_prefix, pf_chunk, n_dec, sum_ctx)
         empty: tuple[int, ...] = ()
-        summary = (tokens, emit, seqs, pf_work, pf_prefix, pf_chunk, n_dec, sum_ctx)
-        return seq_sum(self._priced_summary(prefill, empty, summary))
+        return self._priced_total(prefill, empty, summary)
+
+    def _priced_total(
+        self,
+        prefill: Sequence[PrefillItem],
+        decode_ctx: Sequence[int],
+        summary: tuple[int, int, int, float, int, int, int, int],
+    ) -> float:
+        """:func:`seq_sum` of :meth:`_priced_summary`, without boxing the terms where the tile form leaves them
+        as they are (the same additions, the same number)."""
+        if self._tile_s == 0.0 or not prefill:
+            tokens, emit, seqs, pf_work, pf_prefix, pf_chunk, n_dec, sum_ctx = summary
+            return total(self._terms(tokens, emit, seqs, pf_work, pf_prefix, pf_chunk, n_dec, sum_ctx))
+        return seq_sum(self._priced_summary(prefill, decode_ctx, summary))
 
     def breakdown(self, prefill: Sequence[PrefillItem], decode_ctx: Sequence[int]) -> dict[str, float]:
         """Seconds per operator (all :data:`OPERATORS`, summed over layers) for the same iteration."""
@@ -516,7 +521,7 @@ class PerfModel:
         batch with prefill when only decode batches run graphs (``graph_mixed=False``, FULL_DECODE_ONLY)."""
         if not decode_only and not self._graph_mixed:
             return tokens
-        return _padded(self._pad, tokens)
+        return padded_tokens(self._pad, tokens)
 
     def experts_time_s(self, tokens: int, ep: int = 1) -> float:
         """Seconds of one rank's MoE expert work (gate_up, activation, down; all layers) when ``tokens`` tokens

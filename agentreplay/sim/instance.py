@@ -20,6 +20,7 @@ decode cohort as a whole (:mod:`agentreplay.scheduler.cohort`); a request whose 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -59,27 +60,23 @@ class _Run:
 
     def end_of_step(self, j: int) -> float:
         """Completion time of step ``j`` (1-based)."""
-        t: float = self.t0
-        a: float = self.a
-        c: float = self.c
-        s: float = float(self.sum_ctx)
-        n: float = float(self.n)
-        end = s + n * j  # (context sums are whole numbers below 2**53: exact, and the loop runs on doubles only)
-        while s < end:
-            t += a + c * s
-            s += n
-        return t
+        return self._walk(j, math.inf)[1]
 
     def progress(self, now: float) -> tuple[int, float]:
         """``(j, end of step j)`` for the step ``j`` (1-based) in progress at ``now``; a step ending exactly at
         ``now`` counts as that one (after the last step: the last)."""
+        return self._walk(self.steps, now)
+
+    def _walk(self, last: int, now: float) -> tuple[int, float]:
+        """Steps summed one by one up to step ``last``, or to the first ending at or after ``now``: ``(that
+        step, its end)``. The loop counts context sums in doubles (whole numbers below 2**53: exact)."""
         t: float = self.t0
         a: float = self.a
         c: float = self.c
         s: float = float(self.sum_ctx)
         n: float = float(self.n)
         s0 = s
-        end = s + n * self.steps
+        end = s + n * last
         while s < end:
             t += a + c * s
             s += n
