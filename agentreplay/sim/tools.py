@@ -8,7 +8,7 @@ the same interface and the ``rng`` it is given.
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -26,10 +26,12 @@ class ReplayTools:
     """The trace's durations (measured or estimated, as the trace says)."""
 
     def __init__(self, workload: Workload) -> None:
-        self._tool_s = workload.tool_s
+        # read through a memoryview (a Python float per read, no NumPy scalar: a third of the cost); the same
+        # buffer, so a day's chunked generator filling the array in place is seen
+        self._tool_s: Any = np.ascontiguousarray(workload.tool_s, dtype=np.float64).data
 
     def gap_s(self, turn: int, rng: np.random.Generator) -> float:
-        v = float(self._tool_s[turn])
+        v: float = self._tool_s[turn]
         return 0.0 if math.isnan(v) else v
 
 
