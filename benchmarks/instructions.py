@@ -11,10 +11,8 @@ instructions, the turns and the instructions per turn; a 500-program day takes a
 
 ``--cache`` also simulates the caches (callgrind ``--cache-sim=yes``, about 2x slower): per turn, the instruction
 and data first-level misses (32 KiB, 8-way, 64-byte lines, as this machine's L1) and the data misses of a 1 MiB
-last level (its per-core L2; the shared L3 is not modelled), the costs an instruction count does not show. On
-this machine the count per turn hardly moves with the day's size (73,000 a turn at 500 programs, 76,800 at
-4,000) while the wall time per turn grows by half or more (13.6 us to 20-24 us): the 1 MiB misses go from 36 to
-95 a turn (README, "A day of a large fleet").
+last level (its per-core L2; the shared L3 is not modelled), the costs an instruction count does not show
+(figures: README, "A day of a large fleet").
 """
 
 from __future__ import annotations
