@@ -97,7 +97,8 @@ def fleet_spec(
     out.mkdir(parents=True, exist_ok=True)
     notes = [
         "Expected-value model (agentreplay.sim.speculative): ceil((out - 1) / E) verification steps per turn, "
-        "E = (1 - a^(k+1)) / (1 - a); steps priced as the verification batch plus the drafter. "
+        "E = (1 - a^(k+1)) / (1 - a); steps priced as the verification batch plus the drafter; each decode takes "
+        "1 + k of the step's token budget (vLLM), so prompts beside a speculating batch get smaller chunks. "
         "Per-class rates are illustrative, not measured. 'mean running' is the mean decode batch sampled once a "
         "second. 're-prefill bound': the accepted tokens beyond one per step that the KV cache does not hold (the "
         "model's approximation), as a share of prompt tokens: at most that much extra prefill. Speed-up curves: "

@@ -3,7 +3,9 @@
 Follows ``vllm/v1/core/sched/scheduler.py::Scheduler.schedule`` (V1 always uses chunked prefill):
 
 1. Running requests in admission order each get ``min(remaining, budget)`` new tokens (1 for a decode, a chunk
-   for a request still prefilling); their new KV blocks are allocated (``KVCacheManager.allocate_slots``). If
+   for a request still prefilling; a decode takes ``decode_tokens`` of the budget, ``1 + k`` under speculative
+   decoding with ``k`` drafts: vLLM's ``num_new_tokens = num_tokens_with_spec - num_computed_tokens``, fewer drafts
+   when the budget left is smaller); their new KV blocks are allocated (``KVCacheManager.allocate_slots``). If
    blocks run out, the most recently admitted running request is preempted (recompute: its blocks are freed,
    ``num_computed_tokens`` reset, it goes back to the *head* of the waiting queue) and allocation is retried;
    if the request itself was the victim, scheduling of running requests stops.
@@ -103,7 +105,13 @@ class Scheduler:
     (admission order); every block goes through ``kv`` (:class:`~agentreplay.kv.manager.KVManager`).
 
     ``index`` and ``log`` name the instance in the decision log (admissions, preemptions, retention);
-    ``recompute_s(tokens)`` prices a prefill of ``tokens`` (retention policies weigh it)."""
+    ``recompute_s(tokens)`` prices a prefill of ``tokens`` (retention policies weigh it).
+
+    ``decode_tokens``: the token budget a decoding request takes per step, 1 without speculation; with ``k``
+    speculative tokens ``1 + k`` (vllm/v1/core/sched/scheduler.py ``Scheduler.schedule``: a running request is
+    scheduled ``num_tokens_with_spec + num_output_placeholders - num_computed_tokens`` tokens, its emitted token's
+    position plus its drafts, capped by the budget left: a request reached when less is left is scheduled with
+    fewer drafts). Its KV still grows one slot per step here (:mod:`agentreplay.sim.speculative`)."""
 
     def __init__(
         self,
@@ -115,6 +123,7 @@ class Scheduler:
         victim: VictimPolicy | None = None,
         reserve_full_isl: bool = False,
         lazy_decode: bool = True,
+        decode_tokens: int = 1,
         index: int = 0,
         log: Callable[[dict[str, Any]], None] | None = None,
         recompute_s: Callable[[int], float] | None = None,
@@ -129,6 +138,9 @@ class Scheduler:
         self.victim: VictimPolicy = victim or MostRecent()
         self.reserve_full_isl = reserve_full_isl
         self.lazy_decode = lazy_decode  #: decoding requests join the cohort
+        if decode_tokens < 1:
+            raise ValueError(f"Scheduler decode_tokens={decode_tokens} must be >= 1 (one token, plus drafts)")
+        self.decode_tokens = decode_tokens  #: budget a decode takes per step (1 + speculative tokens)
         self.index = index
         self.log = log
         self.recompute_s = recompute_s
@@ -181,9 +193,10 @@ class Scheduler:
         tail = len(running)
         while tail > n_dec and not running[tail - 1].lazy:
             tail -= 1
-        if tail == n_dec and n_dec <= budget:
+        dt = self.decode_tokens
+        if tail == n_dec and n_dec * dt <= budget:
             need = co.need()
-            left = budget - n_dec
+            left = budget - n_dec * dt
             prefill, decode = plan.prefill, plan.decode
             for j in range(n_dec, len(running)):
                 if left <= 0:
@@ -193,6 +206,7 @@ class Scheduler:
                 need += blocks
                 if is_decode:
                     decode.append(r)
+                    n = min(dt, left)
                 else:
                     prefill.append((r, n, r.computed))
                 left -= n
@@ -227,6 +241,7 @@ class Scheduler:
                 kv.allocate(need)
             if is_decode:
                 plan.decode.append(r)
+                n = min(dt, budget)
             else:
                 plan.prefill.append((r, n, r.computed))
             budget -= n

@@ -80,6 +80,7 @@ def fresh_scheduler(old: Scheduler, engine: Engine) -> Scheduler:
         victim=old.victim,
         reserve_full_isl=old.reserve_full_isl,
         lazy_decode=old.lazy_decode,
+        decode_tokens=old.decode_tokens,
         index=old.index,
         log=old.log,
     )

@@ -406,6 +406,8 @@ def simulate(
             victim=victim,
             reserve_full_isl=cfg.scheduler.reserve_full_isl,
             lazy_decode=cfg.scheduler.lazy_decode,
+            # a decode with k drafts takes 1 + k of the token budget (vLLM; agentreplay.sim.speculative)
+            decode_tokens=1 + speculation.num_speculative_tokens if speculation is not None else 1,
             index=i,
             log=log,
         )

@@ -35,9 +35,14 @@ How it runs (what is exact, what is the expected-value approximation):
 - **Approximations** (stated, small on agent traces where output is 1-2% of the context): during decode the KV
   cache grows one slot per step instead of ``E`` (the ``out - 1 - S`` accepted tokens beyond are not held, and
   attention reads a context shorter by as much), and the next turn's prefix-cache hit stops where the cached
-  history stops, so it prefills those tokens again (at most the summary's ``reprefilled_tokens_bound``); the draft
-  tokens do not take the scheduler's token budget, nor vLLM's lookahead KV slots; attained-service policies
+  history stops, so it prefills those tokens again (at most the summary's ``reprefilled_tokens_bound``); the
+  drafts take no KV slots (vLLM allocates slots for them, ``num_lookahead_tokens``); attained-service policies
   count steps for a speculating turn's output.
+- **Token budget** (exact, vLLM): every decoding request takes ``1 + k`` of the step's token budget
+  (``max_num_batched_tokens``; the scheduler's ``decode_tokens``), so fewer prompt tokens are prefilled beside a
+  speculating decode batch; a request reached with less budget left is scheduled with fewer drafts. For
+  ``ngram`` this is an upper bound: the prompt-lookup proposer proposes nothing when it finds no match
+  (ngram_proposer.py), and such a step takes 1 (the trace does not say how often).
 """
 
 from __future__ import annotations
