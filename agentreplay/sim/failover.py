@@ -120,6 +120,9 @@ class Failover:
         self.rows: list[dict[str, Any]] = []
         self.events_log: list[dict[str, Any]] = []
         self._timers: list[Event] = []
+        #: a streamed run's ResultStream, whose ``pools`` (searched for a finished program's segments) must follow
+        #: an instance's fresh pool after a failure
+        self.sink: Any = None
 
     # ---- schedule ----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -167,7 +170,7 @@ class Failover:
         self._set_down(i, recover_after_s)
         old_pool = inst.pool
         running = {id(r) for r in inst.sched.running}
-        aborted = inst.reset(fresh_scheduler(inst.sched, self.engine))
+        aborted = self._reset(i)
         self.events_log.append({"t_s": now, "instance": i, "event": kind, "aborted": len(aborted)})
         for r in aborted:
             state = "running" if id(r) in running else "waiting"  # (running: its step in flight is lost too)
@@ -200,7 +203,7 @@ class Failover:
         if self.state[i] != DRAINING or inst.outstanding():
             return
         self._set_down(i, self.drain_recover[i])
-        inst.reset(fresh_scheduler(inst.sched, self.engine))
+        self._reset(i)
         self.events_log.append({"t_s": self.engine.now, "instance": i, "event": "drained", "aborted": 0})
 
     def _recover(self, i: int) -> None:
@@ -260,6 +263,15 @@ class Failover:
                 self.engine.at(self.engine.now, PHASE_RELEASE, self._drained, i)
 
     # ---- helpers -----------------------------------------------------------------------------------------
+    def _reset(self, i: int) -> list[Request]:
+        """Instance ``i`` goes on with a fresh scheduler over an empty KV stack (:meth:`Instance.reset`); its
+        running and waiting calls are returned."""
+        inst = self.instances[i]
+        aborted = inst.reset(fresh_scheduler(inst.sched, self.engine))
+        if self.sink is not None:
+            self.sink.pools[i] = inst.pool
+        return aborted
+
     def _resubmit(self, r: Request) -> None:
         if self.age_aware:
             self.replace.add(r.program)

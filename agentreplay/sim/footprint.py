@@ -64,14 +64,27 @@ class FootprintConfig:
             raise ConfigError(f"[footprint] interval_s = {v!r} is invalid: a finite number of seconds >= 0 (0 = off)")
 
 
-class FootprintSampler:
-    """Collects footprint rows; :meth:`hook` wraps an instance's sample hook."""
+#: footprint rows kept before a streamed run writes them (one row group)
+FLUSH_ROWS = 65_536
 
-    def __init__(self, interval_s: float, block_bytes: int) -> None:
+
+class FootprintSampler:
+    """Collects footprint rows; :meth:`hook` wraps an instance's sample hook. With a ``sink`` (a streamed run's
+    :class:`~agentreplay.sim.stream.ResultStream`) every :data:`FLUSH_ROWS` rows are written to its
+    ``footprint`` table and dropped, so a day-long series does not grow in memory; :meth:`finish` writes the rest."""
+
+    def __init__(self, interval_s: float, block_bytes: int, sink: Any = None) -> None:
         self.interval_s = interval_s
         self.block_bytes = block_bytes
         self.rows: list[tuple[float, int, int, int, int, int, int, int, int]] = []
         self._next: dict[int, float] = {}
+        self.sink = sink
+        self.written = 0  #: rows already written to the sink
+
+    @property
+    def samples(self) -> int:
+        """Rows sampled so far (written or kept)."""
+        return self.written + len(self.rows)
 
     def hook(self, inner: Any) -> Any:
         """A sample hook calling ``inner`` (the Recorder's) and then :meth:`sample`."""
@@ -89,7 +102,23 @@ class FootprintSampler:
             return due
         due = self._next[inst.index] = now + self.interval_s
         self.rows.append((now, inst.index, *split(inst)))
+        if self.sink is not None and len(self.rows) >= FLUSH_ROWS:
+            self._flush()
         return due
+
+    def _flush(self) -> None:
+        cols = self.columns()
+        if cols is not None:
+            self.sink.write_rows("footprint", cols)
+            self.written += len(self.rows)
+            self.rows.clear()
+
+    def finish(self) -> dict[str, np.ndarray] | None:
+        """The run is over: streamed, write the rows left and return None; else the whole table's columns."""
+        if self.sink is not None:
+            self._flush()
+            return None
+        return self.columns()
 
     def columns(self) -> dict[str, np.ndarray] | None:
         if not self.rows:

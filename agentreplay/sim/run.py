@@ -324,20 +324,12 @@ def simulate(
     if stream_to is not None:
         from agentreplay.sim.stream import ResultStream
 
-        whole_run = [  # mechanisms whose tables or summaries read every program at the end
-            name
-            for name, on in (
-                ("[classes]", cfg.classes.enabled),
-                ("[failures]", cfg.failures.enabled),
-                ("[footprint]", cfg.footprint.interval_s > 0),
-                ("fan-out links (parent_program_id)", workload.dag is not None),
-            )
-            if on
-        ]
-        if whole_run:
+        # (the footprint series is streamed, the failover ledger and the classes' summary read the programs
+        # written; fan-out workflows' summary and joins read every program's arrival in memory)
+        if workload.dag is not None:
             raise ConfigError(
-                f"streamed results do not support {', '.join(whole_run)}: their outputs need every program in memory"
-                " at the end of the run; run without --stream"
+                "streamed results do not support fan-out links (parent_program_id): their outputs need every"
+                " program in memory at the end of the run; run without --stream"
             )
         sink = ResultStream(workload, stream_to)
     rec = Recorder(workload, cfg.metrics.timeseries_interval_s, sink)
@@ -375,7 +367,7 @@ def simulate(
         ]
         links += pd_links
         disagg = Disagg(dc, engine, pd_links, block_bytes, cfg.router, on_finish)
-    fp = FootprintSampler(cfg.footprint.interval_s, block_bytes) if cfg.footprint.interval_s > 0 else None
+    fp = FootprintSampler(cfg.footprint.interval_s, block_bytes, sink) if cfg.footprint.interval_s > 0 else None
     on_sample = rec.sample if fp is None else fp.hook(rec.sample)
     tc = cfg.tiers
     for i, spec in enumerate(specs):
@@ -458,6 +450,8 @@ def simulate(
     if sink is not None:
         sink.infos, sink.pools, sink.samples = orch.infos, [inst.pool for inst in instances], rec.samples
         sink.home_pools = disagg is None
+        if failover is not None:
+            failover.sink = sink  # (a failed instance's fresh pool replaces the old one in sink.pools)
     try:
         with frozen_heap():
             orch.start()
@@ -476,14 +470,18 @@ def simulate(
     assert disagg is None or disagg.idle(), "disaggregated hand-offs left in flight"
     migrations = [0 if info is None else info.affinity_breaks for info in orch.infos] if sink is None else []
     result = SimResult(rec, migrations, {}, cfg, decisions)
-    fp_cols = fp.columns() if fp is not None else None
+    fp_cols = fp.finish() if fp is not None else None  # (streamed: written to the sink, None)
     if fp_cols is not None:
         result.extra["footprint"] = fp_cols
-    if failover is not None:
+    if failover is not None and sink is None:
         result.extra["failover"] = failover.table(rec.program_arrival_s, rec.program_finish_s)
     summary = result.summary
     if sink is not None:
         sink.close()
+        if failover is not None:
+            sink.add_table(
+                "failover", failover.table(sink.program_column("arrival_s"), sink.program_column("finish_s"))
+            )
         summary.update(sink.summary())
     else:
         turns, programs = result.columns("turns"), result.columns("programs")
@@ -500,10 +498,13 @@ def simulate(
         summary["admission"] = admission.summary()  # type: ignore[attr-defined]
         if cls is not None and adm.policy == "deadline":
             summary["admission"]["rejected_programs"] = len(cls.rejected_classes)
-    if cls is not None and cfg.classes.enabled:  # (never streamed: refused above)
-        class_programs = result.columns("programs")
-        assert class_programs is not None
-        summary["classes"] = cls.summary(class_programs["jct_s"])
+    if cls is not None and cfg.classes.enabled:
+        if sink is not None:
+            summary["classes"] = cls.summary(sink.program_column("jct_s"))
+        else:
+            class_programs = result.columns("programs")
+            assert class_programs is not None
+            summary["classes"] = cls.summary(class_programs["jct_s"])
     if workload.single_turn:
         request_view(summary)
     summary["affinity_breaks"] = orch.affinity_breaks
@@ -548,7 +549,7 @@ def simulate(
             {"dp": hw.dp, "ep": hw.ep, "all2all_backend": hw.all2all_backend, "lockstep": group is not None}
         )
     if fp is not None:  # (absent otherwise, like dp_group)
-        summary["footprint"] = {"interval_s": fp.interval_s, "block_bytes": block_bytes, "samples": len(fp.rows)}
+        summary["footprint"] = {"interval_s": fp.interval_s, "block_bytes": block_bytes, "samples": fp.samples}
     if failover is not None:
         summary["failover"] = failover.summary()
     if group is not None:

@@ -16,6 +16,11 @@ Files are written as ``.NAME.parquet.partial`` and renamed to ``NAME.parquet`` o
 after the last row group and the footer are written; :meth:`ResultStream.abort` (a failed run) deletes them, so a
 partially written file never looks complete (DESIGN §8).
 
+Tables of mechanisms that are on go to the same folder: a time series written as it grows (the KV footprint,
+:meth:`ResultStream.write_rows`, row groups in time order as in memory) and small tables built once the run is
+over, from the programs written (the failover ledger with each affected program's JCT, :meth:`ResultStream.add_table`
+with :meth:`ResultStream.program_column`). Priority classes' summary reads the programs' JCTs the same way.
+
 The summary (:meth:`ResultStream.summary`) is :func:`agentreplay.sim.metrics.summarize` of the written files,
 read back one column at a time and put back in the in-memory row order (program index, then turn), so floating
 point sums and means are the same numbers as the in-memory run's.
@@ -163,9 +168,42 @@ class ResultStream:
     def _write(self, name: str, table: pa.Table) -> None:
         writer = self._writers.get(name)
         if writer is None:
+            self._name(name)
             writer = self._writers[name] = pq.ParquetWriter(self._partial[name], table.schema, compression="zstd")
         writer.write_table(table, row_group_size=max(table.num_rows, 1))
         self.rows_written[name] += table.num_rows
+
+    def _name(self, name: str) -> None:
+        """Register the output table ``name`` (its partial and final paths)."""
+        if name not in self._partial:
+            self._partial[name] = self.out / f".{name}.parquet.partial"
+            self.paths[name] = self.out / f"{name}.parquet"
+            self.rows_written[name] = 0
+
+    def write_rows(self, name: str, cols: dict[str, np.ndarray]) -> None:
+        """Append one row group to the extra table ``name`` (a mechanism's time series, e.g. ``footprint``);
+        renamed to ``NAME.parquet`` by :meth:`close` with the others."""
+        if name in NAMES or self.closed:
+            raise RuntimeError(f"stream: cannot append rows to {name!r}" + (" after close" if self.closed else ""))
+        self._write(name, tables.to_arrow(cols))
+
+    def add_table(self, name: str, table: pa.Table) -> Path:
+        """Write the whole extra table ``name`` after :meth:`close` (a small table built from the programs
+        written, e.g. the failover ledger): to its partial file, then renamed, as the others."""
+        if not self.closed or name in self._writers or name in NAMES:
+            raise RuntimeError(f"stream: add_table({name!r}) is for a new table after close()")
+        self._name(name)
+        pq.write_table(table, self._partial[name], compression="zstd")
+        os.chmod(self._partial[name], 0o644)
+        os.replace(self._partial[name], self.paths[name])
+        self.rows_written[name] = table.num_rows
+        return self.paths[name]
+
+    def program_column(self, name: str) -> np.ndarray:
+        """A column of the written ``programs`` table in program-index order (the in-memory table's order), after
+        :meth:`close`."""
+        assert self.closed, "close() first"
+        return np.asarray(_FileFrame(self.paths["programs"], np.concatenate(self._order))[name])
 
     def _forget_segments(self) -> None:
         """Remove finished programs' history segments whose blocks are all evicted and unreferenced from their
@@ -253,7 +291,7 @@ class ResultStream:
                 raise RuntimeError("stream closed before any program finished")
         for writer in self._writers.values():
             writer.close()
-        for name in NAMES:
+        for name in self._writers:  # (the three tables, then the extra ones, in the order they were started)
             os.chmod(self._partial[name], 0o644)
             os.replace(self._partial[name], self.paths[name])
         self.closed = True

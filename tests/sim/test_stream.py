@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from agentreplay.sim import SimConfig, simulate
+from agentreplay.sim import footprint as footprint_mod
 from agentreplay.sim import stream as stream_mod
 from tests.factories import make_trace
 from tests.sim.fakes import LinearPerf
@@ -32,8 +33,29 @@ CONFIGS = {
         "tiers": {"dram_gib": 1.0},
         "policy": {"retention": "ttl"},
     },
+    # the mechanisms whose tables and summaries are built from every program: footprint streamed as it grows,
+    # failover ledger and class goodput from the programs written
+    "failures, footprint, classes": {
+        "hardware": {"instances": 2},
+        "router": {"policy": "least-loaded"},
+        "failures": {
+            "events": [
+                {"instance": 0, "at_s": 1.0, "kind": "fail", "recover_after_s": 1.0},
+                {"instance": 1, "at_s": 2.5, "kind": "drain", "recover_after_s": 0.5},
+            ]
+        },
+        "footprint": {"interval_s": 0.05},
+        "classes": {"enabled": True, "deadline_s": {"interactive": 5.0}},
+        "policy": {"queue": "priority"},
+    },
 }
-KEYS = {"turns": ["program_id", "turn_idx"], "programs": ["program_id"], "instances": ["time_s", "instance"]}
+KEYS = {
+    "turns": ["program_id", "turn_idx"],
+    "programs": ["program_id"],
+    "instances": ["time_s", "instance"],
+    "footprint": ["time_s", "instance"],
+    "failover": ["t_s", "program_id", "turn", "event"],
+}
 
 
 def _sorted(table, keys):
@@ -46,6 +68,7 @@ def test_streamed_tables_and_summary_equal_the_in_memory_ones(name, group, tmp_p
     """Several row groups per file; the row buffer (2 x ``group`` rows) fills many times, and at one row per
     group the rows of the programs live at once outgrow it (it doubles)."""
     monkeypatch.setattr(stream_mod, "ROW_GROUP_ROWS", group)
+    monkeypatch.setattr(footprint_mod, "FLUSH_ROWS", 3 * group)
     cfg = SimConfig().replace(**CONFIGS[name])
     mem = simulate(TRACE, cfg)
     streamed = simulate(TRACE, cfg, stream_to=tmp_path)
@@ -56,7 +79,13 @@ def test_streamed_tables_and_summary_equal_the_in_memory_ones(name, group, tmp_p
     assert pq.ParquetFile(tmp_path / "turns.parquet").num_row_groups > 1
     # same numbers (json: NaN compares equal to NaN)
     assert json.dumps(streamed.summary, sort_keys=True) == json.dumps(mem.summary, sort_keys=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["instances.parquet", "programs.parquet", "turns.parquet"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{t}.parquet" for t in mem.tables())
+    if name == "failures, footprint, classes":
+        assert mem.summary["failover"]["affected_calls"] > 0 and set(mem.summary["classes"]) > {"source"}
+        # the series was written in several row groups as it grew, in time order (as in memory)
+        fp = pq.ParquetFile(tmp_path / "footprint.parquet")
+        assert fp.num_row_groups > 1
+        assert pq.read_table(tmp_path / "footprint.parquet").equals(mem.tables()["footprint"])
 
 
 def test_rows_are_written_as_programs_finish(tmp_path) -> None:
@@ -177,24 +206,14 @@ def test_a_day_workload_streamed_hands_back_finished_turns(tmp_path, monkeypatch
     assert np.array_equal(zero, streamed_w.output_tokens == 0)
 
 
-@pytest.mark.parametrize(
-    ("sections", "named"),
-    [
-        (
-            {"failures": {"events": [{"instance": 0, "at_s": 1.0, "kind": "fail", "recover_after_s": 1.0}]}},
-            "[failures]",
-        ),
-        ({"footprint": {"interval_s": 0.5}}, "[footprint]"),
-    ],
-)
-def test_streaming_refuses_mechanisms_whose_outputs_need_the_whole_run(sections, named, tmp_path) -> None:
-    """A failover ledger or footprint table is built from every program at the end: streamed, it would be wrong or
-    missing, so the run is refused up front, naming the section, and nothing is written."""
+def test_streaming_refuses_fan_out_workflows(tmp_path) -> None:
+    """Fan-out joins and their summary read every program's arrival in memory: a streamed run is refused up
+    front, naming what, and nothing is written."""
     from agentreplay.sim.config import ConfigError
+    from tests.sim.test_fanout import family
 
-    cfg = SimConfig().replace(**sections)
-    with pytest.raises(ConfigError, match=re.escape(named)):
-        simulate(TRACE, cfg, stream_to=tmp_path)
+    with pytest.raises(ConfigError, match=re.escape("fan-out links (parent_program_id)")):
+        simulate(family(0.5), SimConfig(), stream_to=tmp_path)
     assert not list(tmp_path.iterdir())
 
 
@@ -227,8 +246,13 @@ def test_the_row_buffer_keeps_pending_then_live_rows_in_order(tmp_path) -> None:
     [
         {"hardware": {"instances": 3}, "router": {"policy": "least-loaded"}},
         {"disagg": {"enabled": True, "prefill_instances": 1, "decode_instances": 2}},
+        {
+            "hardware": {"instances": 3},
+            "router": {"policy": "least-loaded"},
+            "failures": {"events": [{"instance": 0, "at_s": 1.0, "kind": "fail", "recover_after_s": 0.5}]},
+        },
     ],
-    ids=["moving programs", "disaggregated"],
+    ids=["moving programs", "disaggregated", "a failed instance"],
 )
 def test_every_evicted_segment_of_a_finished_program_is_forgotten(sections, tmp_path, monkeypatch) -> None:
     """Programs routed to several instances (least-loaded moves them) or whose history also sits in decode pools
@@ -236,14 +260,24 @@ def test_every_evicted_segment_of_a_finished_program_is_forgotten(sections, tmp_
     unreferenced is left in any pool, whichever pool it is in."""
     left: list[tuple[int, tuple]] = []
     close = stream_mod.ResultStream.close
+    first_pools: list[object] = []
+    arrived = stream_mod.ResultStream.program_arrived
+
+    def first_arrival(self, p, now):
+        if not first_pools:
+            first_pools.extend(self.pools)
+        arrived(self, p, now)
 
     def checked_close(self):
         out = close(self)
+        # a failed instance goes on with a fresh pool: the stream searches that one, not the lost one
+        assert (self.pools[0] is not first_pools[0]) == ("failures" in sections)
         for i, pool in enumerate(self.pools):
             left.extend([(i, k) for k, s in pool.segments.items() if k[0] == "prog" and s.run is None and not s.ref])
         return out
 
     monkeypatch.setattr(stream_mod.ResultStream, "close", checked_close)
+    monkeypatch.setattr(stream_mod.ResultStream, "program_arrived", first_arrival)
     cfg = SimConfig().replace(cache={"num_gpu_blocks": 300}, workload={"concurrency": 12}, **sections)
     res = simulate(TRACE, cfg, stream_to=tmp_path)
     assert res.summary["programs"] == 12
