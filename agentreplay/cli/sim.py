@@ -444,19 +444,14 @@ def simulate(
             if not stream:  # (the findings read every turn)
                 result.summary["findings"] = findings(result, tr)
             result.summary["error_bands"] = error_band_dict(result.summary, error_bands)
-            result.write(tmp)
+            written = [path.name for path in result.write(tmp).values()]
     except (CapacityError, OutputDirError, ValueError, OSError) as exc:
         raise fail(str(exc)) from None
     if as_json:
         print_json(result.summary)
         return
     print_summary(result.summary, plans=plan_cluster(result.config))
-    console.print(
-        f"wrote {out}/turns.parquet, programs.parquet, instances.parquet, summary.json, config.toml"
-        + (", decisions.jsonl" if result.decisions is not None else ""),
-        markup=False,
-        soft_wrap=True,
-    )
+    console.print(f"wrote {out}/{', '.join(written)}", markup=False, soft_wrap=True)
 
 
 @app.command()

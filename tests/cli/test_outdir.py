@@ -124,3 +124,20 @@ def test_sweep_refuses_a_foreign_folder(tmp_path) -> None:
     res = runner.invoke(app, ["sweep", str(spec), "--out", str(out)])
     assert res.exit_code == 1 and "thesis.tex" in res.output
     assert [p.name for p in out.iterdir()] == ["thesis.tex"]
+
+
+def test_simulate_names_every_file_it_wrote_streamed_with_mechanisms(trace, tmp_path) -> None:
+    """A streamed run with the footprint series and a replica failure writes their tables beside the three, and
+    the closing line names exactly the files in the folder."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        "[footprint]\ninterval_s = 0.5\n[hardware]\ninstances = 2\n"
+        '[failures]\nevents = [{instance = 0, at_s = 0.5, kind = "fail", recover_after_s = 1.0}]\n'
+    )
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["simulate", "-t", trace, "-c", str(cfg), "--stream", "--quiet", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("wrote "))
+    named = sorted(line[len(f"wrote {out}/") :].split(", "))
+    assert named == sorted(p.name for p in out.iterdir() if p.name != MARKER)
+    assert {"footprint.parquet", "failover.parquet"} <= set(named)
