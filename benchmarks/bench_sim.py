@@ -113,16 +113,19 @@ def run_cell(spec: dict) -> dict:
     t_build = time.perf_counter()
     w, cfg = build(spec)
     t0 = time.perf_counter()
+    cpu0 = time.process_time()
     if spec.get("day"):
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="bench-day-") as tmp:
             res = simulate(w, cfg, stream_to=tmp)
             wall = time.perf_counter() - t0
+            cpu = time.process_time() - cpu0
             written_mib = sum(f.stat().st_size for f in Path(tmp).iterdir()) / 2**20
     else:
         res = simulate(w, cfg)
         wall = time.perf_counter() - t0
+        cpu = time.process_time() - cpu0
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     s = res.summary
     extra = {}
@@ -133,6 +136,9 @@ def run_cell(spec: dict) -> dict:
         "turns": s["turns"],
         "programs": s["programs"],
         "wall_s": round(wall, 3),
+        # CPU time of this process over the same span (all its threads, user + system): wall minus the time
+        # the machine ran other jobs instead, plus any time NumPy's BLAS threads spun on the other core
+        "cpu_s": round(cpu, 3),
         "turns_per_s": round(s["turns"] / wall),
         "peak_rss_mib": round(rss_mib),
         "events": s["engine"]["events"],
@@ -241,7 +247,8 @@ def save_day(name: str, spec: dict, r: dict, label: str) -> None:
     import os
 
     print(
-        f"  day: {spec['day']:,} programs, generation {r['build_s']:.1f} s, run {r['wall_s']:.1f} s, "
+        f"  day: {spec['day']:,} programs, generation {r['build_s']:.1f} s, run {r['wall_s']:.1f} s "
+        f"(CPU {r['cpu_s']:.1f} s), "
         f"{r['turns_per_s']:,} turns/s, peak RSS {r['peak_rss_mib']:,} MiB, Parquet {r['parquet_mib']:,} MiB",
         flush=True,
     )
