@@ -33,6 +33,13 @@ places calls); the check that ThunderAgent runs every ``scheduler_interval`` (5 
 (the moment capacity can free) and every ``thunder_recheck_s`` while calls are held; ``shared_tokens`` (prefix
 savings read from vLLM's metrics) is not subtracted: each program counts its whole context; the acting-token
 weight (``acting_token_weight``, default 1.0) is fixed at its default.
+
+Versions: the constants above are those of github.com/HaoKang-Timmy/ThunderAgent (``BUFFER_PER_PROGRAM =
+100``). The github.com/ThunderAgent-org/ThunderAgent version (``backend/state.py`` at 560788e) reserves
+``DECODE_BUFFER = 256`` tokens a program, subtracts one estimated shared system prompt per program beyond the first
+instead of vLLM's measured prefix savings, and waits ``PAUSE_COOLDOWN`` / ``RESUME_COOLDOWN`` (5 s) between pause
+and resume rounds; set ``thunder_buffer_tokens = 256`` for the nearest configuration (the prompt sharing and the
+cooldowns are not modelled; the re-check period above is 5 s already).
 """
 
 from __future__ import annotations
