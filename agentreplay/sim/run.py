@@ -324,13 +324,8 @@ def simulate(
     if stream_to is not None:
         from agentreplay.sim.stream import ResultStream
 
-        # (the footprint series is streamed, the failover ledger and the classes' summary read the programs
-        # written; fan-out workflows' summary and joins read every program's arrival in memory)
-        if workload.dag is not None:
-            raise ConfigError(
-                "streamed results do not support fan-out links (parent_program_id): their outputs need every"
-                " program in memory at the end of the run; run without --stream"
-            )
+        # (the footprint series is streamed; the failover ledger, the classes' and the workflows' summaries read
+        # the programs written)
         sink = ResultStream(workload, stream_to)
     rec = Recorder(workload, cfg.metrics.timeseries_interval_s, sink)
     instances: list[Instance] = []
@@ -449,7 +444,8 @@ def simulate(
         failover.start()
     if sink is not None:
         sink.infos, sink.pools, sink.samples = orch.infos, [inst.pool for inst in instances], rec.samples
-        sink.home_pools = disagg is None
+        # (a fan-out child's prefix chain puts its ancestors' history segments in the child's pool too)
+        sink.home_pools = disagg is None and workload.dag is None
         if failover is not None:
             failover.sink = sink  # (a failed instance's fresh pool replaces the old one in sink.pools)
     try:
@@ -509,7 +505,9 @@ def simulate(
         request_view(summary)
     summary["affinity_breaks"] = orch.affinity_breaks
     if orch.fan is not None:  # fan-out workflows (absent otherwise: other summaries keep their exact form)
-        summary["fanout"] = orch.fan.summary(rec.program_arrival_s)
+        summary["fanout"] = orch.fan.summary(
+            rec.program_arrival_s if sink is None else sink.program_column("arrival_s")
+        )
     summary["bytes_moved"] = {link.name: link.bytes_moved for link in links}
     summary["bytes_moved_total"] = sum(link.bytes_moved for link in links)
     summary["pinned_block_s"] = sum(inst.residency.pinned_block_s for inst in instances if inst.residency)

@@ -103,6 +103,21 @@ class ResultStream:
         #: affinity_breaks tell which), so a program never moved has one only at home; False when other pools
         #: also hold them (disaggregated serving's decode pools): every pool is searched
         self.home_pools = False
+        #: fan-out workloads: a program's history segment is in the prefix chains of its descendants' calls (held
+        #: there, unreferenced, while such a call waits to be admitted), so it is forgotten only once the program
+        #: and all its descendants finished. ``_pending_desc[q]``: q's descendants not finished yet
+        self._parent: list[int] | None = None
+        self._pending_desc: list[int] = []
+        if workload.dag is not None:
+            parent = workload.dag.parent.tolist()
+            pending = [0] * len(parent)
+            for p in range(len(parent)):
+                q = parent[p]
+                while q >= 0:
+                    pending[q] += 1
+                    q = parent[q]
+            self._parent, self._pending_desc = parent, pending
+        self._retire_later: set[int] = set()  #: finished programs waiting for their descendants
         self.rows_written = {name: 0 for name in NAMES}
         #: programs written (1) and the first program not yet written: the turns of the programs before it are
         #: never read again (:func:`release_turns`)
@@ -126,14 +141,25 @@ class ResultStream:
             infos[p] = None  # the program's state is released with its rows
         self._pending.extend(rows)
         self._programs.append((p, arrival, now, migrations))
-        key = ("prog", p)
         pools = self.pools
         if self.home_pools and migrations == 0 and info is not None and info.home >= 0:
             pools = [pools[info.home]]  # never routed elsewhere: only its home holds its history segment
-        for pool in pools:
-            seg = pool.segments.get(key)
-            if seg is not None:
-                self._finished_segments.append((pool.segments, key, seg))
+        parent = self._parent
+        if parent is None:
+            self._retire(p, pools)
+        else:  # (home_pools is off for fan-out: a child's chain puts its ancestors' segments in its own pool)
+            pending = self._pending_desc
+            if pending[p]:
+                self._retire_later.add(p)
+            else:
+                self._retire(p, pools)
+            q = parent[p]
+            while q >= 0:
+                pending[q] -= 1
+                if not pending[q] and q in self._retire_later:
+                    self._retire_later.discard(q)
+                    self._retire(q, pools)
+                q = parent[q]
         if len(self._pending) >= self.row_group_rows:
             self._flush()
         if len(self.samples) >= SAMPLE_ROWS:
@@ -173,6 +199,15 @@ class ResultStream:
         writer.write_table(table, row_group_size=max(table.num_rows, 1))
         self.rows_written[name] += table.num_rows
 
+    def _retire(self, p: int, pools: list[Any]) -> None:
+        """Program ``p`` finished and nothing will name its history segment again: queue its segments in
+        ``pools`` to be forgotten once evicted and unreferenced (:meth:`_forget_segments`)."""
+        key = ("prog", p)
+        for pool in pools:
+            seg = pool.segments.get(key)
+            if seg is not None:
+                self._finished_segments.append((pool.segments, key, seg))
+
     def _name(self, name: str) -> None:
         """Register the output table ``name`` (its partial and final paths)."""
         if name not in self._partial:
@@ -208,9 +243,12 @@ class ResultStream:
     def _forget_segments(self) -> None:
         """Remove finished programs' history segments whose blocks are all evicted and unreferenced from their
         pool's segment map. The pool keeps a segment object per (instance, program) it ever served, found again by
-        key when the program's next call comes (``SegmentPool.segment``); a finished program has no next call, and
-        an evicted, unreferenced segment is what a new one would be, so forgetting it changes nothing simulated
-        (the streamed tables equal the in-memory ones, tests/sim/test_stream.py), while keeping them all is about
+        key when the program's next call comes (``SegmentPool.segment``); a finished program has no next call (nor,
+        in a fan-out workload, any unfinished descendant whose call could name it in its prefix chain: see
+        ``_pending_desc``), and an evicted, unreferenced segment no call holds is what a new one would be, so
+        forgetting it changes nothing simulated (the streamed tables equal the in-memory ones,
+        tests/sim/test_stream.py; found: a child routed but not yet admitted held its one-turn parent's segment, and
+        a sibling filled a new one), while keeping them all is about
         150 bytes per (instance, program): 3 GB for a day of 1 M programs on 32 instances."""
         keep = []
         for segments, key, seg in self._finished_segments:

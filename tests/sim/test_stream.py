@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 
 import pyarrow.parquet as pq
 import pytest
@@ -206,15 +205,46 @@ def test_a_day_workload_streamed_hands_back_finished_turns(tmp_path, monkeypatch
     assert np.array_equal(zero, streamed_w.output_tokens == 0)
 
 
-def test_streaming_refuses_fan_out_workflows(tmp_path) -> None:
-    """Fan-out joins and their summary read every program's arrival in memory: a streamed run is refused up
-    front, naming what, and nothing is written."""
-    from agentreplay.sim.config import ConfigError
-    from tests.sim.test_fanout import family
+@pytest.mark.parametrize("router", ["session-affinity", "least-loaded"])
+def test_fan_out_workflows_stream_the_in_memory_tables_and_summary(router, tmp_path, monkeypatch) -> None:
+    """An orchestrator spawning four sub-agents (schema 3 parent links) among twelve independent programs that
+    later push its blocks out: the streamed tables and summary (workflow JCTs included) are the in-memory run's,
+    and no finished program's evicted history segment is left in any pool, though a child's prefix chain puts its
+    parent's segment in the child's pool, where the parent itself never ran (session affinity)."""
+    monkeypatch.setattr(stream_mod, "ROW_GROUP_ROWS", 2)
+    programs = [[(300 + 40 * t, 6, 0.2) for t in range(1 + p % 3)] for p in range(5)]
+    programs += [[(900 + 100 * t, 8, 0.1) for t in range(3)] for _ in range(12)]
+    trace = make_trace(programs)
+    n = len(trace.programs)
+    trace.programs["parent_program_id"] = [None] + ["p0"] * 4 + [None] * (n - 5)
+    trace.programs["parent_turn_idx"] = [None] + [0] * 4 + [None] * (n - 5)
+    trace.programs["spawn_delay_s"] = [None] + [0.1] * 4 + [None] * (n - 5)
+    cfg = SimConfig().replace(
+        hardware={"instances": 3},
+        router={"policy": router},
+        cache={"num_gpu_blocks": 120},
+        workload={"concurrency": 4},
+    )
+    left: list[tuple] = []
+    close = stream_mod.ResultStream.close
 
-    with pytest.raises(ConfigError, match=re.escape("fan-out links (parent_program_id)")):
-        simulate(family(0.5), SimConfig(), stream_to=tmp_path)
-    assert not list(tmp_path.iterdir())
+    def checked_close(self):
+        out = close(self)
+        for i, pool in enumerate(self.pools):
+            left.extend(
+                (i, k) for k, seg in pool.segments.items() if k[0] == "prog" and seg.run is None and not seg.ref
+            )
+        return out
+
+    mem = simulate(trace, cfg)
+    monkeypatch.setattr(stream_mod.ResultStream, "close", checked_close)
+    streamed = simulate(trace, cfg, stream_to=tmp_path)
+    assert mem.summary["fanout"]["sub_agents"] == 4
+    for table, want in mem.tables().items():
+        got = pq.read_table(tmp_path / f"{table}.parquet")
+        assert _sorted(got, KEYS[table]).equals(_sorted(want, KEYS[table])), table
+    assert json.dumps(streamed.summary, sort_keys=True) == json.dumps(mem.summary, sort_keys=True)
+    assert left == []
 
 
 def test_the_row_buffer_keeps_pending_then_live_rows_in_order(tmp_path) -> None:
