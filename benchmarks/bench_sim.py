@@ -103,6 +103,10 @@ def build(spec: dict) -> tuple[Any, Any]:
         hardware={"gpu": "h100-sxm", "model": spec["model"], "tp": spec["tp"], "instances": spec["instances"]},
         workload={"concurrency": spec["concurrency"]},
     )
+    if spec.get("mtbf_s"):  # random replica failures (exponential, per instance; MTTR 10 minutes)
+        cfg = cfg.replace(failures={"mtbf_s": spec["mtbf_s"], "mttr_s": 600.0})
+    if spec.get("footprint_s"):  # the KV footprint series, one sample per instance per interval
+        cfg = cfg.replace(footprint={"interval_s": spec["footprint_s"]})
     return w, cfg
 
 
@@ -195,12 +199,17 @@ def main() -> None:
     ap.add_argument("--synth", action="store_true", help="also run the 100,000-program synthetic cell")
     ap.add_argument("--day", action="store_true", help="also run the day cell (a streamed day of a large fleet)")
     ap.add_argument("--programs", type=int, help="programs of the day cell (default 1,000,000)")
+    ap.add_argument("--mtbf", type=float, help="day cell: random replica failures, mean seconds between failures")
+    ap.add_argument("--footprint", type=float, help="day cell: KV footprint series, seconds between samples")
     ap.add_argument("--only", help="run one cell by name")
     ap.add_argument("--profile", metavar="NAME", help="profile one cell in-process and print where the time goes")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.profile:
-        profile_cell(args.profile, {**CELLS, **SCALE, **SYNTH, **day_cells(args.programs)}[args.profile])
+        profile_cell(
+            args.profile,
+            {**CELLS, **SCALE, **SYNTH, **day_cells(args.programs, args.mtbf, args.footprint)}[args.profile],
+        )
         return
     if args.child:
         print(json.dumps(run_cell(json.loads(args.child))))
@@ -211,9 +220,11 @@ def main() -> None:
     if args.scale:
         cells.update(SCALE)
     if args.day:
-        cells.update(day_cells(args.programs))
+        cells.update(day_cells(args.programs, args.mtbf, args.footprint))
     if args.only:
-        cells = {args.only: {**CELLS, **SCALE, **SYNTH, **day_cells(args.programs)}[args.only]}
+        cells = {
+            args.only: {**CELLS, **SCALE, **SYNTH, **day_cells(args.programs, args.mtbf, args.footprint)}[args.only]
+        }
     label = build_label()
     print(f"build: {label}")
     print(
@@ -234,11 +245,12 @@ def main() -> None:
             save_day(name, spec, r, label)
 
 
-def day_cells(programs: int | None) -> dict[str, dict]:
-    """The day cell, with ``programs`` programs if given."""
-    if programs is None:
-        return dict(DAY)
-    return {"day": {**DAY["day"], "day": programs}}
+def day_cells(programs: int | None, mtbf_s: float | None = None, footprint_s: float | None = None) -> dict[str, dict]:
+    """The day cell, with ``programs`` programs if given, random failures every ``mtbf_s`` per instance and the
+    footprint series every ``footprint_s`` if given."""
+    spec = {**DAY["day"], **({"day": programs} if programs is not None else {})}
+    spec.update({k: v for k, v in (("mtbf_s", mtbf_s), ("footprint_s", footprint_s)) if v})
+    return {"day": spec}
 
 
 def save_day(name: str, spec: dict, r: dict, label: str) -> None:
@@ -255,7 +267,10 @@ def save_day(name: str, spec: dict, r: dict, label: str) -> None:
     out = ROOT / "benchmarks" / "results"
     out.mkdir(exist_ok=True)
     compiled = "compiled" if label.startswith("compiled") else "pure"
-    path = out / f"{name}-{spec['day']}-{compiled}.json"
+    mech = (f"-mtbf{spec['mtbf_s']:g}" if spec.get("mtbf_s") else "") + (
+        f"-footprint{spec['footprint_s']:g}" if spec.get("footprint_s") else ""
+    )
+    path = out / f"{name}-{spec['day']}{mech}-{compiled}.json"
     doc = {
         "cell": name,
         "spec": spec,
