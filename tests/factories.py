@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from agentreplay.kv.segment_pool import Segment
+from agentreplay.request import ProgramInfo, Request
 from agentreplay.trace.io import Trace
 from agentreplay.trace.schema import PROGRAMS, TURNS
 
@@ -62,4 +64,31 @@ def make_trace(
     return Trace(
         pd.DataFrame(prog_rows, columns=[f.name for f in PROGRAMS]),
         pd.DataFrame(turn_rows, columns=[f.name for f in TURNS]),
+    )
+
+
+def make_request(
+    program: int,
+    prompt: int,
+    *,
+    target_out: int = 1,
+    reuse: int = 0,
+    turn: int | None = None,
+    release_s: float = 0.0,
+    info: ProgramInfo | None = None,
+) -> Request:
+    """A call of ``program`` (turn 0 of it, global turn ``turn``, default the program's index) with its own empty
+    history segment and no shared prefix, as the scheduler and the routers see one."""
+    return Request(
+        turn=program if turn is None else turn,
+        program=program,
+        turn_idx=0,
+        prompt=prompt,
+        target_out=target_out,
+        reuse=reuse,
+        pfx=None,
+        prog=Segment(("prog", program), 0, 0),
+        base=0,
+        release_s=release_s,
+        info=ProgramInfo(0.0) if info is None else info,
     )

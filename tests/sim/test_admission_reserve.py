@@ -9,10 +9,11 @@ from __future__ import annotations
 from agentreplay.engine import Engine
 from agentreplay.kv.manager import KVManager
 from agentreplay.kv.residency import Residency
-from agentreplay.kv.segment_pool import Segment, SegmentPool
+from agentreplay.kv.segment_pool import SegmentPool
 from agentreplay.kv.tiers import HostTier, Link
-from agentreplay.request import ProgramInfo, Request
+from agentreplay.request import Request
 from agentreplay.scheduler.scheduler import Scheduler
+from tests.factories import make_request
 
 BS = 16
 
@@ -31,19 +32,7 @@ def scheduler(host_blocks: dict[int, int]) -> Scheduler:
 
 
 def request(program: int, prompt: int, reuse: int) -> Request:
-    return Request(
-        turn=program,
-        program=program,
-        turn_idx=1,
-        prompt=prompt,
-        target_out=4,
-        reuse=reuse,
-        pfx=None,
-        prog=Segment(("prog", program), 0, 0),
-        base=0,
-        release_s=0.0,
-        info=ProgramInfo(0.0),
-    )
+    return make_request(program, prompt, target_out=4, reuse=reuse)
 
 
 def test_a_plain_admission_checks_its_whole_prompt_alone() -> None:

@@ -9,16 +9,17 @@ import pytest
 
 from agentreplay.engine import Engine
 from agentreplay.kv.manager import KVManager
-from agentreplay.kv.segment_pool import Segment, SegmentPool
+from agentreplay.kv.segment_pool import SegmentPool
 from agentreplay.perf import PerfModel
 from agentreplay.perf.catalog import load_gpu, load_model
 from agentreplay.perf.parallel import DPStepPricer, EPComm
-from agentreplay.request import ProgramInfo, Request
+from agentreplay.request import Request
 from agentreplay.router.policies import VllmDP
 from agentreplay.scheduler.scheduler import Scheduler
 from agentreplay.sim.config import ConfigError, HardwareConfig, SimConfig
 from agentreplay.sim.instance import Instance
 from agentreplay.sim.run import simulate
+from tests.factories import make_request
 from tests.sim.fakes import LinearPerf
 from validation.e2e_common import single_turn_trace
 
@@ -35,19 +36,7 @@ def _cfg(model: str = "qwen3-30b-a3b", **hw) -> SimConfig:
 
 
 def _req(i: int) -> Request:
-    return Request(
-        turn=i,
-        program=i,
-        turn_idx=0,
-        prompt=10,
-        target_out=1,
-        reuse=0,
-        pfx=None,
-        prog=Segment(("prog", i), 0, 0),
-        base=0,
-        release_s=0.0,
-        info=ProgramInfo(0.0),
-    )
+    return make_request(i, 10)
 
 
 def _rank(waiting: int, running: int, used: int = 0, blocks: int = 100) -> Instance:

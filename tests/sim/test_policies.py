@@ -10,14 +10,13 @@ from hypothesis import strategies as st
 
 from agentreplay.engine import Engine
 from agentreplay.kv.retention import GapContext, ToolStats, _min_waste
-from agentreplay.kv.segment_pool import Segment
 from agentreplay.kv.tiers import HostTier, Link
 from agentreplay.policy.presets import PRESETS, apply_preset
 from agentreplay.request import ProgramInfo, Request
 from agentreplay.scheduler.queue import ContinuumOrder, Plas, PlasParams
 from agentreplay.scheduler.victim import AgeAware, LowestPriority, MostRecent
 from agentreplay.sim import SimConfig, simulate
-from tests.factories import make_trace
+from tests.factories import make_request, make_trace
 from tests.sim.fakes import LinearPerf
 from tests.sim.test_properties import grow, programs_st
 
@@ -30,18 +29,8 @@ def cfg(**sections) -> SimConfig:
 def req(
     turn: int = 0, program: int = 0, prompt: int = 100, release: float = 0.0, service: int = 0, arrival: float = 0.0
 ) -> Request:
-    return Request(
-        turn=turn,
-        program=program,
-        turn_idx=0,
-        prompt=prompt,
-        target_out=1,
-        reuse=0,
-        pfx=None,
-        prog=Segment(("prog", program), 0, 0),
-        base=0,
-        release_s=release,
-        info=ProgramInfo(arrival, service_tokens=service),
+    return make_request(
+        program, prompt, turn=turn, release_s=release, info=ProgramInfo(arrival, service_tokens=service)
     )
 
 

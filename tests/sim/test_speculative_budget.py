@@ -8,31 +8,19 @@ from typing import Any
 import pytest
 
 from agentreplay.kv.manager import KVManager
-from agentreplay.kv.segment_pool import Segment, SegmentPool
-from agentreplay.request import ProgramInfo, Request
+from agentreplay.kv.segment_pool import SegmentPool
+from agentreplay.request import Request
 from agentreplay.scheduler.scheduler import Scheduler
 from agentreplay.sim import SimConfig, simulate
 from agentreplay.sim import run as run_module
-from tests.factories import make_trace
+from tests.factories import make_request, make_trace
 from tests.sim.test_properties import assert_paths_agree, three_paths
 
 BS = 16
 
 
 def request(program: int, prompt: int, out: int = 10) -> Request:
-    return Request(
-        turn=program,
-        program=program,
-        turn_idx=0,
-        prompt=prompt,
-        target_out=out,
-        reuse=0,
-        pfx=None,
-        prog=Segment(("prog", program), 0, 0),
-        base=0,
-        release_s=0.0,
-        info=ProgramInfo(0.0),
-    )
+    return make_request(program, prompt, target_out=out)
 
 
 def decoding(budget: int, decode_tokens: int, n: int) -> Scheduler:
