@@ -45,6 +45,7 @@ from typing import Literal, get_args
 
 from agentreplay.perf.catalog import ACT_BYTES, DTYPE_BYTES, Dtype, GpuSpec, ModelSpec
 from agentreplay.perf.pricer import PrefillItem
+from agentreplay.perf.speculative import SpeculativePricer
 
 All2AllBackend = Literal[
     "allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency", "flashinfer_nvlink_two_sided"
@@ -143,21 +144,27 @@ class EPComm:
         return self.layers * self.layer_s(tokens_per_rank)
 
 
-def batch_tokens(batch: Batch) -> int:
-    """Tokens a rank runs through the model in one step (the dummy batch: 1)."""
+def batch_tokens(batch: Batch, decode_tokens: int = 1) -> int:
+    """Tokens a rank runs through the model in one step (the dummy batch: 1); a decode runs ``decode_tokens``
+    (``1 + k`` under speculative decoding: its token and ``k`` drafts to verify)."""
     if batch is None:
         return 1
     prefill, decode = batch
-    return sum(item[0] for item in prefill) + len(decode)
+    return sum(item[0] for item in prefill) + decode_tokens * len(decode)
 
 
 class DPStepPricer:
     """Prices one lockstep step of a DP group of a MoE model (module docstring): every rank's own iteration
     (``base``, one rank's pricer) with its expert work replaced by its share of the group's padded tokens, plus
     the EP dispatch / combine; the step lasts as long as the slowest rank. ``base`` must provide
-    ``experts_time_s`` (:class:`agentreplay.perf.model.PerfModel` and its subclasses do)."""
+    ``experts_time_s`` (:class:`agentreplay.perf.model.PerfModel` and its subclasses do; a
+    :class:`~agentreplay.perf.speculative.SpeculativePricer` over one passes its target's on).
 
-    def __init__(self, base: object, comm: EPComm, pad_to_max: bool = True) -> None:
+    ``decode_tokens``: tokens a decoding sequence runs through the MoE layers and the dispatch (``1 + k`` when
+    the ranks speculate with ``k`` drafts: vLLM verifies them in the same forward, and the DP padding and the
+    all-gather see the scheduled tokens)."""
+
+    def __init__(self, base: object, comm: EPComm, pad_to_max: bool = True, decode_tokens: int = 1) -> None:
         if not hasattr(base, "experts_time_s"):
             raise DeploymentError(
                 f"{base!r}: DP of a MoE model needs a pricer with experts_time_s (roofline, refined or table)"
@@ -165,6 +172,9 @@ class DPStepPricer:
         self.base = base
         self.comm = comm
         self.pad_to_max = pad_to_max  #: coordinate_batch_across_dp pads to the max (CUDA graphs on)
+        if decode_tokens < 1:
+            raise ValueError(f"DPStepPricer decode_tokens={decode_tokens} must be >= 1")
+        self.decode_tokens = decode_tokens
 
     def rank_times_s(self, batches: Sequence[Batch]) -> list[float]:
         """Seconds each rank's part of the step takes (the dummy rank: a one-token decode at context 0)."""
@@ -172,16 +182,22 @@ class DPStepPricer:
         # tokens each rank's kernels run: after CUDA-graph padding where the pricer pads (agentreplay.perf.deploy;
         # a batch with prefill only when mixed batches run graphs), which the rank's own iteration price includes
         graphs = getattr(base, "padded_tokens", None)
+        dt = self.decode_tokens
         tokens = [
-            batch_tokens(b) if graphs is None else graphs(batch_tokens(b), b is None or not b[0]) for b in batches
+            batch_tokens(b, dt) if graphs is None else graphs(batch_tokens(b, dt), b is None or not b[0])
+            for b in batches
         ]
         pad = max(tokens)
         group = dp * pad if self.pad_to_max else sum(tokens)
         shared = base.experts_time_s(group, dp) + self.comm.step_s(pad)  # type: ignore[attr-defined]
+        # the dummy batch is one token of the target alone (no drafts: _dummy_run(uniform_decode_query_len=1))
+        dummy = base.target if isinstance(base, SpeculativePricer) else base
         out = []
         for b, n in zip(batches, tokens, strict=True):
-            prefill, decode = b if b is not None else ((), (0,))
-            own = base.iteration_time_s(prefill, decode) - base.experts_time_s(n, 1)  # type: ignore[attr-defined]
+            if b is None:
+                own = dummy.iteration_time_s((), (0,)) - base.experts_time_s(n, 1)  # type: ignore[attr-defined]
+            else:
+                own = base.iteration_time_s(*b) - base.experts_time_s(n, 1)  # type: ignore[attr-defined]
             out.append(own + shared)
         return out
 

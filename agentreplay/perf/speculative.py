@@ -89,6 +89,11 @@ class SpeculativePricer:
             getattr(drafter, "needs_decode_contexts", False)
         )
         self._coeffs: dict[int, tuple[float, float]] = {}
+        # the target's hooks a lockstep DP group's pricer reads (agentreplay.perf.parallel.DPStepPricer: the
+        # group's expert work replaces each rank's own, at the verification tokens), where the target has them
+        for hook in ("experts_time_s", "padded_tokens"):
+            if hasattr(target, hook):
+                setattr(self, hook, getattr(target, hook))
 
     def decode_coeffs(self, n_seqs: int) -> tuple[float, float]:
         """``(A, c)`` of a decode-only verification step of ``n_seqs`` sequences: target ``A`` at ``n (k + 1)``

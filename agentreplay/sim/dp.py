@@ -72,7 +72,7 @@ class LockstepGroup:
         st.steps += 1
         st.dummy_rank_steps += len(self.ranks) - len(active)
         st.busy_s += dt
-        st.comm_s += self.pricer.comm.step_s(max(batch_tokens(b) for b in batches))
+        st.comm_s += self.pricer.comm.step_s(max(batch_tokens(b, self.pricer.decode_tokens) for b in batches))
         self._busy = True
         self._active = active
         self.engine.at(self.engine.now + dt, PHASE_COMPLETE, self._complete)

@@ -413,7 +413,8 @@ def simulate(
     group: LockstepGroup | None = None
     if lockstep(model_spec, hw.dp):
         comm = EPComm.build(load_gpu(specs[0][0]), model_spec, hw.dp, specs[0][1], hw.all2all_backend)
-        group = LockstepGroup(engine, instances, DPStepPricer(pricers[specs[0]], comm))
+        spec_tokens = 1 + speculation.num_speculative_tokens if speculation is not None else 1
+        group = LockstepGroup(engine, instances, DPStepPricer(pricers[specs[0]], comm, decode_tokens=spec_tokens))
     orch = Orchestrator(
         engine,
         steps,

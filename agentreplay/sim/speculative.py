@@ -240,11 +240,11 @@ def draft_pricer(cfg: Any, instance: tuple[str, int, str]) -> IterationPricer | 
     """The draft model's pricer for an instance ``(gpu, tp, dtype)`` of ``cfg`` (a :class:`SimConfig`): the
     catalogue roofline of ``[speculative] draft_model`` on the same GPUs, TP and dtype (vLLM requires the draft's
     TP to equal the target's, draft_model.py ``_raise_if_draft_tp_mismatch``), without the per-step host cost
-    (:class:`agentreplay.perf.speculative.DraftPasses`); None for other methods. Refuses a
-    DP deployment (lockstep DP steps are not priced with speculation)."""
+    (:class:`agentreplay.perf.speculative.DraftPasses`); None for other methods. With DP each rank runs its own
+    drafter; a MoE model's lockstep group step verifies ``1 + k`` tokens a decode through the experts and the
+    dispatch (:class:`agentreplay.perf.parallel.DPStepPricer` ``decode_tokens``)."""
     sc: SpeculativeConfig = cfg.speculative
     hw = cfg.hardware
-    _check(hw.dp == 1, "method", sc.method, f"speculative decoding is not modelled with [hardware] dp = {hw.dp} > 1")
     if sc.method != "draft_model" or sc.draft_model is None:
         return None
     from agentreplay.perf.deploy import kv_cache_dtype

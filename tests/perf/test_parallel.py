@@ -17,6 +17,7 @@ from agentreplay.perf.parallel import (
     expert_weight_bytes_freed,
     lockstep,
 )
+from agentreplay.perf.speculative import SpeculativePricer
 from agentreplay.sim.config import All2AllName
 
 
@@ -70,6 +71,21 @@ def test_lockstep_step_is_the_slowest_rank_with_padding() -> None:
     assert batch_tokens(None) == 1 and batch_tokens(busy) == 12
     with pytest.raises(ValueError, match="DP group of 2"):
         p.step_time_s([busy])
+
+
+def test_lockstep_step_under_speculation_by_hand() -> None:
+    """k = 2 drafts: a decode runs 3 tokens through the experts, the padding and the dispatch; the dummy rank still
+    runs one token of the target alone."""
+    spec = SpeculativePricer(_Base(), 2)
+    assert spec.experts_time_s(7) == _Base().experts_time_s(7)  # the target's hook, passed on
+    p = DPStepPricer(spec, _comm(layers=0), decode_tokens=3)
+    busy = ([(10, 0, True)], [5, 5])  # 10 + 2 x 3 = 16 tokens
+    # busy rank: 10 + 2 x 16 (the target at 16 tokens) - 16 (own experts) + 16 (its share of 2 x 16) = 42 ms;
+    # dummy rank: 10 + 2 x 1 - 1 + 16 = 27 ms
+    assert p.rank_times_s([busy, None]) == pytest.approx([0.042, 0.027])
+    assert batch_tokens(busy, 3) == 16
+    with pytest.raises(ValueError, match="decode_tokens=0"):
+        DPStepPricer(spec, _comm(), decode_tokens=0)
 
 
 def test_experts_hook_matches_the_model_terms() -> None:
