@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agentreplay.engine import PHASE_COMPLETE, PHASE_SCHEDULE, Engine
+from agentreplay.engine import PHASE_COMPLETE, PHASE_SCHEDULE, Engine, Event
 from agentreplay.perf.parallel import Batch, DPStepPricer, batch_tokens
 from agentreplay.sim.instance import Instance
 
@@ -47,6 +47,7 @@ class LockstepGroup:
         self._busy = False
         self._pending = False
         self._active: list[Instance] = []
+        self._done: Event | None = None  #: the completion of the group step in flight
         for r in self.ranks:
             r.fast_decode = False
             r.lockstep = self
@@ -75,9 +76,19 @@ class LockstepGroup:
         st.comm_s += self.pricer.comm.step_s(max(batch_tokens(b, self.pricer.decode_tokens) for b in batches))
         self._busy = True
         self._active = active
-        self.engine.at(self.engine.now + dt, PHASE_COMPLETE, self._complete)
+        self._done = self.engine.at(self.engine.now + dt, PHASE_COMPLETE, self._complete)
+
+    def abort(self) -> None:
+        """Failover hook (:mod:`agentreplay.sim.failover`): the deployment failed; the group step in flight is
+        abandoned (its ranks are reset by the caller: :meth:`Instance.reset`)."""
+        if self._done is not None:
+            self._done.cancel()
+            self._done = None
+        self._busy = False
+        self._active = []
 
     def _complete(self, _: object = None) -> None:
+        self._done = None
         self._busy = False
         active, self._active = self._active, []
         for r in active:

@@ -123,6 +123,9 @@ class Failover:
         #: a streamed run's ResultStream, whose ``pools`` (searched for a finished program's segments) must follow
         #: an instance's fresh pool after a failure
         self.sink: Any = None
+        #: a lockstep DP group (agentreplay.sim.dp.LockstepGroup) when the instances are the DP ranks of one MoE
+        #: deployment: a failure or drain of any rank is one of them all (their failure domain)
+        self.group: Any = None
 
     # ---- schedule ----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -161,29 +164,52 @@ class Failover:
             self.pending_recoveries += 1
             self._at(self.engine.now + recover_after_s, self._recover, i)
 
+    def domain(self, i: int) -> list[int]:
+        """The instances that fail with ``i``: all DP ranks of a lockstep MoE deployment (vLLM: an engine core
+        that dies marks the whole client dead, ``vllm/v1/engine/core_client.py``
+        ``MPClient.start_engine_core_monitor``), else ``i`` alone."""
+        if self.group is not None:
+            return [inst.index for inst in self.group.ranks]
+        return [i]
+
     def fail(self, i: int, recover_after_s: float | None, kind: str = "fail") -> None:
-        """Instance ``i`` loses its GPU now (ignored when it is already down)."""
+        """Instance ``i`` loses its GPU now (ignored when it is already down), with its failure domain; the
+        domain's instances recover together."""
         if self.state[i] == DOWN:
             return
-        inst = self.instances[i]
         now = self.engine.now
-        self._set_down(i, recover_after_s)
-        old_pool = inst.pool
-        running = {id(r) for r in inst.sched.running}
-        aborted = self._reset(i)
-        self.events_log.append({"t_s": now, "instance": i, "event": kind, "aborted": len(aborted)})
-        for r in aborted:
-            state = "running" if id(r) in running else "waiting"  # (running: its step in flight is lost too)
-            lost = max(r.computed, _cached_history(old_pool, r.program))
-            self._row(r.program, r.turn_idx, kind, state, i, lost, r.generated)
-        self._lose_idle(i, old_pool, kind, {r.program for r in aborted})
+        ranks = [j for j in self.domain(i) if self.state[j] != DOWN]
+        if self.group is not None:
+            self.group.abort()  # the group step in flight is lost (its ranks are reset below)
+        aborted: list[Request] = []
+        for j in ranks:
+            inst = self.instances[j]
+            self._set_down(j, None)
+            old_pool = inst.pool
+            running = {id(r) for r in inst.sched.running}
+            lost_here = self._reset(j)
+            self.events_log.append({"t_s": now, "instance": j, "event": kind, "aborted": len(lost_here)})
+            for r in lost_here:
+                state = "running" if id(r) in running else "waiting"  # (running: its step in flight is lost too)
+                lost = max(r.computed, _cached_history(old_pool, r.program))
+                self._row(r.program, r.turn_idx, kind, state, j, lost, r.generated)
+            self._lose_idle(j, old_pool, kind, {r.program for r in lost_here})
+            aborted += lost_here
+        if recover_after_s is not None:
+            self.pending_recoveries += 1
+            self._at(now + recover_after_s, self._recover_ranks, ranks)
         if self.age_aware:
             aborted.sort(key=self._age_key)
         for r in aborted:
             self._resubmit(_retry(r, self.orch._unrouted))
 
     def drain(self, i: int, recover_after_s: float | None) -> None:
-        """Instance ``i`` stops taking calls now and goes down once it has finished what it has."""
+        """Instance ``i`` (with its failure domain) stops taking calls now and goes down once it has finished what
+        it has."""
+        for j in self.domain(i):
+            self._drain_one(j, recover_after_s)
+
+    def _drain_one(self, i: int, recover_after_s: float | None) -> None:
         if self.state[i] != UP:
             return
         self.state[i] = DRAINING
@@ -207,13 +233,19 @@ class Failover:
         self.events_log.append({"t_s": self.engine.now, "instance": i, "event": "drained", "aborted": 0})
 
     def _recover(self, i: int) -> None:
+        self._recover_ranks([i])
+
+    def _recover_ranks(self, ranks: list[int]) -> None:
+        """The instances ``ranks`` (one failure domain) are repaired now; the held calls are routed again."""
         self.pending_recoveries -= 1
-        if self.state[i] != DOWN:
+        back = [i for i in ranks if self.state[i] == DOWN]
+        if not back:
             return
-        self.state[i] = UP
-        self.n_up += 1
-        self.instances[i].up = True
-        self.events_log.append({"t_s": self.engine.now, "instance": i, "event": "recover", "aborted": 0})
+        for i in back:
+            self.state[i] = UP
+            self.n_up += 1
+            self.instances[i].up = True
+            self.events_log.append({"t_s": self.engine.now, "instance": i, "event": "recover", "aborted": 0})
         held, self.held = self.held, []
         if self.age_aware:
             held.sort(key=lambda h: self._age_key(h[0]))

@@ -196,3 +196,24 @@ def test_config_round_trips_through_toml_and_cli(tmp_path) -> None:
         ],
     )
     assert r.exit_code != 0 and "needs a MoE model" in r.output
+
+
+def test_a_failed_rank_takes_the_whole_lockstep_deployment_down() -> None:
+    """DP 2 + EP: rank 0 fails mid-decode; vLLM's client dies with any engine core, so both ranks' calls are
+    aborted and held (no rank is up), both ranks recover together and the calls re-prefill from scratch."""
+    fail = {"events": [{"instance": 0, "at_s": 0.3, "kind": "fail", "recover_after_s": 1.0}]}
+    trace = _trace([100, 100], [40, 40])
+    res = simulate(trace, _cfg(dp=2, ep=True).replace(failures=fail))
+    fo = res.summary["failover"]
+    assert [(e["instance"], e["event"]) for e in fo["events"]] == [
+        (0, "fail"),
+        (1, "fail"),
+        (0, "recover"),
+        (1, "recover"),
+    ]
+    assert fo["aborted_calls"] == 2 and fo["held_calls"] == 2
+    # nothing finishes before the repair at 1.3 s, and each retry prefills its whole prompt again
+    assert (res.turns["finish_s"] > 1.3).all()
+    ledger = res.tables()["failover"].to_pydict()
+    assert ledger["instance"] == [0, 1] and ledger["state"] == ["running", "running"]
+    assert ledger["reprefill_tokens"] == [100, 100] and all(n > 0 for n in ledger["lost_output_tokens"])
