@@ -19,6 +19,9 @@ What real deployments do, and what is modelled:
   what it runs and what waits, then goes down (its cache lost as above) and recovers after
   ``recover_after_s`` when given. Every program homed there loses that cache from the drain on: the idle ones
   at once, those with a call there when it finishes (their next call is routed elsewhere).
+- **A DP + EP deployment** of a MoE model (its DP ranks stepping in lockstep, :mod:`agentreplay.sim.dp`) is one
+  failure domain: the client dies with any of its engine cores (``MPClient.start_engine_core_monitor``), so a
+  fail or drain of one rank is one of every rank, and they recover together.
 - Routers skip instances that are not ``up`` (:class:`agentreplay.router.policies.InstanceView`); when every
   instance is down, released calls are held at the front end and routed when one recovers (never dropped).
 
