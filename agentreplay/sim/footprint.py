@@ -23,7 +23,7 @@ instance's ``total_blocks`` into:
 Bytes: ``block_bytes`` (written to the summary) = block size x the model's KV bytes per token at the run's KV
 dtype, over all TP ranks, as the tiers price blocks (:func:`agentreplay.sim.run.simulate`).
 
-Sampling costs O(running + pins + segments) per sample, paid only when on.
+Sampling costs O(running + pins + free-queue runs) per sample, paid only when on.
 """
 
 from __future__ import annotations
@@ -179,7 +179,9 @@ def split(inst: Any) -> tuple[int, int, int, int, int, int, int]:
                     seen.add(id(seg))
                     idle += seg.present - seg.base + seg.held_stale
     used = pool.used_blocks
-    cached_free = sum(seg.run.count for seg in pool.segments.values() if seg.ref == 0 and seg.run is not None)
+    # free runs that keep a segment's identity (the free queue's runs, a few, not the pool's segment map, which
+    # holds a segment per program the instance ever served: ~1,350 a pool against ~3 runs on a 4,000-program day)
+    cached_free = sum(run.count for run in pool.queue.runs() if run.seg is not None)
     offloaded = sum(t.used_blocks for t in res.tiers) if res is not None else 0
     return (
         run_blocks,
