@@ -205,10 +205,11 @@ def main() -> None:
     ap.add_argument("--profile", metavar="NAME", help="profile one cell in-process and print where the time goes")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    day = day_cells(args.programs, args.mtbf, args.footprint)
     if args.profile:
         profile_cell(
             args.profile,
-            {**CELLS, **SCALE, **SYNTH, **day_cells(args.programs, args.mtbf, args.footprint)}[args.profile],
+            {**CELLS, **SCALE, **SYNTH, **day}[args.profile],
         )
         return
     if args.child:
@@ -220,11 +221,9 @@ def main() -> None:
     if args.scale:
         cells.update(SCALE)
     if args.day:
-        cells.update(day_cells(args.programs, args.mtbf, args.footprint))
+        cells.update(day)
     if args.only:
-        cells = {
-            args.only: {**CELLS, **SCALE, **SYNTH, **day_cells(args.programs, args.mtbf, args.footprint)}[args.only]
-        }
+        cells = {args.only: {**CELLS, **SCALE, **SYNTH, **day}[args.only]}
     label = build_label()
     print(f"build: {label}")
     print(

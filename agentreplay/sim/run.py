@@ -363,6 +363,8 @@ def simulate(
         links += pd_links
         disagg = Disagg(dc, engine, pd_links, block_bytes, cfg.router, on_finish)
     fp = FootprintSampler(cfg.footprint.interval_s, block_bytes, sink) if cfg.footprint.interval_s > 0 else None
+    # tokens of the step's budget and of a MoE group step a decode takes: 1 + k drafts (agentreplay.sim.speculative)
+    decode_tokens = 1 + speculation.num_speculative_tokens if speculation is not None else 1
     on_sample = rec.sample if fp is None else fp.hook(rec.sample)
     tc = cfg.tiers
     for i, spec in enumerate(specs):
@@ -393,8 +395,7 @@ def simulate(
             victim=victim,
             reserve_full_isl=cfg.scheduler.reserve_full_isl,
             lazy_decode=cfg.scheduler.lazy_decode,
-            # a decode with k drafts takes 1 + k of the token budget (vLLM; agentreplay.sim.speculative)
-            decode_tokens=1 + speculation.num_speculative_tokens if speculation is not None else 1,
+            decode_tokens=decode_tokens,
             index=i,
             log=log,
         )
@@ -413,8 +414,7 @@ def simulate(
     group: LockstepGroup | None = None
     if lockstep(model_spec, hw.dp):
         comm = EPComm.build(load_gpu(specs[0][0]), model_spec, hw.dp, specs[0][1], hw.all2all_backend)
-        spec_tokens = 1 + speculation.num_speculative_tokens if speculation is not None else 1
-        group = LockstepGroup(engine, instances, DPStepPricer(pricers[specs[0]], comm, decode_tokens=spec_tokens))
+        group = LockstepGroup(engine, instances, DPStepPricer(pricers[specs[0]], comm, decode_tokens=decode_tokens))
     orch = Orchestrator(
         engine,
         steps,
@@ -469,15 +469,25 @@ def simulate(
     fp_cols = fp.finish() if fp is not None else None  # (streamed: written to the sink, None)
     if fp_cols is not None:
         result.extra["footprint"] = fp_cols
-    if failover is not None and sink is None:
-        result.extra["failover"] = failover.table(rec.program_arrival_s, rec.program_finish_s)
-    summary = result.summary
     if sink is not None:
         sink.close()
-        if failover is not None:
-            sink.add_table(
-                "failover", failover.table(sink.program_column("arrival_s"), sink.program_column("finish_s"))
-            )
+
+    def program_column(name: str) -> np.ndarray:
+        """A column of the programs table in program order: from the files written, or in memory."""
+        if sink is not None:
+            return sink.program_column(name)
+        programs = result.columns("programs")
+        assert programs is not None
+        return np.asarray(programs[name])
+
+    if failover is not None:
+        ledger = failover.table(program_column("arrival_s"), program_column("finish_s"))
+        if sink is not None:
+            sink.add_table("failover", ledger)
+        else:
+            result.extra["failover"] = ledger
+    summary = result.summary
+    if sink is not None:
         summary.update(sink.summary())
     else:
         turns, programs = result.columns("turns"), result.columns("programs")
@@ -495,19 +505,12 @@ def simulate(
         if cls is not None and adm.policy == "deadline":
             summary["admission"]["rejected_programs"] = len(cls.rejected_classes)
     if cls is not None and cfg.classes.enabled:
-        if sink is not None:
-            summary["classes"] = cls.summary(sink.program_column("jct_s"))
-        else:
-            class_programs = result.columns("programs")
-            assert class_programs is not None
-            summary["classes"] = cls.summary(class_programs["jct_s"])
+        summary["classes"] = cls.summary(program_column("jct_s"))
     if workload.single_turn:
         request_view(summary)
     summary["affinity_breaks"] = orch.affinity_breaks
     if orch.fan is not None:  # fan-out workflows (absent otherwise: other summaries keep their exact form)
-        summary["fanout"] = orch.fan.summary(
-            rec.program_arrival_s if sink is None else sink.program_column("arrival_s")
-        )
+        summary["fanout"] = orch.fan.summary(program_column("arrival_s"))
     summary["bytes_moved"] = {link.name: link.bytes_moved for link in links}
     summary["bytes_moved_total"] = sum(link.bytes_moved for link in links)
     summary["pinned_block_s"] = sum(inst.residency.pinned_block_s for inst in instances if inst.residency)

@@ -118,6 +118,7 @@ class ResultStream:
                     q = parent[q]
             self._parent, self._pending_desc = parent, pending
         self._retire_later: set[int] = set()  #: finished programs waiting for their descendants
+        self._program_columns: dict[str, np.ndarray] = {}  #: program_column's reads, kept (read once each)
         self.rows_written = {name: 0 for name in NAMES}
         #: programs written (1) and the first program not yet written: the turns of the programs before it are
         #: never read again (:func:`release_turns`)
@@ -238,7 +239,12 @@ class ResultStream:
         """A column of the written ``programs`` table in program-index order (the in-memory table's order), after
         :meth:`close`."""
         assert self.closed, "close() first"
-        return np.asarray(_FileFrame(self.paths["programs"], np.concatenate(self._order))[name])
+        col = self._program_columns.get(name)
+        if col is None:
+            col = self._program_columns[name] = np.asarray(
+                _FileFrame(self.paths["programs"], np.concatenate(self._order))[name]
+            )
+        return col
 
     def _forget_segments(self) -> None:
         """Remove finished programs' history segments whose blocks are all evicted and unreferenced from their
