@@ -39,18 +39,25 @@ class Recorder:
         #: turn's row is written into the sink's row buffer (columns, through memoryviews, in compiled code: a
         #: call into the sink per turn would cost more than the row) at the next free position, which is
         #: appended to its live program's list in ``sink.live_rows``; when the buffer is full the sink makes room
-        #: (:meth:`ResultStream.make_room`). Program arrivals and ends go to the sink, which also drains
-        #: ``samples`` (the run then holds live programs only)
+        #: (:meth:`ResultStream.make_room`). Program arrivals and ends go to the sink; instance samples go into the
+        #: sink's sample buffer, which it writes when full (the run then holds live programs only)
         self.sink = sink
         self._live_rows: dict[int, list[int]] = {}
         self._pos = 0  #: next free row of the sink's buffer
         self._cap = 0  #: rows of the sink's buffer
         self._last_pos = -1  #: row of the last turn recorded (its tool gap comes next)
         self._b: list[Any] = []  #: memoryviews of the sink's buffer columns, in ``stream.BUFFER`` order
+        #: streaming: memoryviews of the sink's instance-sample buffer (``stream.SAMPLE_COLUMNS``), its rows, and
+        #: the rows filled since the sink last wrote it (``ResultStream.write_samples``; the rest at ``close``)
+        self._s: list[Any] = []
+        self._s_cap = 0
+        self.sample_rows = 0
         if sink is not None:
             n = m = 0
             self._live_rows = sink.live_rows
             self._buffer_views()
+            self._s = [col.data for col in sink.sample_buffer]
+            self._s_cap = len(sink.sample_buffer[0])
         self.turn_instance = np.full(n, -1, dtype=np.int32)
         self.turn_release_s = np.full(n, np.nan)
         self.turn_first_sched_s = np.full(n, np.nan)
@@ -168,6 +175,21 @@ class Recorder:
             return due
         due = self._next_sample[inst.index] = now + self.interval_s
         pool = inst.pool
+        if self.sink is not None:  # into the sink's sample buffer (columns as stream.SAMPLE_COLUMNS)
+            k = self.sample_rows
+            s = self._s
+            s[0][k] = now
+            s[1][k] = inst.index
+            s[2][k] = pool.used_blocks
+            s[3][k] = pool.num_blocks
+            s[4][k] = len(inst.sched.running)
+            s[5][k] = len(inst.sched.waiting)
+            k += 1
+            if k == self._s_cap:
+                self.sink.write_samples(k)
+                k = 0
+            self.sample_rows = k
+            return due
         self.samples.append(
             (now, inst.index, pool.used_blocks, pool.num_blocks, len(inst.sched.running), len(inst.sched.waiting))
         )

@@ -443,7 +443,7 @@ def simulate(
         failover.group = group  # (a lockstep DP deployment fails and recovers as a whole)
         failover.start()
     if sink is not None:
-        sink.infos, sink.pools, sink.samples = orch.infos, [inst.pool for inst in instances], rec.samples
+        sink.infos, sink.pools = orch.infos, [inst.pool for inst in instances]
         # (a fan-out child's prefix chain puts its ancestors' history segments in the child's pool too)
         sink.home_pools = disagg is None and workload.dag is None
         if failover is not None:
@@ -470,7 +470,7 @@ def simulate(
     if fp_cols is not None:
         result.extra["footprint"] = fp_cols
     if sink is not None:
-        sink.close()
+        sink.close(rec.sample_rows)
 
     def program_column(name: str) -> np.ndarray:
         """A column of the programs table in program order: from the files written, or in memory."""

@@ -46,6 +46,12 @@ ROW_GROUP_ROWS = 100_000
 #: instance time-series samples buffered before they are written
 SAMPLE_ROWS = 65_536
 
+#: Parquet writer options: zstd, and no dictionary pages: most columns are floats or counts that hardly repeat
+#: within a row group, where Arrow's dictionary encoder hashes every value before falling back to plain pages
+#: (measured on a 5,000-program day's turns: 0.13 s and 16.3 MB a table with dictionaries, 0.07 s and 13.7 MB
+#: without; the string ids compress as well under zstd)
+PARQUET: dict[str, Any] = {"compression": "zstd", "use_dictionary": False}
+
 NAMES = ("turns", "programs", "instances")
 #: the turn-row buffer's columns, in the order the Recorder writes them (sim/metrics.py Recorder.record_turn,
 #: streaming branch): each one's name in a chunk's recorder namespace (:meth:`ResultStream._flush`: the in-memory
@@ -67,7 +73,17 @@ BUFFER: tuple[tuple[str, type], ...] = (
     ("turn_tool_s", np.float64),
     ("turn_gpu_s", np.float64),
 )
-_INSTANCE_COLUMNS = ["time_s", "instance", "kv_used_blocks", "kv_total_blocks", "running", "waiting"]
+#: the instance time series' columns and dtypes (``tables.instance_columns``), in the order the Recorder writes
+#: them into the sample buffer (sim/metrics.py Recorder.sample)
+SAMPLE_COLUMNS: tuple[tuple[str, type], ...] = (
+    ("time_s", np.float64),
+    ("instance", np.int64),
+    ("kv_used_blocks", np.int64),
+    ("kv_total_blocks", np.int64),
+    ("running", np.int64),
+    ("waiting", np.int64),
+)
+_INSTANCE_COLUMNS = [name for name, _ in SAMPLE_COLUMNS]
 
 
 class ResultStream:
@@ -88,17 +104,17 @@ class ResultStream:
         self._arrival: dict[int, float] = {}
         self._pending: list[int] = []  # buffer positions of the finished programs' rows not yet written
         self._programs: list[tuple[int, float, float, int]] = []  # pending (program, arrival, finish, migrations)
-        #: the Recorder's instance time-series list (``simulate`` hands it over), drained every SAMPLE_ROWS
-        self.samples: list[tuple[float, int, int, int, int, int]] = []
+        #: the instance time series' buffer (columns as :data:`SAMPLE_COLUMNS`), filled by the Recorder from row 0
+        #: and written when full (:meth:`write_samples`) and at :meth:`close`
+        self.sample_buffer: list[np.ndarray] = [np.empty(SAMPLE_ROWS, dtype=dtype) for _, dtype in SAMPLE_COLUMNS]
         self._writers: dict[str, pq.ParquetWriter] = {}
         self._partial = {name: self.out / f".{name}.parquet.partial" for name in NAMES}
         self.paths = {name: self.out / f"{name}.parquet" for name in NAMES}
         self._order: list[np.ndarray] = []  # finished programs, in the order written
         self.infos: list[Any] | None = None  # the orchestrator's ProgramInfo list (migrations; released on finish)
         #: the instances' :class:`~agentreplay.kv.segment_pool.SegmentPool`\ s: a finished program's history
-        #: segments are forgotten once their blocks are evicted (:meth:`_forget_segments`)
+        #: segments leave their maps (:meth:`_retire`)
         self.pools: list[Any] = []
-        self._finished_segments: list[tuple[dict[Any, Any], tuple[str, int], Any]] = []
         #: a program's history segments are in the pools of the instances it was routed to (ProgramInfo.home and
         #: affinity_breaks tell which), so a program never moved has one only at home; False when other pools
         #: also hold them (disaggregated serving's decode pools): every pool is searched
@@ -163,8 +179,6 @@ class ResultStream:
                 q = parent[q]
         if len(self._pending) >= self.row_group_rows:
             self._flush()
-        if len(self.samples) >= SAMPLE_ROWS:
-            self._flush_samples()
 
     def make_room(self, pos: int) -> int:
         """The Recorder has filled the buffer up to ``pos``: move the rows still needed (pending finished
@@ -196,18 +210,24 @@ class ResultStream:
         writer = self._writers.get(name)
         if writer is None:
             self._name(name)
-            writer = self._writers[name] = pq.ParquetWriter(self._partial[name], table.schema, compression="zstd")
+            writer = self._writers[name] = pq.ParquetWriter(self._partial[name], table.schema, **PARQUET)
         writer.write_table(table, row_group_size=max(table.num_rows, 1))
         self.rows_written[name] += table.num_rows
 
     def _retire(self, p: int, pools: list[Any]) -> None:
-        """Program ``p`` finished and nothing will name its history segment again: queue its segments in
-        ``pools`` to be forgotten once evicted and unreferenced (:meth:`_forget_segments`)."""
+        """Program ``p`` finished and nothing will look its history segment up again (nor, in a fan-out workload,
+        any unfinished descendant whose call could name it in its prefix chain: see ``_pending_desc``): remove the
+        segment from the segment maps of ``pools``. The pool keeps a segment object per (instance, program) it ever
+        served, found by key when the program's next call comes (``SegmentPool.segment``); a finished program has
+        no next call, so only the key goes: a segment whose blocks are still cached or held keeps them (the free
+        queue's run and its holders reference the object, not the key), and forgetting it changes nothing
+        simulated (the streamed tables equal the in-memory ones, tests/sim/test_stream.py; found: a child routed
+        but not yet admitted held its one-turn parent's segment, and a sibling looking the parent's key up filled a
+        new one), while keeping them all is about 150 bytes per (instance, program): 3 GB for a day of 1 M
+        programs on 32 instances."""
         key = ("prog", p)
         for pool in pools:
-            seg = pool.segments.get(key)
-            if seg is not None:
-                self._finished_segments.append((pool.segments, key, seg))
+            pool.segments.pop(key, None)
 
     def _name(self, name: str) -> None:
         """Register the output table ``name`` (its partial and final paths)."""
@@ -229,7 +249,7 @@ class ResultStream:
         if not self.closed or name in self._writers or name in NAMES:
             raise RuntimeError(f"stream: add_table({name!r}) is for a new table after close()")
         self._name(name)
-        pq.write_table(table, self._partial[name], compression="zstd")
+        pq.write_table(table, self._partial[name], **PARQUET)
         os.chmod(self._partial[name], 0o644)
         os.replace(self._partial[name], self.paths[name])
         self.rows_written[name] = table.num_rows
@@ -246,28 +266,8 @@ class ResultStream:
             )
         return col
 
-    def _forget_segments(self) -> None:
-        """Remove finished programs' history segments whose blocks are all evicted and unreferenced from their
-        pool's segment map. The pool keeps a segment object per (instance, program) it ever served, found again by
-        key when the program's next call comes (``SegmentPool.segment``); a finished program has no next call (nor,
-        in a fan-out workload, any unfinished descendant whose call could name it in its prefix chain: see
-        ``_pending_desc``), and an evicted, unreferenced segment no call holds is what a new one would be, so
-        forgetting it changes nothing simulated (the streamed tables equal the in-memory ones,
-        tests/sim/test_stream.py; found: a child routed but not yet admitted held its one-turn parent's segment, and
-        a sibling filled a new one), while keeping them all is about
-        150 bytes per (instance, program): 3 GB for a day of 1 M programs on 32 instances."""
-        keep = []
-        for segments, key, seg in self._finished_segments:
-            if seg.run is None and seg.ref == 0:
-                if segments.get(key) is seg:
-                    del segments[key]
-            else:
-                keep.append((segments, key, seg))
-        self._finished_segments = keep
-
     def _flush(self) -> None:
         """Pending finished programs -> one row group of ``turns`` and one of ``programs``."""
-        self._forget_segments()
         if not self._programs:
             return
         w = self.w
@@ -313,18 +313,22 @@ class ResultStream:
             release_turns(w, int(w.turn_start[self._watermark]), int(w.turn_start[wm]))
             self._watermark = wm
 
-    def _flush_samples(self) -> None:
-        cols = tables.instance_columns(SimpleNamespace(samples=self.samples))
-        if cols is not None:
-            self._write("instances", tables.to_arrow(cols))
-        self.samples.clear()  # (the Recorder's own list)
+    def write_samples(self, rows: int) -> None:
+        """The first ``rows`` rows of the sample buffer -> one row group of ``instances`` (the Recorder fills the
+        buffer again from row 0)."""
+        if rows:
+            buf = self.sample_buffer
+            self._write(
+                "instances", tables.to_arrow({name: buf[k][:rows] for k, (name, _) in enumerate(SAMPLE_COLUMNS)})
+            )
 
-    def close(self) -> dict[str, Path]:
-        """Write what is pending and the footers, then rename the files to their final names."""
+    def close(self, sample_rows: int = 0) -> dict[str, Path]:
+        """Write what is pending (and the Recorder's last ``sample_rows`` instance samples) and the footers, then
+        rename the files to their final names."""
         if self.live_programs:
             raise RuntimeError(f"stream closed with {self.live_programs} live programs")
         self._flush()
-        self._flush_samples()
+        self.write_samples(sample_rows)
         if "instances" not in self._writers:  # no samples: the in-memory run's table (from an empty frame)
             import pandas as pd
 

@@ -65,8 +65,10 @@ def _sorted(table, keys):
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_streamed_tables_and_summary_equal_the_in_memory_ones(name, group, tmp_path, monkeypatch) -> None:
     """Several row groups per file; the row buffer (2 x ``group`` rows) fills many times, and at one row per
-    group the rows of the programs live at once outgrow it (it doubles)."""
+    group the rows of the programs live at once outgrow it (it doubles). The instance samples' buffer fills and
+    is written many times too, and the series keeps the in-memory order."""
     monkeypatch.setattr(stream_mod, "ROW_GROUP_ROWS", group)
+    monkeypatch.setattr(stream_mod, "SAMPLE_ROWS", 3)
     monkeypatch.setattr(footprint_mod, "FLUSH_ROWS", 3 * group)
     cfg = SimConfig().replace(**CONFIGS[name])
     mem = simulate(TRACE, cfg)
@@ -76,6 +78,8 @@ def test_streamed_tables_and_summary_equal_the_in_memory_ones(name, group, tmp_p
         assert got.schema.equals(want.schema, check_metadata=True), table
         assert _sorted(got, KEYS[table]).equals(_sorted(want, KEYS[table])), table
     assert pq.ParquetFile(tmp_path / "turns.parquet").num_row_groups > 1
+    assert pq.ParquetFile(tmp_path / "instances.parquet").num_row_groups > 1
+    assert pq.read_table(tmp_path / "instances.parquet").equals(mem.tables()["instances"])
     # same numbers (json: NaN compares equal to NaN)
     assert json.dumps(streamed.summary, sort_keys=True) == json.dumps(mem.summary, sort_keys=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{t}.parquet" for t in mem.tables())
@@ -155,9 +159,10 @@ def test_row_group_rows_must_be_positive(tmp_path) -> None:
         ResultStream(compile_trace(TRACE), tmp_path, row_group_rows=0)
 
 
-def test_finished_programs_segments_are_forgotten_once_evicted(tmp_path) -> None:
-    """A finished program's history segment leaves its pool's map at the next flush once its blocks are evicted
-    and unreferenced; one still cached (or held) stays until then."""
+def test_a_finished_programs_segments_leave_every_pool_map_when_it_finishes(tmp_path) -> None:
+    """A finished program's history segment leaves the segment map of every pool it is in as the program
+    finishes, whether its blocks are evicted, still cached or still held (the objects stay with their holders);
+    other programs' segments and other keys stay."""
     from types import SimpleNamespace
 
     from agentreplay.sim.stream import ResultStream
@@ -167,16 +172,17 @@ def test_finished_programs_segments_are_forgotten_once_evicted(tmp_path) -> None
     evicted = SimpleNamespace(run=None, ref=0)
     cached = SimpleNamespace(run=object(), ref=0)
     held = SimpleNamespace(run=None, ref=1)
-    pool = SimpleNamespace(segments={("prog", 0): evicted, ("prog", 1): cached, ("prog", 2): held, ("x", 0): 1})
-    s.pools = [pool]
-    for p in range(3):
+    live = SimpleNamespace(run=None, ref=1)
+    a = SimpleNamespace(segments={("prog", 0): evicted, ("prog", 1): cached, ("x", 0): 1})
+    b = SimpleNamespace(segments={("prog", 1): cached, ("prog", 2): held, ("prog", 3): live})
+    s.pools = [a, b]
+    for p in range(4):
         s.program_arrived(p, 0.0)
+    for p in range(3):
         s.program_finished(p, 1.0)
-    s._forget_segments()
-    assert list(pool.segments) == [("prog", 1), ("prog", 2), ("x", 0)]
-    cached.run, held.ref = None, 0  # evicted and released later
-    s._forget_segments()
-    assert list(pool.segments) == [("x", 0)]
+    assert list(a.segments) == [("x", 0)]
+    assert list(b.segments) == [("prog", 3)]
+    assert cached.run is not None and held.ref == 1  # (only the keys went)
     s.abort()
 
 
@@ -209,7 +215,7 @@ def test_a_day_workload_streamed_hands_back_finished_turns(tmp_path, monkeypatch
 def test_fan_out_workflows_stream_the_in_memory_tables_and_summary(router, tmp_path, monkeypatch) -> None:
     """An orchestrator spawning four sub-agents (schema 3 parent links) among twelve independent programs that
     later push its blocks out: the streamed tables and summary (workflow JCTs included) are the in-memory run's,
-    and no finished program's evicted history segment is left in any pool, though a child's prefix chain puts its
+    and no finished program's history segment is left in any pool's map, though a child's prefix chain puts its
     parent's segment in the child's pool, where the parent itself never ran (session affinity)."""
     monkeypatch.setattr(stream_mod, "ROW_GROUP_ROWS", 2)
     programs = [[(300 + 40 * t, 6, 0.2) for t in range(1 + p % 3)] for p in range(5)]
@@ -228,12 +234,10 @@ def test_fan_out_workflows_stream_the_in_memory_tables_and_summary(router, tmp_p
     left: list[tuple] = []
     close = stream_mod.ResultStream.close
 
-    def checked_close(self):
-        out = close(self)
+    def checked_close(self, *args):
+        out = close(self, *args)
         for i, pool in enumerate(self.pools):
-            left.extend(
-                (i, k) for k, seg in pool.segments.items() if k[0] == "prog" and seg.run is None and not seg.ref
-            )
+            left.extend((i, k) for k in pool.segments if k[0] == "prog")  # (every program has finished)
         return out
 
     mem = simulate(trace, cfg)
@@ -284,10 +288,10 @@ def test_the_row_buffer_keeps_pending_then_live_rows_in_order(tmp_path) -> None:
     ],
     ids=["moving programs", "disaggregated", "a failed instance"],
 )
-def test_every_evicted_segment_of_a_finished_program_is_forgotten(sections, tmp_path, monkeypatch) -> None:
+def test_every_segment_of_a_finished_program_is_forgotten(sections, tmp_path, monkeypatch) -> None:
     """Programs routed to several instances (least-loaded moves them) or whose history also sits in decode pools
-    (disaggregated): when the stream closes, no finished program's history segment that is evicted and
-    unreferenced is left in any pool, whichever pool it is in."""
+    (disaggregated): when the stream closes (every program finished), no program's history segment is left in
+    any pool's map, whichever pool it is in."""
     left: list[tuple[int, tuple]] = []
     close = stream_mod.ResultStream.close
     first_pools: list[object] = []
@@ -298,12 +302,12 @@ def test_every_evicted_segment_of_a_finished_program_is_forgotten(sections, tmp_
             first_pools.extend(self.pools)
         arrived(self, p, now)
 
-    def checked_close(self):
-        out = close(self)
+    def checked_close(self, *args):
+        out = close(self, *args)
         # a failed instance goes on with a fresh pool: the stream searches that one, not the lost one
         assert (self.pools[0] is not first_pools[0]) == ("failures" in sections)
         for i, pool in enumerate(self.pools):
-            left.extend([(i, k) for k, s in pool.segments.items() if k[0] == "prog" and s.run is None and not s.ref])
+            left.extend([(i, k) for k in pool.segments if k[0] == "prog"])
         return out
 
     monkeypatch.setattr(stream_mod.ResultStream, "close", checked_close)
