@@ -276,10 +276,28 @@ def save_day(name: str, spec: dict, r: dict, label: str) -> None:
         "build": label,
         "load_average": list(os.getloadavg()),
         "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": _commit(),
         **r,
     }
     path.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"  wrote {path.relative_to(ROOT)}")
+
+
+def _commit() -> str | None:
+    """The checkout's commit (``+dirty`` with uncommitted changes outside the results), or None outside git."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+    except OSError:
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 if __name__ == "__main__":
