@@ -253,6 +253,16 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary", plans: l
             f"transfer p50 / p99 {d['transfer_s']['p50']:.4f} / {d['transfer_s']['p99']:.4f} s; utilisation "
             f"prefill {d['utilisation']['prefill']:.0%}, decode {d['utilisation']['decode']:.0%}",
         )
+    fo = s.get("failover")
+    if fo is not None:  # (agentreplay.sim.failover)
+        kinds = [e["event"] for e in fo["events"]]
+        table.add_row(
+            "replica failures",
+            f"failures / drains / recoveries {sum(k in ('fail', 'random') for k in kinds):,} / "
+            f"{kinds.count('drain'):,} / {kinds.count('recover'):,}; {fo['affected_calls']:,} calls affected "
+            f"({fo['aborted_calls']:,} aborted) in {fo['programs_affected']:,} programs, "
+            f"{fo['reprefill_tokens']:,} tokens re-prefilled, {fo['held_calls']:,} calls held (failover.parquet)",
+        )
     for f in s.get("findings", []):
         table.add_row(f"[bold yellow]{f['kind']}[/]", escape(f["message"]))
     show(table)

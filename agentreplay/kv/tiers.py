@@ -39,13 +39,23 @@ class Link:
         self._last = 0.0
         self._next: Event | None = None  #: the pending completion (cancelled when a transfer starts or ends)
 
-    def start(self, nbytes: int, on_done: Callable[[], None]) -> None:
-        """Begin moving ``nbytes``; ``on_done()`` runs when the last byte arrives."""
+    def start(self, nbytes: int, on_done: Callable[[], None]) -> _Transfer:
+        """Begin moving ``nbytes``; ``on_done()`` runs when the last byte arrives. Returns the transfer (for
+        :meth:`cancel`)."""
         self._advance()
         self.bytes_moved += nbytes
         self.transfers += 1
         # the setup latency is charged as bytes the transfer would have moved alone in that time
-        self.active.append(_Transfer(nbytes + self.latency_s * self.bytes_per_s, on_done))
+        t = _Transfer(nbytes + self.latency_s * self.bytes_per_s, on_done)
+        self.active.append(t)
+        self._reschedule()
+        return t
+
+    def cancel(self, transfer: _Transfer) -> None:
+        """Stop ``transfer`` now (its receiver is gone: a failed instance); ``on_done`` never runs and the others
+        share the bandwidth from now on. The bytes it was started with stay counted in ``bytes_moved``."""
+        self._advance()
+        self.active = [t for t in self.active if t is not transfer]
         self._reschedule()
 
     def _advance(self) -> None:

@@ -118,6 +118,11 @@ class Disagg:
         self._pending: list[deque[Request]] = []
         self._handoff_s: dict[int, float] = {}
         self._xfer_start: dict[int, float] = {}
+        self._xfer: dict[int, Any] = {}  #: turn -> its KV transfer in flight (cancelled if the receiver fails)
+        #: replica failures (agentreplay.sim.failover.Failover), None when off: told when a side finishes a call
+        self.failover: Any = None
+        self._held: list[Request] = []  #: hand-offs waiting for a decode instance to be up (every one is down)
+        self._retry_at: dict[int, int] = {}  #: turn -> prefill instance that computed the prompt of a failed call
         # ---- metrics ----
         self.handoffs = 0
         self.kv_bytes_transferred = 0  #: prefill -> decode, the prompt blocks the decode instance did not cache
@@ -135,14 +140,20 @@ class Disagg:
 
     def idle(self) -> bool:
         """Nothing in flight between the pools (checked at the end of a run)."""
-        return not self._prefill_req and not self._out and not any(self._pending)
+        return not self._prefill_req and not self._out and not any(self._pending) and not self._held
 
     # ---- prefill side --------------------------------------------------------------------------------------
     def prepare(self, r: Request) -> None:
         """A turn routed to a prefill instance (orchestrator hook, before submission): it runs with one output
-        token; with ``session_home = "decode"`` it may pull its cached prefix from the session's decode instance."""
-        self._out[r.turn] = r.target_out
+        token; with ``session_home = "decode"`` it may pull its cached prefix from the session's decode instance. A
+        client's retry of a call a failure aborted (:mod:`agentreplay.sim.failover`) keeps the call's output
+        length recorded the first time."""
+        self._out.setdefault(r.turn, r.target_out)
         r.target_out = 1
+        if self._retry_at and self._retry_at.pop(r.turn, -1) == r.info.home:
+            # a call whose decode side failed, retried on the prefill instance that computed its prompt: its blocks
+            # there are this prompt's (vLLM's block hashes find them), not only the trace's reuse of the last turn
+            r.reuse = r.prompt
         if self.pull_home:
             info = self._dinfo.get(r.program)
             if info is not None and info.home >= 0:
@@ -159,6 +170,8 @@ class Disagg:
     def on_prefill_done(self, r: Request) -> None:
         """The prefill instance produced the token: route the turn over the decode pool and queue it there."""
         now = self.engine.now
+        if self.failover is not None:
+            self.failover.on_side_done(r)
         self.prefill_ttft_s.append(r.first_token_s - r.release_s)
         info = self._dinfo.get(r.program)
         if info is None:
@@ -184,14 +197,28 @@ class Disagg:
             last=r.last,
             next_gap_s=r.next_gap_s,
         )
-        j = self.router.pick(d, self.decode, now)
-        d.migrate_from = -1  # a decode-pool move carries nothing: the hand-off brings the KV
-        info.home = j
-        d.prog = self.decode[j].pool.segment(("prog", r.program), 0)  # the whole context: no shared segment
         self._prefill_req[r.turn] = r
         self._handoff_s[r.turn] = now
+        self._hand_off(d)
+
+    def _hand_off(self, d: Request) -> None:
+        """Route a hand-off over the decode pool and queue it there; held while every decode instance is down."""
+        if not any(inst.up for inst in self.decode):
+            self.failover.check_recovers("every decode instance")
+            self._held.append(d)
+            return
+        j = self.router.pick(d, self.decode, self.engine.now)
+        d.migrate_from = -1  # a decode-pool move carries nothing: the hand-off brings the KV
+        d.info.home = j
+        d.prog = self.decode[j].pool.segment(("prog", d.program), 0)  # the whole context: no shared segment
         self._pending[j].append(d)
         self._admit(j)
+
+    def resume_held(self) -> None:
+        """A decode instance is up again: hand the held hand-offs over, in the order they were held."""
+        held, self._held = self._held, []
+        for d in held:
+            self._hand_off(d)
 
     # ---- decode side ---------------------------------------------------------------------------------------
     def _admit(self, j: int) -> None:
@@ -225,10 +252,11 @@ class Disagg:
             nbytes = max(0, held_blocks(d.prompt - self.shift, 0, bs) - local) * self.block_bytes  # the prefill's KV
             self.kv_bytes_transferred += nbytes
             self._xfer_start[d.turn] = now
-            self.links[inst.index].start(nbytes, partial(self._arrived, d, inst))
+            self._xfer[d.turn] = self.links[inst.index].start(nbytes, partial(self._arrived, d, inst))
             inst.submit(d)
 
     def _arrived(self, d: Request, inst: Instance) -> None:
+        del self._xfer[d.turn]
         self.transfer_s.append(self.engine.now - self._xfer_start.pop(d.turn))
         d.computed = d.prompt - 1
         d.loading = False
@@ -247,6 +275,41 @@ class Disagg:
         r.recomputed_tokens += d.recomputed_tokens
         self.deliver(r)
         self._admit(d.instance - self.n_prefill)
+        if self.failover is not None:
+            self.failover.on_side_done(d)
+
+    # ---- failures (agentreplay.sim.failover) -----------------------------------------------------------------
+    def abort_decode(self, i: int, aborted: Sequence[Request]) -> list[tuple[Request, Request]]:
+        """Decode instance ``i`` (cluster index) failed: its aborted decode requests (``aborted``, from
+        :meth:`Instance.reset`) and then the hand-offs queued for it fail at the client, as vLLM's proxy sees the
+        decode side's error (``toy_proxy_server.py`` streams the decode response), so each call is retried whole
+        by the client: a new prefill, then a new hand-off. Their KV transfers in flight stop. Returns ``(decode
+        request, the call's prefill request)`` per call, the latter to retry; the call's output length is kept
+        for the retry's :meth:`prepare`."""
+        j = i - self.n_prefill
+        queued = list(self._pending[j])
+        self._pending[j].clear()
+        out: list[tuple[Request, Request]] = []
+        for d in (*aborted, *queued):
+            t = self._xfer.pop(d.turn, None)
+            if t is not None:
+                self.links[i].cancel(t)
+                self._xfer_start.pop(d.turn, None)
+            self._handoff_s.pop(d.turn, None)
+            self._out[d.turn] = d.target_out + self.shift
+            r = self._prefill_req.pop(d.turn)
+            self._retry_at[d.turn] = r.instance
+            out.append((d, r))
+        return out
+
+    def queued_calls(self, i: int) -> Sequence[Request]:
+        """Hand-offs queued for decode instance ``i`` (cluster index), not admitted yet."""
+        return self._pending[i - self.n_prefill]
+
+    def decode_homed(self, i: int) -> list[int]:
+        """Programs whose decode home is decode instance ``i`` (cluster index)."""
+        j = i - self.n_prefill
+        return [p for p, info in self._dinfo.items() if info.home == j]
 
     # ---- report ----------------------------------------------------------------------------------------------
     def summary(self, makespan_s: float) -> dict[str, Any]:

@@ -22,6 +22,16 @@ What real deployments do, and what is modelled:
 - **A DP + EP deployment** of a MoE model (its DP ranks stepping in lockstep, :mod:`agentreplay.sim.dp`) is one
   failure domain: the client dies with any of its engine cores (``MPClient.start_engine_core_monitor``), so a
   fail or drain of one rank is one of every rank, and they recover together.
+- **Disaggregated prefill / decode** (:mod:`agentreplay.sim.disagg`; instance indices run over the prefill pool,
+  then the decode pool). A prefill instance fails like a colocated one: its prefills are retried over the prefill
+  pool, with the call's output length. A decode instance's failure fails its calls whole, and the hand-offs
+  queued for it: vLLM's disaggregated proxy streams the decode instance's response to the client
+  (``tests/v1/kv_connector/nixl_integration/toy_proxy_server.py``), so the client sees the error and retries
+  the call from a new prefill (which, on the prefill instance that computed the prompt, finds its blocks:
+  vLLM's block hashes; elsewhere the trace's reuse bounds the hit, as for any call); KV transfers to the failed
+  instance stop (:meth:`agentreplay.kv.tiers.Link.cancel`). Programs whose last call decoded there lose that
+  context. A draining decode instance finishes its calls and its queued hand-offs, then goes down; while no
+  decode instance is up, finished prefills wait for one.
 - Routers skip instances that are not ``up`` (:class:`agentreplay.router.policies.InstanceView`); when every
   instance is down, released calls are held at the front end and routed when one recovers (never dropped).
 
@@ -129,6 +139,17 @@ class Failover:
         #: a lockstep DP group (agentreplay.sim.dp.LockstepGroup) when the instances are the DP ranks of one MoE
         #: deployment: a failure or drain of any rank is one of them all (their failure domain)
         self.group: Any = None
+        #: disaggregated serving (agentreplay.sim.disagg.Disagg, :meth:`attach_disagg`): the orchestrator routes
+        #: over the first ``routed`` instances (the prefill pool); the others are the decode pool
+        self.disagg: Any = None
+        self.routed = n
+
+    def attach_disagg(self, disagg: Any) -> None:
+        """Disaggregated serving: the prefill pool is what calls are routed and re-routed over; a decode
+        instance's failure fails its calls whole (:meth:`agentreplay.sim.disagg.Disagg.abort_decode`)."""
+        self.disagg = disagg
+        self.routed = disagg.n_prefill
+        disagg.failover = self
 
     # ---- schedule ----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -191,13 +212,16 @@ class Failover:
             old_pool = inst.pool
             running = {id(r) for r in inst.sched.running}
             lost_here = self._reset(j)
-            self.events_log.append({"t_s": now, "instance": j, "event": kind, "aborted": len(lost_here)})
-            for r in lost_here:
+            # (the request lost here, the call the client retries): the same request, but a decode instance's
+            # calls (and the hand-offs queued for it) fail whole and their prefill requests are retried
+            calls = [(r, r) for r in lost_here] if j < self.routed else self.disagg.abort_decode(j, lost_here)
+            self.events_log.append({"t_s": now, "instance": j, "event": kind, "aborted": len(calls)})
+            for r, _ in calls:
                 state = "running" if id(r) in running else "waiting"  # (running: its step in flight is lost too)
                 lost = max(r.computed, _cached_history(old_pool, r.program))
                 self._row(r.program, r.turn_idx, kind, state, j, lost, r.generated)
-            self._lose_idle(j, old_pool, kind, {r.program for r in lost_here})
-            aborted += lost_here
+            self._lose_idle(j, old_pool, kind, {r.program for r, _ in calls})
+            aborted += [call for _, call in calls]
         if recover_after_s is not None:
             self.pending_recoveries += 1
             self._at(now + recover_after_s, self._recover_ranks, ranks)
@@ -223,13 +247,19 @@ class Failover:
         # the programs homed here lose their cache (the router no longer sends them here): those idle now, and
         # those with a call here once it finishes (on_turn_done)
         inst = self.instances[i]
-        self._lose_idle(i, inst.pool, "drain", {r.program for r in (*inst.sched.running, *inst.sched.waiting)})
-        if inst.outstanding() == 0:
+        busy = {r.program for r in (*inst.sched.running, *inst.sched.waiting)}
+        if i >= self.routed:  # (a decode instance also finishes the hand-offs queued for it)
+            busy |= {d.program for d in self.disagg.queued_calls(i)}
+        self._lose_idle(i, inst.pool, "drain", busy)
+        if not self._busy(i):
             self._drained(i)
 
+    def _busy(self, i: int) -> int:
+        """Calls instance ``i`` still has: running and waiting, and for a decode instance the hand-offs queued."""
+        return self.instances[i].outstanding() + (len(self.disagg.queued_calls(i)) if i >= self.routed else 0)
+
     def _drained(self, i: int) -> None:
-        inst = self.instances[i]
-        if self.state[i] != DRAINING or inst.outstanding():
+        if self.state[i] != DRAINING or self._busy(i):
             return
         self._set_down(i, self.drain_recover[i])
         self._reset(i)
@@ -254,17 +284,15 @@ class Failover:
             held.sort(key=lambda h: self._age_key(h[0]))
         for r, ids in held:
             self.orch._route(r, ids)
+        if self.disagg is not None:
+            self.disagg.resume_held()
 
     # ---- hooks (orchestrator) ----------------------------------------------------------------------------
     def place(self, r: Request, ids: tuple[int, ...] | None) -> int:
         """Before routing ``r``: :data:`HOLD` (no instance is up: held until one recovers), an instance index
         (the age-aware placement of an affected program), or -1 (the router picks)."""
-        if self.n_up == 0:
-            if not self.pending_recoveries and not any(x is not None for x in self.drain_recover):
-                raise RuntimeError(
-                    f"[failures] every instance is down at t = {self.engine.now:.3f} s and none recovers "
-                    "(set recover_after_s on an event): the held calls could never run"
-                )
+        if self.n_up == 0 if self.disagg is None else not any(inst.up for inst in self.instances[: self.routed]):
+            self.check_recovers("every instance" if self.disagg is None else "every prefill instance")
             self.held.append((r, ids))
             self.held_calls += 1
             return HOLD
@@ -272,6 +300,28 @@ class Failover:
             self.replace.discard(r.program)
             return self._roomiest(r)
         return -1
+
+    def check_recovers(self, what: str) -> None:
+        """``what`` is down and calls wait for it: an error unless an instance will recover."""
+        if not self.pending_recoveries and not any(x is not None for x in self.drain_recover):
+            raise RuntimeError(
+                f"[failures] {what} is down at t = {self.engine.now:.3f} s and none recovers "
+                "(set recover_after_s on an event): the held calls could never run"
+            )
+
+    def on_side_done(self, x: Request) -> None:
+        """Disaggregated serving: a prefill or decode instance finished its part of a call (``x``: the prefill
+        or the decode request). A draining instance goes down once it has nothing left; a draining decode
+        instance's program loses the context cached there for its next call, which decodes elsewhere (as
+        :meth:`on_turn_done` does for a colocated or prefill instance)."""
+        i = x.instance
+        if self.state[i] != DRAINING:
+            return
+        if i >= self.routed and not x.last:
+            bs = self.instances[i].pool.block_size
+            self._row(x.program, x.turn_idx + 1, "drain", "idle", i, x.computed // bs * bs, 0)
+        if not self._busy(i):
+            self.engine.at(self.engine.now, PHASE_RELEASE, self._drained, i)
 
     def on_turn_done(self, r: Request) -> None:
         p = r.program
@@ -319,7 +369,7 @@ class Failover:
     def _roomiest(self, r: Request) -> int:
         """The up instance with the fewest outstanding tokens among those whose free blocks hold ``r``'s prompt
         (all up instances when none does); ties to the lowest index."""
-        ups = [k for k in range(len(self.instances)) if self.instances[k].up]
+        ups = [k for k in range(self.routed) if self.instances[k].up]
         fits = [k for k in ups if self.instances[k].pool.free_blocks * self.instances[k].pool.block_size >= r.prompt]
         cands = fits or ups
         return min(cands, key=lambda k: (self.instances[k].outstanding_tokens(), k))
@@ -328,8 +378,12 @@ class Failover:
         """Programs between calls (in a tool) whose previous call ran on ``i``: their cached KV there is lost."""
         infos = self.orch.infos
         held = {r.program for r, _ in self.held}
-        for p, info in enumerate(infos):
-            if info is None or info.home != i or self.finished[p] or p in skip or p in held:
+        if i < self.routed:
+            homed = [p for p, info in enumerate(infos) if info is not None and info.home == i]
+        else:  # a decode instance: the programs whose last call decoded there (their next call is in a tool or
+            homed = self.disagg.decode_homed(i)  # in the prefill pool: their context here is lost the same way)
+        for p in homed:
+            if self.finished[p] or p in skip or p in held:
                 continue
             self._row(p, self.turns_done[p], kind, "idle", i, _cached_history(old_pool, p), 0)
             if self.age_aware:

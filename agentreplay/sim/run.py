@@ -437,10 +437,10 @@ def simulate(
         orch.on_route = disagg.prepare
     failover = None
     if cfg.failures.enabled:
-        if disagg is not None:
-            raise ConfigError("[failures] replica failures are not modelled with [disagg] enabled = true")
         failover = orch.failover = Failover(cfg.failures, engine, orch, instances, cfg.seed)
         failover.group = group  # (a lockstep DP deployment fails and recovers as a whole)
+        if disagg is not None:
+            failover.attach_disagg(disagg)
         failover.start()
     if sink is not None:
         sink.infos, sink.pools = orch.infos, [inst.pool for inst in instances]

@@ -141,3 +141,22 @@ def test_simulate_names_every_file_it_wrote_streamed_with_mechanisms(trace, tmp_
     named = sorted(line[len(f"wrote {out}/") :].split(", "))
     assert named == sorted(p.name for p in out.iterdir() if p.name != MARKER)
     assert {"footprint.parquet", "failover.parquet"} <= set(named)
+
+
+def test_simulate_prints_the_replica_failures_of_a_disaggregated_run(trace, tmp_path) -> None:
+    """A decode instance of a 1 + 2 disaggregated cluster fails and recovers: the run completes and the console
+    table has the failures row with the summary's counts."""
+    import json
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        "[disagg]\nenabled = true\nprefill_instances = 1\ndecode_instances = 2\n"
+        '[failures]\nevents = [{instance = 2, at_s = 0.3, kind = "fail", recover_after_s = 0.2}]\n'
+    )
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["simulate", "-t", trace, "-c", str(cfg), "-o", str(out)], terminal_width=400)
+    assert res.exit_code == 0, res.output
+    fo = json.loads((out / "summary.json").read_text())["failover"]
+    row = next(x for x in res.output.splitlines() if "replica failures" in x)
+    assert "failures / drains / recoveries 1 / 0 / 1" in row
+    assert f"{fo['affected_calls']:,} calls affected ({fo['aborted_calls']:,} aborted)" in row

@@ -32,6 +32,16 @@ CONFIGS = {
         "tiers": {"dram_gib": 1.0},
         "policy": {"retention": "ttl"},
     },
+    "disaggregated, failures of both pools": {
+        "disagg": {"enabled": True, "prefill_instances": 2, "decode_instances": 2},
+        "failures": {
+            "events": [
+                {"instance": 2, "at_s": 1.0, "kind": "fail", "recover_after_s": 1.0},
+                {"instance": 0, "at_s": 2.0, "kind": "fail", "recover_after_s": 0.5},
+                {"instance": 3, "at_s": 2.5, "kind": "drain", "recover_after_s": 0.5},
+            ]
+        },
+    },
     # the mechanisms whose tables and summaries are built from every program: footprint streamed as it grows,
     # failover ledger and class goodput from the programs written
     "failures, footprint, classes": {
@@ -285,8 +295,12 @@ def test_the_row_buffer_keeps_pending_then_live_rows_in_order(tmp_path) -> None:
             "router": {"policy": "least-loaded"},
             "failures": {"events": [{"instance": 0, "at_s": 1.0, "kind": "fail", "recover_after_s": 0.5}]},
         },
+        {
+            "disagg": {"enabled": True, "prefill_instances": 1, "decode_instances": 2},
+            "failures": {"events": [{"instance": 2, "at_s": 1.0, "kind": "fail", "recover_after_s": 0.5}]},
+        },
     ],
-    ids=["moving programs", "disaggregated", "a failed instance"],
+    ids=["moving programs", "disaggregated", "a failed instance", "a failed decode instance"],
 )
 def test_every_segment_of_a_finished_program_is_forgotten(sections, tmp_path, monkeypatch) -> None:
     """Programs routed to several instances (least-loaded moves them) or whose history also sits in decode pools
@@ -305,7 +319,8 @@ def test_every_segment_of_a_finished_program_is_forgotten(sections, tmp_path, mo
     def checked_close(self, *args):
         out = close(self, *args)
         # a failed instance goes on with a fresh pool: the stream searches that one, not the lost one
-        assert (self.pools[0] is not first_pools[0]) == ("failures" in sections)
+        failed = [e["instance"] for e in sections.get("failures", {}).get("events", [])]
+        assert [k for k in range(len(self.pools)) if self.pools[k] is not first_pools[k]] == failed
         for i, pool in enumerate(self.pools):
             left.extend([(i, k) for k in pool.segments if k[0] == "prog"])
         return out
