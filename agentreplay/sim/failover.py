@@ -38,7 +38,8 @@ What real deployments do, and what is modelled:
 The **failover ledger** (:meth:`Failover.table`): one row per affected call: aborted (running / waiting) or the
 next call of an idle program whose KV was lost; the program's age at the event (seconds since arrival, turns
 done), the KV tokens lost, the output tokens lost, and the tokens re-prefilled because of the failure: the part
-of the lost context the retry (or next call) had to compute again, ``min(lost, prompt - cached)``.
+of the lost context the retry (or next call) had to compute again, ``min(lost, prompt - cached)`` (0 for a decode
+instance's context lost between calls: the next call's prefill is unchanged, its hand-off moves more blocks).
 
 ``placement = "age-aware"`` (the remedy): aborted calls are re-submitted oldest program first (most turns done,
 then earliest arrival), and every affected program's re-routed call goes to the least-loaded surviving instance
@@ -329,7 +330,10 @@ class Failover:
         k = self.open.pop(p, None)
         if k is not None:
             row = self.rows[k]
-            row["reprefill_tokens"] = max(0, min(row["lost_kv_tokens"], r.prompt - r.cached_tokens))
+            if row["state"] == "idle" and row["instance"] >= self.routed:
+                row["reprefill_tokens"] = 0  # (a decode instance's context lost between calls is moved again, not
+            else:  # computed: the next call's prefill is what it would have been; its hand-off moves more blocks)
+                row["reprefill_tokens"] = max(0, min(row["lost_kv_tokens"], r.prompt - r.cached_tokens))
             row["retry_instance"] = r.instance
         if r.last:
             self.finished[p] = True

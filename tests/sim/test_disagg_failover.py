@@ -69,7 +69,7 @@ def test_a_draining_decode_instance_finishes_its_call_then_the_next_decodes_else
     """Decode instance 1 drains at 0.15: it finishes turn 0 (0.234780064, 109 tokens computed: 6 full blocks,
     96 tokens, cached there) and goes down. Turn 1 (released 1 s later) prefills on the prefill instance and
     hands off to decode instance 2, which caches nothing of it: all 10 blocks of its 159 tokens move. The ledger
-    has the drained context of program 0's next call."""
+    has the drained context of program 0's next call, moved again rather than re-prefilled."""
     res = _run(TWO, [{"instance": 1, "at_s": 0.15, "kind": "drain"}], decode_instances=2)
     t, s = res.turns, res.summary
     done0 = ARRIVE0 + 0.011 + 9 * 0.011
@@ -79,8 +79,8 @@ def test_a_draining_decode_instance_finishes_its_call_then_the_next_decodes_else
     assert s["disagg"]["decode_local_hit_tokens"] == 0
     assert s["disagg"]["kv_bytes_transferred"] == (7 + 10) * 2_097_152
     ledger = res.tables()["failover"].to_pandas()
-    assert ledger[["event", "state", "instance", "turn", "lost_kv_tokens"]].values.tolist() == [
-        ["drain", "idle", 1, 1, 96]
+    assert ledger[["event", "state", "instance", "turn", "lost_kv_tokens", "reprefill_tokens"]].values.tolist() == [
+        ["drain", "idle", 1, 1, 96, 0]  # (turn 1's prefill is what it would have been; its hand-off moves more)
     ]
 
 
