@@ -139,8 +139,9 @@ class Disagg:
         self._pending = [deque() for _ in self.decode]
 
     def idle(self) -> bool:
-        """Nothing in flight between the pools (checked at the end of a run)."""
-        return not self._prefill_req and not self._out and not any(self._pending) and not self._held
+        """Nothing in flight between the pools and no program's decode-side state left (checked at the end of a
+        run)."""
+        return not self._prefill_req and not self._out and not any(self._pending) and not self._held and not self._dinfo
 
     # ---- prefill side --------------------------------------------------------------------------------------
     def prepare(self, r: Request) -> None:
@@ -178,6 +179,8 @@ class Disagg:
             info = self._dinfo[r.program] = ProgramInfo(r.info.arrival_s)
         out = self._out.pop(r.turn) - self.shift
         if out == 0:  # (first_token = "prefill") a one-token call is done at the prefill instance
+            if r.last:
+                del self._dinfo[r.program]
             self.deliver(r)
             return
         self.handoffs += 1
@@ -277,6 +280,8 @@ class Disagg:
         self._admit(d.instance - self.n_prefill)
         if self.failover is not None:
             self.failover.on_side_done(d)
+        if d.last:  # (a finished program's decode-side state goes: a streamed day holds live programs only)
+            del self._dinfo[d.program]
 
     # ---- failures (agentreplay.sim.failover) -----------------------------------------------------------------
     def abort_decode(self, i: int, aborted: Sequence[Request]) -> list[tuple[Request, Request]]:
