@@ -292,7 +292,7 @@ class Failover:
     def place(self, r: Request, ids: tuple[int, ...] | None) -> int:
         """Before routing ``r``: :data:`HOLD` (no instance is up: held until one recovers), an instance index
         (the age-aware placement of an affected program), or -1 (the router picks)."""
-        if self.n_up == 0 if self.disagg is None else not any(inst.up for inst in self.instances[: self.routed]):
+        if not self._routable():
             self.check_recovers("every instance" if self.disagg is None else "every prefill instance")
             self.held.append((r, ids))
             self.held_calls += 1
@@ -301,6 +301,12 @@ class Failover:
             self.replace.discard(r.program)
             return self._roomiest(r)
         return -1
+
+    def _routable(self) -> bool:
+        """An instance the orchestrator routes over (the prefill pool under disaggregated serving) is up."""
+        if self.disagg is None:
+            return self.n_up > 0
+        return any(inst.up for inst in self.instances[: self.routed])
 
     def check_recovers(self, what: str) -> None:
         """``what`` is down and calls wait for it: an error unless an instance will recover."""
@@ -384,8 +390,10 @@ class Failover:
         held = {r.program for r, _ in self.held}
         if i < self.routed:
             homed = [p for p, info in enumerate(infos) if info is not None and info.home == i]
-        else:  # a decode instance: the programs whose last call decoded there (their next call is in a tool or
-            homed = self.disagg.decode_homed(i)  # in the prefill pool: their context here is lost the same way)
+        else:
+            # a decode instance: the programs whose last call decoded there (their next call is in a tool or in the
+            # prefill pool: their context here is lost the same way)
+            homed = self.disagg.decode_homed(i)
         for p in homed:
             if self.finished[p] or p in skip or p in held:
                 continue
