@@ -271,6 +271,7 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("jct_p90_s", "JCT p90 (s)"),
     ("ttft_mean_s", "TTFT mean (s)"),
     ("tpot_mean_s", "TPOT mean (s)"),
+    ("engine_tpot_mean_s", "TPOT mean, engine's clock (s)"),
     ("makespan_s", "makespan (s)"),
     ("cached_tokens", "prefix-cache hit tokens (first admission)"),
     ("preemptions", "preemptions"),
@@ -295,8 +296,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"token scale {c['token_scale']}, tools scale {c['tool_scale']}",
         "",
         f"session pricer (all profiles): {report['pricer_repr']}, x speed factor "
-        f"{report.get('speed_factor', 1.0):.3f} (engine TPOT / simulator TPOT at the profile's speed; TPOT is "
-        f"then fixed by construction and not judged); at speed 1 the check reads "
+        f"{report.get('speed_factor', 1.0):.3f} (engine TPOT, on its own clock where recorded, / simulator TPOT at "
+        f"the profile's speed; TPOT is then fixed by construction and not judged); at speed 1 the check reads "
         f"{report.get('check_unscaled', {}).get('verdict', '?')}",
         "",
     ]
@@ -313,12 +314,14 @@ def markdown(report: dict[str, Any]) -> str:
             if key in ("cached_tokens", "preemptions", "turns", "admission_pairs", "queued_turns")
             else "{:.3f}"
         )
+        if key not in reps[0]["real"]:  # a figure recorded since (engine_tpot_mean_s)
+            continue
         cells = " | ".join(fmt.format(r["real"][key]) for r in reps)
-        sp = report["spread"].get(key)
-        pc = " | ".join(fmt.format(f[key]) for f in prof)
+        sp = report["spread"].get(key) or spread([r["real"][key] for r in reps])
+        pc = " | ".join(fmt.format(f.get(key, math.nan)) for f in prof)
         lines.append(
-            f"| {label} | {cells} | {sp['rel_range'] * 100:.1f}% | {fmt.format(report['sim'][key])} | "
-            f"{fmt.format(report['broken_rule']['sim'][key])} | {pc} |"
+            f"| {label} | {cells} | {sp['rel_range'] * 100:.1f}% | {fmt.format(report['sim'].get(key, math.nan))} | "
+            f"{fmt.format(report['broken_rule']['sim'].get(key, math.nan))} | {pc} |"
         )
     for name in ("check", "broken_rule", "broken_order"):
         chk = report[name]

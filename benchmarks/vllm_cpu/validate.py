@@ -147,10 +147,18 @@ def live_figures(live: Any) -> dict[str, float]:
     jct = live.tables["programs"]["jct_s"].to_numpy(dtype=float)
     arrival = t.groupby("program_id")["release_s"].min()
     finish = t.groupby("program_id")["last_token_s"].max()
+    # the engine's own decode interval per turn (vLLM's per-request metrics; absent from older sidecars)
+    dec = pd.to_numeric(t["engine_decode_s"]).to_numpy(dtype=float) if "engine_decode_s" in t else None
+    engine_tpot = (
+        float(np.mean(dec[multi] / (out[multi] - 1)))
+        if dec is not None and multi.any() and np.isfinite(dec[multi]).all()
+        else math.nan
+    )
     return {
         **{f"jct_{k}_s": v for k, v in _stats(jct).items()},
         "ttft_mean_s": float(np.mean(first - t["release_s"].to_numpy(dtype=float))),
         "tpot_mean_s": float(np.mean((last[multi] - first[multi]) / (out[multi] - 1))),
+        "engine_tpot_mean_s": engine_tpot,
         "makespan_s": float(finish.max() - arrival.min()),
         "cached_tokens": float(pd.to_numeric(t["cached_tokens_reported"]).fillna(0).sum()),
         "engine_hit_tokens": float(m.get("prefix_cache_hit_tokens", math.nan)),
@@ -167,6 +175,7 @@ def sim_figures(sim: Any) -> dict[str, float]:
         **{f"jct_{k}_s": v for k, v in _stats(p["jct_s"].to_numpy(dtype=float)).items()},
         "ttft_mean_s": float(np.nanmean(t["ttft_s"].to_numpy(dtype=float))),
         "tpot_mean_s": float(np.nanmean(t["tpot_s"].to_numpy(dtype=float))),
+        "engine_tpot_mean_s": float(np.nanmean(t["tpot_s"].to_numpy(dtype=float))),  # it has no API server
         "makespan_s": float(sim.summary["makespan_s"]),
         "cached_tokens": float(t["cached_tokens"].sum()),
         "engine_hit_tokens": math.nan,
@@ -208,8 +217,17 @@ def speed_factor(reps: list[dict[str, Any]], sim: dict[str, float]) -> float:
     """The machine's speed during the drives relative to the pricer's profile: the engine's mean TPOT (median over
     the repeats) over the simulator's. The profile's lone requests and fixed decode batches are slowed differently
     by other jobs than the drives are (the unscaled simulator was 3-34% fast in five sessions, more on a calmer
-    machine), so the pricer is scaled by this one number and TPOT becomes fixed by construction, not judged."""
-    return float(np.median([r["real"]["tpot_mean_s"] for r in reps]) / sim["tpot_mean_s"])
+    machine), so the pricer is scaled by this one number and TPOT becomes fixed by construction, not judged.
+
+    The engine's TPOT is read on its own clock (``engine_tpot_mean_s``: vLLM's per-request decode interval) when
+    every repeat has it, as the simulator's is (it has no API server); else on the driver's (older sessions)."""
+    return float(np.median([engine_tpot(r["real"]) for r in reps]) / sim["tpot_mean_s"])
+
+
+def engine_tpot(real: dict[str, float]) -> float:
+    """A repeat's mean TPOT on the engine's clock where recorded, else on the driver's."""
+    x = real.get("engine_tpot_mean_s", math.nan)
+    return float(x) if math.isfinite(x) else float(real["tpot_mean_s"])
 
 
 def scaled(pricer: ProfilePricer, k: float) -> ProfilePricer:
@@ -349,7 +367,9 @@ def assemble(
         **judge_sim(report, report["sim_unscaled"], tol=check["tolerances"], fixed=()),
         "label": "for information: the simulator at the profile's speed (speed factor 1)",
     }
-    report["spread"] = {k: live_check.spread([r["real"][k] for r in reps]) for k, _ in live_check.ROWS}
+    report["spread"] = {
+        k: live_check.spread([r["real"][k] for r in reps]) for k, _ in live_check.ROWS if k in reps[0]["real"]
+    }
     report["comparison"] = {"rows": live_check.summary_rows([{"real": r["real"], "sim": report["sim"]} for r in reps])}
     report["check"] = {**check, "label": f"simulator with the engine's rule (reserve_full_isl={cell.reserve_full_isl})"}
     report["broken_rule"] = {

@@ -71,6 +71,10 @@ class StreamResult:
     #: do not move it) and first scheduled -> first token, in seconds; None when the server sent none.
     engine_queue_s: float | None = None
     engine_ttft_s: float | None = None
+    #: ... and the decode interval, first -> last output token (``generation_time_ms``), on the engine core's clock:
+    #: each step's ``EngineCoreOutputs.timestamp`` (``vllm/v1/engine/__init__.py``), so it is immune to the API
+    #: server delivering several steps' chunks in one burst, which the driver's chunk times are not
+    engine_decode_s: float | None = None
 
 
 class CompletionClient:
@@ -241,6 +245,7 @@ class CompletionClient:
             finish_reason=finish,
             engine_queue_s=_ms_to_s(metrics.get("queue_time_ms")),
             engine_ttft_s=_ms_to_s(metrics.get("time_to_first_token_ms")),
+            engine_decode_s=_ms_to_s(metrics.get("generation_time_ms")),
         )
 
 

@@ -88,6 +88,7 @@ _SIDECAR_COLUMNS: dict[str, str] = {
     "tool_gap_s": "float64",
     "engine_queue_s": "Float64",
     "engine_ttft_s": "Float64",
+    "engine_decode_s": "Float64",
 }
 
 
@@ -159,6 +160,7 @@ def turns_frame(records: list[TurnRecord], facts: RunFacts) -> pd.DataFrame:
                 "tool_gap_s": r.tool_gap_s,
                 "engine_queue_s": s.engine_queue_s,
                 "engine_ttft_s": s.engine_ttft_s,
+                "engine_decode_s": s.engine_decode_s,
             }
         )
     df = pd.DataFrame(rows, columns=list(_SIDECAR_COLUMNS))

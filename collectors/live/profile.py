@@ -10,12 +10,13 @@ no request hits the prefix cache):
     smallest size measures that floor.
 ``decode_iteration`` (phase decode, scope model)
     ``batch_size`` concurrent streams with prompts of ``context`` tokens, each forced to ``decode_tokens`` output
-    tokens. Only the window in which every stream has had its first token (all prefills done) and none has
-    finished is used: seconds = per stream (last - first chunk time) / tokens in between, averaged over
-    streams. ``num_tokens`` = ``batch_size`` (one new token per sequence per step),
-    ``context_tokens`` = context + decode_tokens / 2 (the mean KV context per sequence over the window). With no
-    common window (the server did not run them concurrently) all intervals after each stream's first token are
-    used and the cell's config says so.
+    tokens. seconds = per stream, the decode interval over the steps in it, averaged over streams: on the
+    engine's clock when the server reports vLLM's per-request metrics (``--enable-per-request-metrics``), else on
+    the driver's, inside the window in which every stream has had its first token (all prefills done) and none
+    has finished (:func:`decode_step_s` says why the engine's clock comes first). ``num_tokens`` = ``batch_size``
+    (one new token per sequence per step), ``context_tokens`` = context + decode_tokens / 2 (the mean KV context
+    per sequence over the window). With no common window (the server did not run them concurrently) all
+    intervals after each stream's first token are used and the cell's config says so.
 
 Sizes above the server's ``max_model_len`` are skipped (and listed in the cell's ``config_json``). Times are
 seconds on the driver's monotonic clock. The cell is ``kind = component``, ``source = live-profile``.
@@ -85,25 +86,55 @@ class _Prompts:
         return ids
 
 
-def decode_step_s(results: list[StreamResult]) -> tuple[float, bool]:
-    """``(decode step seconds, common window found)``: per stream, (last chunk time - first chunk time) / tokens
-    in between inside the window where every stream decodes, averaged over streams.
+def decode_step_s(results: list[StreamResult]) -> tuple[float, str]:
+    """``(decode step seconds, clock)``: how long one decode step of these concurrent streams took.
 
-    A mean over the window, not a median of inter-chunk intervals: an API server that shares cores with its engine
-    often delivers several steps' chunks back to back (measured on vLLM's CPU build: a 17 us median interval for a
-    2.6 ms step), which a window mean is immune to."""
+    ``clock`` says how it was measured, in order of preference:
+
+    - ``"engine"``: every stream reported vLLM's per-request decode interval (``engine_decode_s``, first -> last
+      output token on the engine core's clock; ``--enable-per-request-metrics``): per stream, that interval over
+      the steps in it (output tokens - 1), averaged over streams. The driver's chunk times cannot be trusted for
+      this: vLLM's CPU build, when its API server shares the cores with the engine, can deliver a whole stream's
+      chunks in one burst after the last step (measured: 13 us "steps" for a 2.4 ms step, in most of a quiet
+      machine's profile), which no statistic of the arrival times repairs. The streams start together, so their
+      prompts are prefilled in the first step or two (one of the ~64 steps in the interval); the rest are decode
+      steps of the whole batch.
+    - ``"window"``: on the driver's clock, per stream (last - first chunk time) / tokens in between inside the
+      window in which every stream decodes, averaged over streams (a mean, not a median of inter-chunk intervals,
+      which bunched delivery drives to ~0).
+    - ``"stream"``: as ``"window"`` over whole streams, when the streams never all decoded together.
+
+    NaN (clock ``"none"``) when no stream has three or more timed tokens.
+    """
+    engine = [
+        r.engine_decode_s / (r.completion_tokens - 1)
+        for r in results
+        if r.engine_decode_s is not None and r.completion_tokens is not None and r.completion_tokens >= 3
+    ]
+    if results and len(engine) == len(results) and all(x > 0 for x in engine):
+        return float(np.mean(engine)), "engine"
     start = max(r.first_token_s for r in results)
     end = min(r.last_token_s for r in results)
-    for windowed in (True, False):
+    for clock in ("window", "stream"):
         steps = []
         for r in results:
-            pts = [(t, k) for t, k in r.chunks if not windowed or start <= t <= end]
+            pts = [(t, k) for t, k in r.chunks if clock == "stream" or start <= t <= end]
             tokens = sum(k for _, k in pts[1:])
             if pts and tokens >= max(3, sum(k for _, k in r.chunks) // 2) and pts[-1][0] > pts[0][0]:
                 steps.append((pts[-1][0] - pts[0][0]) / tokens)
         if len(steps) == len(results):  # else the window is too short for some stream: use whole streams
-            return float(np.mean(steps)), windowed
-    return float("nan"), False
+            return float(np.mean(steps)), clock
+    return float("nan"), "none"
+
+
+def client_path_s(r: StreamResult) -> float | None:
+    """The part of one request's time that the engine did not see: the driver's send -> last token, minus vLLM's
+    own queue, scheduled -> first token and decode interval (``--enable-per-request-metrics``): HTTP, the API
+    server's request handling and its delivery of the tokens. None when the server reported no such metrics."""
+    parts = (r.engine_queue_s, r.engine_ttft_s, r.engine_decode_s)
+    if any(x is None for x in parts):
+        return None
+    return (r.last_token_s - r.send_s) - sum(x for x in parts if x is not None)
 
 
 async def _prefill(
@@ -114,6 +145,7 @@ async def _prefill(
     prompts: _Prompts,
     rows: list[pd.DataFrame],
     skipped: list[str],
+    paths: dict[str, list[float]],
 ) -> None:
     for n in prof.prefill_sizes:
         if info.max_model_len and n + 1 > info.max_model_len:
@@ -123,6 +155,8 @@ async def _prefill(
         for _ in range(prof.repeats):
             r = await client.complete(payload(info.model, prompts.make(n), 1, info.prompt_format, opts))
             ttft.append(r.first_token_s - r.send_s)
+            if (x := client_path_s(r)) is not None:
+                paths["prefill"].append(round(x, 6))
         rows.append(
             component(
                 "",
@@ -147,6 +181,8 @@ async def _decode(
     rows: list[pd.DataFrame],
     skipped: list[str],
     fallbacks: list[str],
+    clocks: dict[str, int],
+    paths: dict[str, list[float]],
 ) -> None:
     for ctx in prof.contexts:
         if info.max_model_len and ctx + prof.decode_tokens > info.max_model_len:
@@ -157,8 +193,10 @@ async def _decode(
                 payload(info.model, prompts.make(ctx), prof.decode_tokens, info.prompt_format, opts) for _ in range(b)
             ]
             results = await asyncio.gather(*(client.complete(body, keep_chunks=True) for body in bodies))
-            step, windowed = decode_step_s(list(results))
-            if not windowed:
+            paths["decode"] += [round(x, 6) for r in results if (x := client_path_s(r)) is not None]
+            step, clock = decode_step_s(list(results))
+            clocks[clock] = clocks.get(clock, 0) + 1
+            if clock == "stream":
                 fallbacks.append(f"batch {b} context {ctx}: streams never all decoding together")
             if np.isfinite(step):
                 rows.append(
@@ -195,10 +233,12 @@ async def profile_async(
         rows: list[pd.DataFrame] = []
         skipped: list[str] = []
         fallbacks: list[str] = []
+        clocks: dict[str, int] = {}
+        paths: dict[str, list[float]] = {"prefill": [], "decode": []}
         error: BaseException | None = None
         try:
-            await _prefill(client, info, opts, prof, prompts, rows, skipped)
-            await _decode(client, info, opts, prof, prompts, rows, skipped, fallbacks)
+            await _prefill(client, info, opts, prof, prompts, rows, skipped, paths)
+            await _decode(client, info, opts, prof, prompts, rows, skipped, fallbacks, clocks, paths)
         except BaseException as exc:  # write what was measured first
             error = exc
     gpu_raw = opts.gpu or "unknown"
@@ -210,9 +250,16 @@ async def profile_async(
         "endpoint": info.to_dict(),
         "skipped": skipped,
         "decode_without_common_window": fallbacks,
+        "decode_clock": clocks,
+        "client_path_s": paths,
         "engine": {"info": snap.info, **snap.cache_config()} if snap else {"metrics_available": False},
         "prefill_seconds": "median TTFT send -> first token, max_tokens 1 (includes HTTP + frontend)",
-        "decode_seconds": "mean step time over the window in which all streams decode",
+        "decode_seconds": "mean step time per stream, averaged over the streams: on the engine's clock where the "
+        "server reports per-request metrics, else over the window in which all streams decode (decode_clock: "
+        "how many sizes each way)",
+        "client_path_seconds": "per request (prefill sweep, decode streams): send -> last token on the driver's "
+        "clock minus the engine's queue, scheduled -> first token and decode interval (vLLM per-request metrics); "
+        "empty without them",
     }
     row = cell(
         "",

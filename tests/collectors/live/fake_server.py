@@ -58,11 +58,19 @@ class FakeServer:
         model: str = "fake/Fake-Model-1B",
         max_model_len: int = 1 << 20,
         metrics: bool = True,
+        per_request_metrics: bool = False,
+        bunched: bool = False,
     ) -> None:
         self.ttft_s, self.token_delay_s = ttft_s, token_delay_s
         self.prefill_s_per_token, self.decode_s_per_seq = prefill_s_per_token, decode_s_per_seq
         self.accept_ids, self.return_ids, self.natural_len = accept_ids, return_ids, natural_len
         self.model, self.max_model_len, self.metrics = model, max_model_len, metrics
+        #: vLLM's ``--enable-per-request-metrics``: ``metrics`` (queue, TTFT, decode interval in ms, on the
+        #: server's clock) on the final usage chunk
+        self.per_request_metrics = per_request_metrics
+        #: deliver every token chunk in one burst after the last token (vLLM's CPU build when its API server is
+        #: starved of a core), so the client's chunk times say nothing about step times
+        self.bunched = bunched
         self.seen: list[Seen] = []
         self.in_flight = self.max_in_flight = 0
         self.queries = self.hits = self.preemptions = 0
@@ -183,7 +191,10 @@ class FakeServer:
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+            t_sched = time.monotonic()
             await asyncio.sleep(self.ttft_s + self.prefill_s_per_token * (len(tokens) - lcp))
+            t_first = t_last = time.monotonic()
+            held: list[object] = []
             for k, tid in enumerate(ids):
                 if k:
                     await asyncio.sleep(self.token_delay_s + self.decode_s_per_seq * self.in_flight)
@@ -194,7 +205,13 @@ class FakeServer:
                 }
                 if body.get("return_token_ids") and self.return_ids:
                     choice["token_ids"] = [tid]
-                self._event(writer, {"id": "cmpl-fake", "object": "text_completion", "choices": [choice]})
+                t_last = time.monotonic()
+                event = {"id": "cmpl-fake", "object": "text_completion", "choices": [choice]}
+                if self.bunched:
+                    held.append(event)
+                    seen.output.append(tid if isinstance(prompt, list) else f"w{tid}")
+                    continue
+                self._event(writer, event)
                 seen.output.append(tid if isinstance(prompt, list) else f"w{tid}")
                 seen.t_first = seen.t_first or time.monotonic()
                 await writer.drain()
@@ -202,19 +219,27 @@ class FakeServer:
                     seen.failed = "drop"
                     writer.transport.abort()
                     return
+            if held:  # the burst: every chunk at once, after the last step
+                for event in held:
+                    self._event(writer, event)
+                seen.t_first = time.monotonic()
             if (body.get("stream_options") or {}).get("include_usage"):
-                self._event(
-                    writer,
-                    {
-                        "id": "cmpl-fake",
-                        "choices": [],
-                        "usage": {
-                            "prompt_tokens": len(tokens),
-                            "completion_tokens": n_out,
-                            "total_tokens": len(tokens) + n_out,
-                        },
+                final: dict[str, Any] = {
+                    "id": "cmpl-fake",
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": len(tokens),
+                        "completion_tokens": n_out,
+                        "total_tokens": len(tokens) + n_out,
                     },
-                )
+                }
+                if self.per_request_metrics:
+                    final["metrics"] = {
+                        "queue_time_ms": 0.0,
+                        "time_to_first_token_ms": (t_first - t_sched) * 1e3,
+                        "generation_time_ms": (t_last - t_first) * 1e3,
+                    }
+                self._event(writer, final)
             writer.write(b"data: [DONE]\n\n")
             await writer.drain()
             seen.t_done = time.monotonic()

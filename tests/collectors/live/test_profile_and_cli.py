@@ -56,8 +56,45 @@ def test_decode_step_uses_the_common_window_only() -> None:
     a = StreamResult(0, 0, 1.0, 2.0, 0, chunks=[(1.0, 1), (1.5, 1), (1.6, 1), (1.7, 1), (1.8, 1), (2.0, 1)])
     b = StreamResult(0, 0, 1.5, 3.0, 0, chunks=[(1.5, 1), (1.6, 1), (1.7, 1), (1.8, 1), (1.9, 1), (3.0, 1)])
     # window [1.5, 2.0]: a spans 0.5 s over 4 tokens, b 0.4 s over 4 tokens; bunched chunks do not matter
-    step, windowed = decode_step_s([a, b])
-    assert windowed and abs(step - (0.125 + 0.1) / 2) < 1e-9
+    step, clock = decode_step_s([a, b])
+    assert clock == "window" and abs(step - (0.125 + 0.1) / 2) < 1e-9
+
+
+def test_decode_step_prefers_the_engines_clock() -> None:
+    """vLLM's per-request decode interval (engine clock) wins over the driver's chunk times, which a bunched
+    delivery makes meaningless; a stream without it sends every stream back to the driver's clock."""
+    bunched = [(2.0, 1), (2.00001, 1), (2.00002, 1), (2.00003, 1), (2.00004, 1)]  # 5 tokens in 40 us
+    a = StreamResult(0, 0, 2.0, 2.00004, 0, completion_tokens=5, chunks=bunched, engine_decode_s=0.010)
+    b = StreamResult(0, 0, 2.0, 2.00004, 0, completion_tokens=5, chunks=bunched, engine_decode_s=0.014)
+    step, clock = decode_step_s([a, b])
+    assert clock == "engine" and abs(step - (0.010 / 4 + 0.014 / 4) / 2) < 1e-12
+    c = StreamResult(0, 0, 2.0, 2.00004, 0, completion_tokens=5, chunks=bunched)  # no per-request metrics
+    step, clock = decode_step_s([a, c])
+    assert clock == "window" and abs(step - 1e-5) < 1e-9  # the artefact the engine's clock avoids
+
+
+def test_profile_reads_decode_steps_off_the_engines_clock_when_delivery_is_bunched(tmp_path) -> None:
+    """A server that delivers each stream in one burst after its last step (vLLM's CPU build with a starved API
+    server): with per-request metrics the profile still measures the step; without them it cannot (~0)."""
+    prof = ProfileOptions(prefill_sizes=(16, 64, 256), repeats=1, batch_sizes=(1, 4), contexts=(32,), decode_tokens=8)
+
+    async def go(metrics: bool, out):
+        async with FakeServer(
+            ttft_s=0.001, token_delay_s=0.004, decode_s_per_seq=0.003, bunched=True, per_request_metrics=metrics
+        ) as srv:
+            return await profile_async(srv.url, out, options=DriveOptions(gpu="RTX 4090"), profile=prof)
+
+    res = asyncio.run(go(True, tmp_path / "engine"))
+    dec = res.tables["component"].query("op == 'decode_iteration'")
+    one, four = dec["seconds"].tolist()
+    assert 0.005 < one < 0.012 and 0.013 < four < 0.03  # 4 ms + 3 ms per running sequence, as unbunched
+    cfg = json.loads(pd.read_parquet(tmp_path / "engine" / "cells.parquet")["config_json"].iloc[0])
+    assert cfg["decode_clock"] == {"engine": 2}
+    res = asyncio.run(go(False, tmp_path / "driver"))
+    dec = res.tables["component"].query("op == 'decode_iteration'")
+    assert (dec["seconds"] < 0.002).all()  # the driver's clock sees the burst, not the steps
+    cfg = json.loads(pd.read_parquet(tmp_path / "driver" / "cells.parquet")["config_json"].iloc[0])
+    assert "engine" not in cfg["decode_clock"] and sum(cfg["decode_clock"].values()) == 2
 
 
 def test_drive_cli_end_to_end(tmp_path) -> None:
