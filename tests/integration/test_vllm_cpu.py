@@ -11,7 +11,9 @@ the engine's spread over the repeats; the constants and the measured numbers the
 and in benchmarks/vllm_cpu/README.md §5):
 
 - the pricer, fitted on the session's 3 profiles, is scaled by one speed factor (the engine's TPOT over the
-  simulator's: other jobs slow the drives differently from the profile's lone requests), so TPOT is not judged;
+  simulator's, on the engine's clock: other jobs slow the drives differently from the profile's lone requests), so
+  TPOT is not judged; each repeat is simulated with its own measured client path (HTTP, API server, driver: a
+  turn's time outside the engine, from vLLM's per-request metrics) replayed before each turn;
 - timing (JCT mean/p50/p90, makespan, TTFT): median |error| over repeats within max(floor, 2 x the engine's spread
   in this session, 2 x the leave-one-profile-out simulations' spread), so load that moves the engine widens the
   tolerance instead of failing the check;

@@ -125,7 +125,7 @@ def committed() -> tuple[object, dict]:
 def test_committed_session_is_three_repeats_and_passes(committed) -> None:
     v, rep = committed
     assert len(rep["repeats"]) >= 3 and rep["check"]["verdict"] == "pass"
-    sim = v.resimulate(rep)  # the simulator is deterministic: the committed figures come back
+    (sim,) = v.resimulate(rep)  # no client paths recorded then: one simulation for every repeat
     for k, x in rep["sim"].items():
         assert sim[k] == pytest.approx(x, rel=1e-9, nan_ok=True), k
     assert v.judge_sim(rep, sim)["verdict"] == "pass"
@@ -152,3 +152,69 @@ def test_report_rows_carry_the_spread(committed) -> None:
     assert len(df) and df["note"].str.contains("3 repeats|repeats in one engine session").all()
     jct = df.set_index("metric").loc["jct_mean_s"]
     assert jct["measured"] == rep["comparison"]["rows"]["jct_mean_s"]["real"]
+
+
+# ---- the client path (HTTP, API server, driver), measured per turn and replayed ---------------------------------
+def _drive_of(v, w, lag_in: float, lag_out: float, engine_ttft: float = 0.01, decode: float = 0.05):
+    """A fabricated drive of workload ``w``: every turn spends ``lag_in`` before the engine and ``lag_out`` after
+    its first and its last token, on the driver's clock; the engine reports ``engine_ttft`` and ``decode``."""
+    import types
+
+    import pandas as pd
+
+    rows, t = [], 0.0
+    for p, pid in enumerate(w.program_ids):
+        for k in range(w.n_turns_of(p)):
+            first = t + lag_in + engine_ttft + lag_out
+            rows.append(
+                {
+                    "program_id": pid,
+                    "turn_idx": k,
+                    "release_s": t,
+                    "first_token_s": first,
+                    "last_token_s": first + decode,
+                    "engine_queue_s": 0.0,
+                    "engine_ttft_s": engine_ttft,
+                    "engine_decode_s": decode,
+                }
+            )
+            t = first + decode + 1.0
+    return types.SimpleNamespace(turns=pd.DataFrame(rows))
+
+
+def test_client_path_is_the_drivers_time_the_engine_did_not_see(committed) -> None:
+    v, _ = committed
+    w = v.prepare_workload(
+        v.read_trace(v.TRACE), v.WorkloadConfig(arrival="closed", concurrency=2, max_programs=2), 0.05
+    )
+    path = v.client_path(_drive_of(v, w, lag_in=0.02, lag_out=0.03))
+    assert len(path["first_s"]) == w.n_turns
+    assert np.allclose(path["first_s"], 0.05) and np.allclose(path["total_s"], 0.05)
+    old = _drive_of(v, w, 0.02, 0.03)
+    old.turns = old.turns.drop(columns="engine_decode_s")  # a sidecar from before the decode interval was kept
+    assert v.client_path(old) is None
+
+
+def test_the_replayed_client_path_lengthens_each_tool_gap_and_is_added_back(committed) -> None:
+    v, rep = committed
+    cell = v.Cell(**{**rep["cell"], "programs": 1, "concurrency": 1})
+    w = v.prepare_workload(
+        v.read_trace(v.TRACE), v.WorkloadConfig(arrival="closed", concurrency=1, max_programs=1), cell.token_scale
+    )
+    path = v.client_path(_drive_of(v, w, lag_in=0.1, lag_out=0.15))  # 0.25 s a turn
+    replayed = v.with_client_path(w, path, cell.tool_scale)
+    last = np.zeros(w.n_turns, dtype=bool)
+    last[w.turn_start[1:] - 1] = True
+    assert np.allclose(replayed.tool_s[~last], w.tool_s[~last] * cell.tool_scale + 0.25)
+    assert np.isnan(replayed.tool_s[last]).all()
+    pricer = v.ProfilePricer(v.PricerCoeffs(**rep["pricer"]["coeffs"]))
+    plain = v.run_sim(cell, rep["engine"], pricer, None)
+    res = v.run_sim(cell, rep["engine"], pricer, None, client=path)
+    figs, base = v.sim_figures(res, path), v.sim_figures(plain)
+    # one program alone: each turn's engine time is the same with or without the client path, so its JCT grows
+    # by 0.25 s per turn (n - 1 replayed before the engine, 1 added back)
+    n = np.diff(w.turn_start)
+    assert figs["jct_mean_s"] == pytest.approx(base["jct_mean_s"] + 0.25 * n.mean(), rel=1e-6)
+    assert figs["ttft_mean_s"] == pytest.approx(base["ttft_mean_s"] + 0.25, rel=1e-6)  # first_s = in + out
+    with pytest.raises(ValueError, match="no measured turn 1"):
+        v.with_client_path(w, {k: x[:1] for k, x in path.items()}, cell.tool_scale)
