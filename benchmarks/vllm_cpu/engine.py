@@ -205,9 +205,12 @@ ENGINE_CORE_NICE = 19
 
 
 def deprioritize_engine_core(server_pid: int) -> list[int]:
-    """Set :data:`ENGINE_CORE_NICE` on the server's engine-core processes (``VLLM::EngineCore`` in their command
-    line, vLLM's process title); returns their pids (none found: nothing changed, e.g. without setproctitle)."""
-    found = []
+    """Set :data:`ENGINE_CORE_NICE` on the server's engine-core processes (in its process group, with an argument
+    starting ``VLLM::EngineCore``: vLLM's process title, ``vllm/utils/system_utils.py::set_process_title``);
+    returns their pids (none found: nothing changed, e.g. without setproctitle)."""
+    found: list[int] = []
+    if not Path("/proc").is_dir():  # not Linux: leave the engine as it is
+        return found
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
@@ -216,7 +219,7 @@ def deprioritize_engine_core(server_pid: int) -> list[int]:
             pgid = os.getpgid(int(d.name))
         except (OSError, ProcessLookupError):
             continue
-        if pgid == server_pid and b"EngineCore" in cmd:
+        if pgid == server_pid and any(arg.startswith(b"VLLM::EngineCore") for arg in cmd.split(b"\0")):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.setpriority(os.PRIO_PROCESS, int(d.name), ENGINE_CORE_NICE)
                 found.append(int(d.name))
