@@ -5,6 +5,7 @@ Thin shells over :mod:`collectors.live` (imported lazily: agentreplay itself nev
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -232,11 +233,13 @@ def drive_profile(
     except DriveError as exc:
         raise fail(str(exc)) from None
     comp = res.tables["component"]
+    clocks = json.loads(res.tables["cells"]["config_json"].iloc[0]).get("decode_clock", {})
     if as_json:
         print_json(
             {
                 "cell_id": res.tables["cells"]["cell_id"].iloc[0],
                 "component": comp.to_dict(orient="records"),
+                "decode_clock": clocks,
                 "skipped": [str(x) for x in res.skipped],
                 "paths": {k: str(v) for k, v in res.paths.items()},
             }
@@ -248,6 +251,21 @@ def drive_profile(
     for r in comp.itertuples(index=False):
         table.add_row(r.op, str(r.batch_size), str(r.num_tokens), str(r.context_tokens), f"{r.seconds * 1e3:.2f}")
     show(table)
+    if clocks:
+        label = {
+            "engine": "the engine's clock",
+            "window": "the driver's clock (common window)",
+            "stream": "the driver's clock (whole streams)",
+        }
+        console.print(
+            "decode steps timed on: " + ", ".join(f"{label.get(k, k)} x{n}" for k, n in sorted(clocks.items()))
+        )
+    if set(clocks) - {"engine"}:
+        console.print(
+            "[yellow]warning:[/] some decode steps were timed on the driver's clock (the server sent no per-request "
+            "metrics; vLLM: --enable-per-request-metrics): an API server that delivers tokens in bursts makes them "
+            "read too short"
+        )
     for s in res.skipped:
         console.print(f"[dim]skipped:[/] {escape(str(s))}")
     console.print(f"wrote {', '.join(str(p) for p in res.paths.values())}")

@@ -151,6 +151,7 @@ def test_drive_cli_end_to_end(tmp_path) -> None:
         )
         assert r.exit_code == 0, r.output
         assert "decode_iteration" in r.output
+        assert "warning:" in r.output and "driver's clock" in r.output  # this server sends no per-request metrics
     cells = pd.read_parquet(out / "cells.parquet")
     assert json.loads(cells["config_json"].iloc[0])["driver"]["workload_label"] == "trace"
     assert len(pd.read_parquet(out / "requests.parquet")) == 6
@@ -211,3 +212,11 @@ def test_profile_fit_drops_streaming_artefacts_and_recovers_the_steps() -> None:
     assert p.fit_report["decode_rows_dropped_as_artefacts"] == 12
     assert p.fit_report["decode_median_abs_rel_err"] < 1e-6
     assert np.allclose([p.coeffs.a0, p.coeffs.a1, p.coeffs.c], [5e-3, 1e-4, 2e-7], rtol=1e-4)
+
+
+def test_drive_profile_says_which_clock_timed_the_decode_steps(tmp_path) -> None:
+    args = ["--prefill-sizes", "16,64", "--batch-sizes", "1,2", "--contexts", "16", "--decode-tokens", "4"]
+    with ThreadedFakeServer(per_request_metrics=True) as srv:
+        r = runner.invoke(app, ["drive-profile", "--endpoint", srv.url, "--out", str(tmp_path / "p"), *args])
+    assert r.exit_code == 0, r.output
+    assert "decode steps timed on: the engine's clock x2" in r.output and "warning:" not in r.output
