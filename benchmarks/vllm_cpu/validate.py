@@ -152,9 +152,10 @@ def client_path(live: Any) -> dict[str, list[Any]] | None:
     - ``total_s``: release -> last token minus the engine's queue, scheduled -> first token and decode interval.
 
     This is HTTP, the API server and the driver, which share one of the machine's two cores (and other jobs'
-    load); the simulator models an engine, not them. Measured on a quiet machine (3 December 2026) it was a mean
-    27-38 ms a turn (median ~10 ms, p99 0.25-0.43 s), under one competing busy process 96 ms: 8-20% of a program's
-    JCT, more than the engine's own TTFT. None when a turn lacks the metrics (an older sidecar)."""
+    load); the simulator models an engine, not them. Measured with the engine core deprioritized (3 December
+    2026, README §5c): a mean 26-43 ms a turn on a quiet machine (median 7-9 ms, p99 0.22-0.66 s), 54-81 ms under
+    one competing busy process (median 22-35 ms, p99 0.3-0.97 s): 8-20% of a program's JCT, more than the engine's
+    own TTFT. None when a turn lacks the metrics (an older sidecar)."""
     t = live.turns
     cols = ("engine_queue_s", "engine_ttft_s", "engine_decode_s")
     if any(c not in t for c in cols):

@@ -97,8 +97,8 @@ def decode_step_s(results: list[StreamResult]) -> tuple[float, str]:
       this: vLLM's CPU build, when its API server shares the cores with the engine, can deliver a whole stream's
       chunks in one burst after the last step (measured: 13 us "steps" for a 2.4 ms step, in most of a quiet
       machine's profile), which no statistic of the arrival times repairs. The streams start together, so their
-      prompts are prefilled in the first step or two (one of the ~64 steps in the interval); the rest are decode
-      steps of the whole batch.
+      prompts are prefilled in the first step or two, which the interval (first -> last output token) starts
+      after; its steps are decode steps of the whole batch, bar a prompt that needed a second chunk.
     - ``"window"``: on the driver's clock, per stream (last - first chunk time) / tokens in between inside the
       window in which every stream decodes, averaged over streams (a mean, not a median of inter-chunk intervals,
       which bunched delivery drives to ~0).
