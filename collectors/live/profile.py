@@ -131,10 +131,10 @@ def client_path_s(r: StreamResult) -> float | None:
     """The part of one request's time that the engine did not see: the driver's send -> last token, minus vLLM's
     own queue, scheduled -> first token and decode interval (``--enable-per-request-metrics``): HTTP, the API
     server's request handling and its delivery of the tokens. None when the server reported no such metrics."""
-    parts = (r.engine_queue_s, r.engine_ttft_s, r.engine_decode_s)
-    if any(x is None for x in parts):
+    q, f, d = r.engine_queue_s, r.engine_ttft_s, r.engine_decode_s
+    if q is None or f is None or d is None:
         return None
-    return (r.last_token_s - r.send_s) - sum(x for x in parts if x is not None)
+    return (r.last_token_s - r.send_s) - q - f - d
 
 
 async def _prefill(
