@@ -111,6 +111,8 @@ _MODEL_RULES: tuple[tuple[str, str], ...] = (
     (r"^qwen(\d(?:\.\d)?)-(\d+)b-a(\d+)b(?![a-z0-9])", "qwen{0}-{1}b-a{2}b"),
     (r"^qwen(\d(?:\.\d)?)-(\d+)b(?![a-z0-9])", "qwen{0}-{1}b"),
     (r"^mixtral-(\d+)x(\d+)b(?![a-z0-9])", "mixtral-{0}x{1}b"),
+    (r"^codellama-(\d+)b(?![a-z0-9])", "codellama-{0}b"),
+    (r"^llama-?(\d)-scout-(\d+)b-(\d+)e(?![a-z0-9])", "llama-{0}-scout-{1}b-{2}e"),
 )
 
 
@@ -121,8 +123,10 @@ def slug(raw: object) -> str:
 
 def normalize_model(raw: object) -> str:
     """Catalog-style model name: ``meta-llama/Llama-3.1-8B-Instruct`` -> ``llama-3.1-8b``, ``llama2-70b`` ->
-    ``llama-2-70b``, ``Qwen/Qwen3-30B-A3B-Instruct-2507`` -> ``qwen3-30b-a3b``; otherwise the slug of the name
-    without its organisation and a trailing ``-hf`` (``microsoft/phi-2`` -> ``phi-2``)."""
+    ``llama-2-70b``, ``Qwen/Qwen3-30B-A3B-Instruct-2507`` -> ``qwen3-30b-a3b``,
+    ``codellama/CodeLlama-34b-Instruct-hf`` -> ``codellama-34b``,
+    ``RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic`` -> ``llama-4-scout-17b-16e``; otherwise the slug of
+    the name without its organisation and a trailing ``-hf`` (``microsoft/phi-2`` -> ``phi-2``)."""
     name = slug(str(raw).strip().rstrip("/").rsplit("/", 1)[-1])
     for pattern, fmt in _MODEL_RULES:
         m = re.match(pattern, name)

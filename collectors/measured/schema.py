@@ -21,6 +21,11 @@ A measured dataset is a folder with up to five Parquet tables, all keyed by ``ce
 ``metrics``
     Aggregate figures where only those exist (LLMPerf, MLPerf, agent results): ``metric`` uses the names of
     :data:`METRIC_NAMES` with units in the name.
+``peers``
+    Other simulators' predictions of a measured cell, where a source publishes them (the inference-sim error
+    tables): ``simulator``, ``metric`` (:data:`METRIC_NAMES`), ``predicted`` and the ``actual`` the peer was scored
+    against (normally the cell's own measurement; a peer scored on a subset of the run, e.g. its first 300
+    requests, has its own cell), ``origin`` the file it came from. Never a measurement: only ``actual`` is.
 """
 
 from __future__ import annotations
@@ -96,12 +101,24 @@ METRICS: Final = pa.schema(
     ]
 )
 
+PEERS: Final = pa.schema(
+    [
+        pa.field("cell_id", pa.string(), nullable=False),
+        pa.field("simulator", pa.string(), nullable=False),
+        pa.field("metric", pa.string(), nullable=False),
+        pa.field("predicted", pa.float64(), nullable=False),
+        pa.field("actual", pa.float64(), nullable=False),
+        pa.field("origin", pa.string(), nullable=True),
+    ]
+)
+
 TABLES: Final[dict[str, pa.Schema]] = {
     "cells": CELLS,
     "component": COMPONENT,
     "requests": REQUESTS,
     "programs": PROGRAMS,
     "metrics": METRICS,
+    "peers": PEERS,
 }
 
 #: Aggregate metric names (units in the name). Quantiles as ``_p50``, ``_p90``, ``_p95``, ``_p99``.

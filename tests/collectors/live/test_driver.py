@@ -273,7 +273,7 @@ def test_outputs_match_the_measured_schema_and_engine_counters(tmp_path) -> None
     srv, _ = asyncio.run(go())
     for name, schema in TABLES.items():
         path = tmp_path / f"{name}.parquet"
-        if name == "component":
+        if name in ("component", "peers"):  # a live run times no operator and has no other simulator's prediction
             assert not path.exists()
             continue
         assert pq.read_schema(path).remove_metadata() == schema
