@@ -22,7 +22,9 @@ from agentreplay.sim.config import SimConfig
 #: fleet-admission variants: label -> section overrides
 ADMISSION_VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     "admit-all": {"admission": {"policy": "admit-all"}},
-    "thunderagent (decay 1 s)": {"admission": {"policy": "thunderagent", "thunder_half_life_s": 1.0}},
+    "thunderagent (decay 1 s)": {
+        "admission": {"policy": "thunderagent", "thunder_acting_token_decay": True, "thunder_half_life_s": 1.0}
+    },
     "thunderagent (no decay)": {"admission": {"policy": "thunderagent", "thunder_half_life_s": 0.0}},
 }
 #: fleet-priority variants (classes on in all): label -> section overrides

@@ -19,8 +19,10 @@ thunderagent   session-affinity  fcfs          most-recent     lru          Thun
 ``thunderagent`` also sets the admission policy (``[admission] policy = "thunderagent"``,
 :mod:`agentreplay.router.thunderagent`): vLLM backends behind ThunderAgent's program-aware scheduler, which keeps
 each program on the backend it was assigned to (``Program.backend_url``: a sticky, session-affine placement) and
-pauses / resumes whole programs against the KV capacity (arXiv 2602.13692 §4; github.com/HaoKang-Timmy/ThunderAgent
-``scheduler/router.py``).
+pauses / resumes whole programs against the KV capacity (arXiv 2602.13692 §4), as the released router does
+(github.com/ThunderAgent-org/ThunderAgent ``ThunderAgent/scheduler/router.py``,
+:mod:`agentreplay.router.thunderagent_released`; ``[admission] thunder_variant``, default ``"released"``, is left
+as configured).
 """
 
 from __future__ import annotations

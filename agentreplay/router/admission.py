@@ -9,7 +9,9 @@ forced resume); :meth:`AdmissionPolicy.finished` tells the policy each time a ca
 admits everything, which is what every serving engine the simulator models does (vLLM's front end queues
 nothing: ``vllm/v1/engine/async_llm.py`` ``AsyncLLM.add_request`` hands every request to the engine core), and
 the orchestrator then asks it nothing. ``thunderagent`` (:mod:`.thunderagent`) pauses programs whose KV footprint
-would not fit; ``deadline`` (:mod:`.deadline`) defers or rejects programs that cannot meet their deadline.
+would not fit, as ThunderAgent's released router does (:mod:`.thunderagent_released`) or, with ``[admission]
+thunder_variant = "original"``, as its earlier version did (:func:`build_thunderagent`); ``deadline``
+(:mod:`.deadline`) defers or rejects programs that cannot meet their deadline.
 Configuration ``[admission] policy`` (CLI ``--admission``); built as ``cls(params, ctx)``, ``ctx`` the
 per-program deadlines (:class:`.deadline.DeadlineContext`) or None.
 """
@@ -24,6 +26,7 @@ from agentreplay.request import Request
 from agentreplay.router.deadline import DeadlineAdmission, DeadlineParams
 from agentreplay.router.policies import InstanceView
 from agentreplay.router.thunderagent import ThunderAgent, ThunderParams
+from agentreplay.router.thunderagent_released import ThunderAgentReleased
 
 
 class AdmissionPolicy(Protocol):
@@ -60,13 +63,20 @@ class AdmitAll:
         return float("inf")
 
 
+def build_thunderagent(params: ThunderParams, ctx: object = None) -> AdmissionPolicy:
+    """The ``thunderagent`` policy of ``params.thunder_variant``: the released router (default) or the original."""
+    if params.thunder_variant == "original":
+        return ThunderAgent(params, ctx)
+    return ThunderAgentReleased(params, ctx)
+
+
 ADMISSIONS: Registry[AdmissionPolicy] = Registry(
     "admission",
     [
         Entry("admit-all", AdmitAll, NoParams, "every released call enters the cluster at once (vLLM, SGLang)"),
         Entry(
             "thunderagent",
-            ThunderAgent,
+            build_thunderagent,
             ThunderParams,
             "pause programs whose KV footprint would not fit, resume greedily (ThunderAgent)",
         ),

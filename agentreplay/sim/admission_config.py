@@ -23,6 +23,7 @@ from typing import Any
 from agentreplay.policy.registry import ParamError
 from agentreplay.router.admission import ADMISSIONS
 from agentreplay.router.deadline import DeadlineAction
+from agentreplay.router.thunderagent import ThunderSharedTokens, ThunderVariant
 from agentreplay.sim.errors import ConfigError
 
 #: The priority classes, most urgent first (the index is the class's rank, ``ProgramInfo.priority``).
@@ -40,16 +41,36 @@ class AdmissionConfig:
     :mod:`agentreplay.router.thunderagent` and :mod:`agentreplay.router.deadline`)."""
 
     policy: str = "admit-all"  #: a name of ADMISSIONS
+    #: thunderagent: which ThunderAgent router: "released" (github.com/ThunderAgent-org/ThunderAgent, what
+    #: deployments run) or "original" (github.com/HaoKang-Timmy/ThunderAgent); see agentreplay.router.thunderagent
+    thunder_variant: ThunderVariant = "released"
     #: thunderagent: share of the instances' KV capacity (tokens) the admitted programs' footprint may fill
     thunder_capacity_fraction: float = 1.0
-    #: thunderagent: half-life of an acting (in-tool) program's footprint, seconds; 0 = no decay
+    #: thunderagent: half-life of an acting (in-tool) program's footprint, seconds; 0 = no decay. original: decay
+    #: on when > 0; released: used only with thunder_acting_token_decay (its 2^(-t) is the default 1 s)
     thunder_half_life_s: float = 1.0
     #: thunderagent: a call held longer than this, seconds, is resumed whatever the capacity (source: 1800 s)
     thunder_resume_timeout_s: float = 1800.0
-    #: thunderagent: period of the pause / resume check while calls are held, seconds (source: 5 s)
+    #: thunderagent (original): period of the pause / resume check while calls are held, seconds (source: 5 s)
     thunder_recheck_s: float = 5.0
     #: thunderagent: decode headroom reserved per admitted program, tokens (source: BUFFER_PER_PROGRAM = 100)
     thunder_buffer_tokens: int = 100
+    #: thunderagent (released): period of the scheduler check (pause / resume), seconds (--scheduler-interval, 5 s)
+    thunder_scheduler_interval_s: float = 5.0
+    #: thunderagent: weight of an acting program's tokens in the footprint, dimensionless >= 0
+    #: (--acting-token-weight, 1.0)
+    thunder_acting_token_weight: float = 1.0
+    #: thunderagent (released): count acting tokens x 2^(-t / half-life) when resuming (--use-acting-token-decay)
+    thunder_acting_token_decay: bool = False
+    #: thunderagent (released): shared-token discount: "off" (as released: never updated) or "kv-usage" (reasoning
+    #: tokens minus the instances' KV tokens in use, vLLM's kv_cache_usage_perc formula)
+    thunder_shared_tokens: ThunderSharedTokens = "off"
+    #: thunderagent (released): after a pause, further acting pauses in a check wait this long, seconds (0 = none,
+    #: as released; PAUSE_COOLDOWN = 5 in earlier commits)
+    thunder_pause_cooldown_s: float = 0.0
+    #: thunderagent (released): no resume round within this long after the last resume, seconds (0 = none, as
+    #: released; RESUME_COOLDOWN = 5 in earlier commits)
+    thunder_resume_cooldown_s: float = 0.0
     #: deadline: what happens to a program that cannot meet its deadline (see agentreplay.router.deadline)
     deadline_action: DeadlineAction = "defer"
 

@@ -1,5 +1,6 @@
-"""ThunderAgent admission (agentreplay.router.thunderagent): pause at admission, pause between turns, greedy resume,
-acting decay and forced resume, with hand-computed numbers; and once end to end through the orchestrator."""
+"""ThunderAgent admission, ``thunder_variant = "original"`` (agentreplay.router.thunderagent): pause at admission,
+pause between turns, greedy resume, acting decay and weight, forced resume, with hand-computed numbers; and end to
+end through the orchestrator. The released variant: tests/sim/test_thunderagent_released.py."""
 
 from __future__ import annotations
 
@@ -81,6 +82,20 @@ def test_acting_footprint_decays_with_the_half_life() -> None:
     assert ta.footprint(1.0) == pytest.approx(550)
 
 
+def test_the_acting_token_weight_scales_the_decayed_acting_footprint() -> None:
+    """Weight 0.5, half-life 1 s: A's call (400 + 50) ends at t = 1; at t = 2 it counts 450 x 0.5 x 0.5 = 112.5
+    tokens, plus the 100-token buffer; with no decay, 450 x 0.5 = 225 at any time."""
+    ta = _policy(thunder_half_life_s=1.0, thunder_acting_token_weight=0.5)
+    a = _call(0, 400)
+    assert ta.admit(a, INST, 0.0)
+    ta.finished(a, 1.0)
+    assert ta.footprint(2.0) == pytest.approx(212.5)
+    flat = _policy(thunder_acting_token_weight=0.5)
+    assert flat.admit(a, INST, 0.0)
+    flat.finished(a, 1.0)
+    assert flat.footprint(9.0) == 325.0
+
+
 def test_over_capacity_pauses_the_smallest_acting_program_first() -> None:
     """A (300) and B (200) admitted (700); both calls end at t = 1 with 100 out: A acts with 400, B with 300 (900
     with buffers). t = 2: A's next call has 700 prompt tokens (active programs enter unchecked): 800 + 400 = 1200
@@ -137,7 +152,7 @@ def _two_programs(**adm: object) -> tuple[object, dict]:
     cfg = SimConfig().replace(
         cache={"num_gpu_blocks": 200},
         workload={"concurrency": 2},
-        admission={"policy": "thunderagent", "thunder_capacity_fraction": 0.5, **adm},
+        admission={"policy": "thunderagent", "thunder_variant": "original", "thunder_capacity_fraction": 0.5, **adm},
         policy={"decision_log": True},
     )
     res = simulate(make_trace([[(1000, 10, None)], [(1000, 10, None)]]), cfg, perf=LinearPerf())
