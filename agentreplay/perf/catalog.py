@@ -113,8 +113,10 @@ class GpuSpec:
 class ModelSpec:
     """Decoder-only transformer shapes, as in the model's Hugging Face config.json.
 
-    Linear layers (q/k/v/o, MLP, experts) take the serving dtype; embeddings, LM head, norms and the MoE router
-    stay bf16, as in vLLM's fp8 checkpoints.
+    Linear layers (q/k/v/o, MLP, experts, shared expert) take the serving dtype; embeddings, LM head, norms and
+    the MoE router stay bf16, as in vLLM's fp8 checkpoints (vLLM builds MoE routers unquantized, e.g.
+    ``ReplicatedLinear(..., quant_config=None)`` in vllm/model_executor/models/llama4.py ``Llama4MoE``). An entry
+    whose fp8 checkpoint also leaves the attention projections unquantized says so (``bf16_attention``).
     """
 
     name: str  #: catalog key, e.g. "llama-3.1-8b"
@@ -132,6 +134,12 @@ class ModelSpec:
     num_experts: int = 0  #: 0 for dense models
     experts_per_token: int = 0
     moe_intermediate_size: int = 0  #: per-expert MLP width
+    #: width of a shared expert: a dense gate_up / down MLP every token runs in every MoE layer beside its routed
+    #: experts (Llama 4: ``intermediate_size``; vLLM llama4.py ``Llama4MoE.shared_expert``); 0 = none
+    shared_expert_intermediate_size: int = 0
+    #: q/k/v/o stay bf16 when the model is served fp8: the entry's fp8 checkpoint was quantized with
+    #: ``self_attn`` on its ignore list (compressed-tensors keeps ignored layers unquantized in vLLM)
+    bf16_attention: bool = False
 
     @property
     def is_moe(self) -> bool:
@@ -156,6 +164,8 @@ class ModelSpec:
         if not isinstance(tp, int) or tp < 1:
             raise ValueError(f"{self.name}: tensor parallel size tp={tp!r} must be an integer >= 1")
         checks = [("num_attention_heads", self.num_attention_heads), ("mlp width", self.mlp_width)]
+        if self.shared_expert_intermediate_size:
+            checks.append(("shared_expert_intermediate_size", self.shared_expert_intermediate_size))
         if self.num_key_value_heads >= tp:
             checks.append(("num_key_value_heads", self.num_key_value_heads))
         elif tp % self.num_key_value_heads:
@@ -174,8 +184,12 @@ class ModelSpec:
         return self.hidden_size * (q + 2 * kv) + q * self.hidden_size
 
     def _mlp_linear_params(self) -> int:
+        """MLP weights of one layer: gate, up, down of the dense MLP, or of every routed expert plus the shared
+        expert."""
         per_mlp = 3 * self.hidden_size * self.mlp_width  # gate, up, down
-        return per_mlp * self.num_experts if self.is_moe else per_mlp
+        if not self.is_moe:
+            return per_mlp
+        return per_mlp * self.num_experts + 3 * self.hidden_size * self.shared_expert_intermediate_size
 
     def _bf16_params(self) -> int:
         """Embedding, LM head, norms and router: kept in bf16 whatever the serving dtype."""
@@ -191,14 +205,17 @@ class ModelSpec:
         return linear + self._bf16_params()
 
     def weight_bytes(self, dtype: Dtype = "bf16", tp: int = 1) -> int:
-        """Weight bytes held by one TP rank: linear layers in ``dtype`` split over ``tp`` (KV projections
-        replicated when kv heads < tp), embedding and LM head vocab-split in bf16, norms replicated."""
+        """Weight bytes held by one TP rank: linear layers in ``dtype`` (attention in bf16 under
+        ``bf16_attention``) split over ``tp`` (KV projections replicated when kv heads < tp), embedding and LM
+        head vocab-split in bf16, norms and router replicated."""
         check_dtype(dtype)
         self.validate_tp(tp)
         q = self.num_attention_heads * self.head_dim // tp
         kv = self.kv_heads_per_rank(tp) * self.head_dim
         attn = self.hidden_size * (q + 2 * kv) + q * self.hidden_size
-        linear = self.num_hidden_layers * (attn + self._mlp_linear_params() // tp) * DTYPE_BYTES[dtype]
+        attn_bytes = ACT_BYTES if self.bf16_attention else DTYPE_BYTES[dtype]
+        mlp = self._mlp_linear_params() // tp * DTYPE_BYTES[dtype]
+        linear = self.num_hidden_layers * (attn * attn_bytes + mlp)
         embed = self.vocab_size * self.hidden_size
         vocab_split = (embed + (0 if self.tie_word_embeddings else embed)) // tp
         replicated = self._bf16_params() - embed - (0 if self.tie_word_embeddings else embed)
@@ -344,7 +361,8 @@ _MODEL_INTS: Final = (
     "vocab_size",
     "max_position_embeddings",
 )
-_MOE_INTS: Final = ("num_experts", "experts_per_token", "moe_intermediate_size")
+_MOE_INTS: Final = ("num_experts", "experts_per_token", "moe_intermediate_size", "shared_expert_intermediate_size")
+_MODEL_BOOLS: Final = ("tie_word_embeddings", "bf16_attention")
 
 
 def load_model(name: str, path: str | Path | None = None) -> ModelSpec:
@@ -356,15 +374,22 @@ def load_model(name: str, path: str | Path | None = None) -> ModelSpec:
     entry = _lookup(src, "model", name)
     where = f"{src}: model.{name}"
     allowed = {f.name for f in fields(ModelSpec)} - {"name"}
-    _check_keys(where, entry, allowed, allowed - set(_MOE_INTS))
+    _check_keys(where, entry, allowed, allowed - {*_MOE_INTS, "bf16_attention"})
     for key in (*_MODEL_INTS, *_MOE_INTS):
         value = entry.get(key, 0)
         minimum = 0 if key in _MOE_INTS else 1
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             raise ValueError(f"{where}: {key}={value!r} must be an integer >= {minimum}")
-    if not isinstance(entry["tie_word_embeddings"], bool):
-        raise ValueError(f"{where}: tie_word_embeddings={entry['tie_word_embeddings']!r} must be true or false")
+    for key in _MODEL_BOOLS:
+        if not isinstance(entry.get(key, False), bool):
+            raise ValueError(f"{where}: {key}={entry[key]!r} must be true or false")
     spec = ModelSpec(name=name, **entry)
+    _check_shapes(where, spec)
+    return spec
+
+
+def _check_shapes(where: str, spec: ModelSpec) -> None:
+    """Raise ValueError, with the numbers, for shapes that cannot belong to one model."""
     if spec.num_attention_heads % spec.num_key_value_heads:
         raise ValueError(
             f"{where}: num_attention_heads={spec.num_attention_heads} is not a multiple of "
@@ -375,4 +400,8 @@ def load_model(name: str, path: str | Path | None = None) -> ModelSpec:
             f"{where}: MoE needs 1 <= experts_per_token ({spec.experts_per_token}) <= num_experts "
             f"({spec.num_experts}) and moe_intermediate_size > 0 ({spec.moe_intermediate_size})"
         )
-    return spec
+    if spec.shared_expert_intermediate_size and not spec.is_moe:
+        raise ValueError(
+            f"{where}: shared_expert_intermediate_size={spec.shared_expert_intermediate_size} needs a MoE model "
+            "(num_experts > 0)"
+        )

@@ -16,6 +16,7 @@ Gemm = tuple[float, float, float]
 
 _KERNELS_PER_LAYER = 9  # 2 fused add+RMSNorm, qkv, rotary, attention, o, gate_up, act, down
 _KERNELS_PER_MOE_LAYER = 2  # router GEMM, top-k + token alignment
+_KERNELS_PER_SHARED_EXPERT = 3  # the shared expert's gate_up, act, down
 
 
 def gemm(k_in: int, n_out: int, peak: float, w_bytes: int, bw: float) -> Gemm:
@@ -35,7 +36,8 @@ def widths(model: ModelSpec, tp: int) -> tuple[int, int, int, int]:
 
 
 class Linear(NamedTuple):
-    """Linear layers; gate_up / down include the top-k fan-out in their per-token terms (weights per expert)."""
+    """Linear layers; gate_up / down include the top-k fan-out in their per-token terms (weights per expert).
+    q/k/v/o run in bf16 where the model's fp8 checkpoint leaves them unquantized (``ModelSpec.bf16_attention``)."""
 
     qkv: Gemm
     o: Gemm
@@ -55,14 +57,35 @@ def linear(gpu: GpuSpec, model: ModelSpec, dtype: Dtype, tp: int, eff: Efficienc
     router = gemm(h, model.num_experts, bf16, ACT_BYTES, bw) if model.is_moe else (0.0, 0.0, 0.0)
     gu_flop, gu_w, gu_act = gemm(h, 2 * i, peak, wb, bw)
     dn_flop, dn_w, dn_act = gemm(i, h, peak, wb, bw)
+    attn_peak, attn_wb = (bf16, ACT_BYTES) if model.bf16_attention else (peak, wb)
     return Linear(
-        gemm(h, q + 2 * kv, peak, wb, bw),
-        gemm(q, h, peak, wb, bw),
+        gemm(h, q + 2 * kv, attn_peak, attn_wb, bw),
+        gemm(q, h, attn_peak, attn_wb, bw),
         router,
         (gu_flop * fanout, gu_w, gu_act * fanout),
         (dn_flop * fanout, dn_w, dn_act * fanout),
         gemm(h, -(-model.vocab_size // tp), bf16, ACT_BYTES, bw),
     )
+
+
+class SharedExpert(NamedTuple):
+    """The shared expert of a MoE layer (``ModelSpec.shared_expert_intermediate_size``): a dense MLP every token
+    runs beside its routed experts, TP-sharded like a dense MLP (vLLM llama4.py ``Llama4MoE.shared_expert``, a
+    ``LlamaMLP`` with the layer's ``quant_config``: fp8 in an fp8 checkpoint). Zeros when the model has none."""
+
+    gate_up: Gemm
+    down: Gemm
+    act_tok: float  #: SiLU-and-mul, seconds per token: read gate and up, write the product
+
+
+def shared_expert(gpu: GpuSpec, model: ModelSpec, dtype: Dtype, tp: int, eff: Efficiency) -> SharedExpert:
+    width = model.shared_expert_intermediate_size // tp
+    if not width:
+        return SharedExpert((0.0, 0.0, 0.0), (0.0, 0.0, 0.0), 0.0)
+    bw = bandwidth(gpu, eff)
+    peak = gpu.gemm_peak_tflops(dtype) * 1e12 * eff.compute_efficiency
+    wb, h = DTYPE_BYTES[dtype], model.hidden_size
+    return SharedExpert(gemm(h, 2 * width, peak, wb, bw), gemm(width, h, peak, wb, bw), 3 * width * ACT_BYTES / bw)
 
 
 class Elementwise(NamedTuple):
@@ -177,6 +200,7 @@ class Overheads(NamedTuple):
 
 def overheads(model: ModelSpec, eff: Efficiency) -> Overheads:
     per_layer = _KERNELS_PER_LAYER + (_KERNELS_PER_MOE_LAYER if model.is_moe else 0)
+    per_layer += _KERNELS_PER_SHARED_EXPERT if model.shared_expert_intermediate_size else 0
     return Overheads(
         eff.kernel_overhead_us * 1e-6,
         model.num_hidden_layers * per_layer + 2,

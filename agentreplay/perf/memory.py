@@ -22,6 +22,16 @@ config_explorer/empirical-vllm-memory-results.md). Pass the value matching the e
 override the block count outright where the real engine's count is known. That run is a validation run; its
 replay uses its recorded block count, so its figures do not depend on this value (runs that record no block count,
 e.g. LLMPerf, do). Not yet derived from the profile run's activation peak.
+
+Checked against vLLM 0.15.1 on an H100 SXM, block size 16, max_num_batched_tokens 2048, max_num_seqs 128 (the two
+inference-sim runs whose block count is known, ../shared/measurements/serving-vllm-inference-sim;
+tests/perf/test_memory_vllm_blocks.py): Llama-2-7B bf16 TP1 at 0.9 gets 7367 blocks here, 7463 in vLLM (-1.3%:
+vLLM's profile run left 0.41 GiB, not 1.152, for activation peak + non-torch memory); Llama-4-Scout-17B-16E fp8
+TP2 gets 11980, 8253 in vLLM (+45%: vLLM kept 6.6 GiB per rank beyond the text model's weights and the KV cache;
+candidates the rule does not see: the checkpoint's ~0.87B-parameter vision tower, the multimodal encoder's profile
+pass, MoE and TP workspaces, a gpu_memory_utilization the run did not record). The published numbers (block counts
+only, no vLLM memory log) pin neither miss down well enough to change the rule; where the count matters, pass the
+engine's own (``[cache] num_gpu_blocks``).
 """
 
 from __future__ import annotations

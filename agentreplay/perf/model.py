@@ -9,7 +9,11 @@ the iteration is the sum over operators and layers plus fixed overheads:
   the token count; MoE experts run as vLLM's fused MoE (``fused_experts``, vllm/model_executor/layers/fused_moe/
   fused_moe.py): only the experts the batch touches stream their weights, E * (1 - (1 - k/E) ** tokens) in
   expectation under uniform top-k routing, and the grouped GEMM computes each touched expert's tokens padded to
-  whole BLOCK_SIZE_M blocks (``moe_align_block_size``; :meth:`PerfModel._moe_rows`);
+  whole BLOCK_SIZE_M blocks (``moe_align_block_size``; :meth:`PerfModel._moe_rows`); a shared expert
+  (``ModelSpec.shared_expert_intermediate_size``, Llama 4: vllm/model_executor/models/llama4.py
+  ``Llama4MoE.shared_expert``, a ``LlamaMLP`` run by ``SharedFusedMoE`` beside the routed experts) is a dense
+  gate_up / act / down MLP every token runs in every MoE layer, priced like a dense MLP and added to the
+  gate_up_proj / act_fn / down_proj terms;
 - attention: prefill FLOPs 4 * chunk * (prefix + chunk/2) * q_width per layer plus the KV bytes it reads/writes
   or, when the GPU's ``attn_prefill_tile_efficiency`` is set, the critical path of FlashAttention-2's CTAs
   (:mod:`agentreplay.perf.tiles`: a short chunk over a long cache runs few long CTAs on an idle GPU, which a
@@ -46,17 +50,18 @@ Decode-only iterations cost ``A(n) + c * sum_ctx`` exactly (``A`` depends only o
 ``decode_coeffs(n)`` gives ``(A, c)``, which the simulator uses to price runs of decode steps in one event, and
 ``decode_steps_time_s`` sums k steps in closed form.
 
-Precision (:func:`agentreplay.perf.deploy.linear_kernel`): an fp8 checkpoint's linear layers (attention
-projections, MLP, experts) hold fp8 weights (1 byte; also in the memory model). From compute capability 8.9
-(Ada, Hopper, Blackwell) vLLM runs them W8A8 at the fp8 tensor peak; the activations' fp8 quantisation is fused
-into the preceding RMSNorm / SiLU-and-mul (vllm/config/vllm.py ``enable_norm_fusion`` / ``enable_act_fusion``, or
-Inductor's own fusion) and is not priced apart. Below 8.9 (Ampere) vLLM runs FP8 Marlin
+Precision (:func:`agentreplay.perf.deploy.linear_kernel`): an fp8 checkpoint's linear layers (attention projections,
+MLP, experts, shared expert) hold fp8 weights (1 byte; also in the memory model), except the attention projections
+of a checkpoint that left them unquantized (``ModelSpec.bf16_attention``: bf16 weights at the bf16 peak). From
+compute capability 8.9 (Ada, Hopper, Blackwell) vLLM runs them W8A8 at the fp8 tensor peak; the activations' fp8
+quantisation is fused into the preceding RMSNorm / SiLU-and-mul (vllm/config/vllm.py ``enable_norm_fusion`` /
+``enable_act_fusion``, or Inductor's own fusion) and is not priced apart. Below 8.9 (Ampere) vLLM runs FP8 Marlin
 (``MarlinFP8ScaledMMLinearKernel``, W8A16): fp8 weight bytes, bf16 tensor-core math at the bf16 peak; Marlin
-dequantises each weight fragment in registers once per 64-row tile while the tensor cores run, a few integer ops
-per weight (under 3% of the tile's MMA time on an RTX 3090), so no separate dequantisation term is priced and the
-GEMM efficiency is the GPU's calibrated ``compute_efficiency`` (no Marlin profile exists to fit one). Embedding,
-LM head, norms, router and activations stay bf16; attention runs at the bf16 peak; the KV cache uses
-``kv_dtype`` (vLLM ``--kv-cache-dtype``: bytes per token in decode attention and prefill KV traffic).
+dequantises each weight fragment in registers once per 64-row tile while the tensor cores run, a few integer ops per
+weight (under 3% of the tile's MMA time on an RTX 3090), so no separate dequantisation term is priced and the GEMM
+efficiency is the GPU's calibrated ``compute_efficiency`` (no Marlin profile exists to fit one). Embedding, LM head,
+norms, router and activations stay bf16; attention runs at the bf16 peak; the KV cache uses ``kv_dtype`` (vLLM
+``--kv-cache-dtype``: bytes per token in decode attention and prefill KV traffic).
 """
 
 from __future__ import annotations
@@ -211,6 +216,8 @@ class PerfModel:
         self._n_experts = model.num_experts
         self._experts_per_token = model.experts_per_token
         self._moe_fp8_block = False  # the catalog does not say whether an fp8 checkpoint is block-scaled
+        self._shared_gu, self._shared_dn, self._shared_act_tok = C.shared_expert(gpu, model, dtype, tp, eff)
+        self._shared = model.shared_expert_intermediate_size > 0
         (self._norm_tok, self._rope_tok, self._act_tok, self._embed_tok, self._final_norm_tok, self._sampler_tok) = (
             C.elementwise(gpu, model, tp, eff)
         )
@@ -293,6 +300,9 @@ class PerfModel:
         if self._moe:
             gate_up, down = self._experts(tokens)
             router = _cost(self._router, tokens)
+            if self._shared:  # every token also runs the shared expert (a dense MLP)
+                gate_up += _cost(self._shared_gu, tokens)
+                down += _cost(self._shared_dn, tokens)
         else:
             gate_up, down = _cost(self._gate_up, tokens), _cost(self._down, tokens)
             router = 0.0
@@ -319,7 +329,7 @@ class PerfModel:
             n_layers * _cost(self._o, tokens),
             n_layers * router,
             n_layers * gate_up,
-            n_layers * tokens * self._act_tok,
+            n_layers * tokens * (self._act_tok + self._shared_act_tok),
             n_layers * down,
             tokens * self._final_norm_tok,
             lm_head,
@@ -529,7 +539,8 @@ class PerfModel:
         token-expert pairs in the fused MoE's padded rows and the weights of the rank's experts the batch touches
         (:meth:`_experts`). With ``ep = 1``, the expert terms :meth:`iteration_time_s` includes for ``tokens``
         tokens (``tokens`` as the kernels run it: after CUDA-graph padding, :meth:`padded_tokens`). 0 for dense
-        models. (Hook for :mod:`agentreplay.perf.parallel`, the DP / EP step pricer.)"""
+        models. A shared expert is not part of it: each rank runs it on its own tokens, like the dense layers.
+        (Hook for :mod:`agentreplay.perf.parallel`, the DP / EP step pricer.)"""
         if not self._moe or tokens <= 0:
             return 0.0
         gate_up, down = self._experts(tokens, ep)

@@ -17,6 +17,9 @@ REQUIRED_MODELS = {
     "qwen3-32b",
     "qwen3-30b-a3b",
     "mixtral-8x7b",
+    "qwen3-14b",
+    "codellama-34b",
+    "llama-4-scout-17b-16e",
     "toy",
 }
 
@@ -29,6 +32,10 @@ CONFIG_JSON = {
     "qwen3-32b": (5120, 64, 64, 8, 128, 25600, 151936, 40960),
     "qwen3-30b-a3b": (2048, 48, 32, 4, 128, 6144, 151936, 40960),
     "mixtral-8x7b": (4096, 32, 32, 8, 128, 14336, 32000, 32768),
+    "qwen3-14b": (5120, 40, 40, 8, 128, 17408, 151936, 40960),
+    "codellama-34b": (8192, 48, 64, 8, 128, 22016, 32000, 16384),
+    # text_config; intermediate_size here is config.json's intermediate_size_mlp (the per-expert width is 8192)
+    "llama-4-scout-17b-16e": (5120, 48, 40, 8, 128, 16384, 202048, 10485760),
 }
 
 
@@ -130,6 +137,21 @@ def test_user_model_file_and_kv_head_divisibility(tmp_path) -> None:
         m.validate_tp(2)
     with pytest.raises(ValueError, match="odd-kv: tp=4 is not a multiple of num_key_value_heads=3"):
         m.validate_tp(4)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("shared_expert_intermediate_size = 256", r"shared_expert_intermediate_size=256 needs a MoE model"),
+        ("shared_expert_intermediate_size = -1", r"shared_expert_intermediate_size=-1 must be an integer >= 0"),
+        ('bf16_attention = "yes"', r"bf16_attention='yes' must be true or false"),
+    ],
+)
+def test_shared_expert_and_bf16_attention_are_checked(tmp_path, extra: str, message: str) -> None:
+    path = tmp_path / "models.toml"
+    path.write_text(USER_MODELS + extra + "\n")
+    with pytest.raises(ValueError, match=message):
+        load_model("odd-kv", path)
 
 
 def test_unknown_names_list_the_known_ones() -> None:
