@@ -49,6 +49,8 @@ SKIPPED_SOURCES: Final = {
     "outputs per sample = tokens/s / samples/s), TP and batching of the TensorRT-LLM engine are not "
     "recorded, and the simulator models vLLM scheduling; any replay would rest on typed-in assumptions",
 }
+#: sources whose cells are replayed per run, with fitted engine costs, by their own module (not per cell here)
+REPLAYED_ELSEWHERE: Final = {"inference-perf": "validation.e2e_peers"}
 AGENT_CAVEAT: Final = (
     "stand-in trajectories: mini-swe-agent + Gemini 3 Pro (datasets/swebench-verified), whose "
     "turns are far longer than the measured run's Llama-3.1-70B agent turns; the measured run's "
@@ -99,6 +101,20 @@ def agent_jct(
 
 
 # ---------------------------------------------------------------------------------------------- all
+def not_replayable(d: dict[str, Any]) -> str:
+    """Why a replayed cell's measurement cannot be reproduced by any replay ('' when it can): an LLMPerf run whose
+    measured mean TTFT is below the time to prefill its mean prompt alone at the datasheet peak (the floor
+    :func:`validation.e2e_llmperf.llmperf` computes) timed something other than a prefill of that prompt."""
+    floor, ttft = d.get("ttft_floor_s"), d.get("measured_ttft_mean_s")
+    if floor is not None and ttft is not None and ttft < floor:
+        return (
+            f"measured mean TTFT {ttft:.4f} s is below the prefill floor {floor:.4f} s (the mean prompt through "
+            "the linear layers at the datasheet peak)"
+        )
+    return ""
+
+
+
 def run_all(
     tables: dict[str, pd.DataFrame], catalog: str | Path | None = None, *, agent: bool = True, dataset: Path = DATASET
 ) -> tuple[pd.DataFrame, dict[str, dict[str, Any]], list[tuple[str, str]]]:
@@ -112,6 +128,8 @@ def run_all(
     handlers = {"vllm-run": vllm_run, "llmperf": llmperf, "agent-jct": agent_jct}
     for _, cell in cells.iterrows():
         src = cell["source"]
+        if src in REPLAYED_ELSEWHERE:
+            continue
         if src in SKIPPED_SOURCES:
             skipped.append((cell["cell_id"], SKIPPED_SOURCES[src]))
         elif src not in handlers:
@@ -130,8 +148,12 @@ def run_all(
             except NotSimulated as exc:  # a deployment field the simulator does not model: listed, never replaced
                 skipped.append((cell["cell_id"], f"not simulated: {exc}"))
                 continue
-            rows.extend(r)
             dists[cell["cell_id"]] = d
+            why = not_replayable(d)
+            if why:  # reported apart with the reason, never averaged in
+                skipped.append((cell["cell_id"], f"not replayable: {why}"))
+                continue
+            rows.extend(r)
     return pd.DataFrame(rows), dists, skipped
 
 

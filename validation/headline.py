@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 #: Sources whose cells are whole measured runs (component sources are judged in the component sections).
-E2E_SOURCES: Final = ("vllm-run", "llmperf", "agent-jct", "mlperf", "live-vllm-cpu")
+E2E_SOURCES: Final = ("vllm-run", "llmperf", "agent-jct", "mlperf", "live-vllm-cpu", "inference-perf")
 #: Splitwise: whole-model iterations of a real engine, one cell per GPU, model and TP.
 ITERATION_METRICS: Final = ("prefill_iteration_s", "decode_iteration_s")
 #: Cells replayed on trajectories that are not the measured run's own (reported apart).
@@ -216,14 +216,17 @@ def summarise(errors: pd.DataFrame, skipped: list[Any]) -> dict[str, Any]:
     meas = cells[cells["workload"] == "measured"]
     stand = cells[cells["workload"] == "stand-in"]
     ns = not_simulated(skipped)
+    apart = ns["reason"].str.startswith("not replayable")
     line = (
-        f"{int(meas['within_target'].sum())} of {len(meas)} end-to-end cells within target "
+        f"{int(meas['within_target'].sum())} of {len(meas)} replayable end-to-end cells within target "
         f"(every judged metric within +-{TARGET_PCT:.0f}%)"
     )
     if len(stand):
         line += f"; stand-in workload, reported apart: {int(stand['within_target'].sum())} of {len(stand)}"
-    if len(ns):
-        line += f"; {len(ns)} not simulated"
+    if apart.any():
+        line += f"; {int(apart.sum())} not replayable, listed apart with the reason"
+    if (~apart).any():
+        line += f"; {int((~apart).sum())} not simulated"
     rows = table[table["judged"] & table["workload"].eq("measured")] if len(table) else table
     return {
         "line": line,
@@ -232,7 +235,8 @@ def summarise(errors: pd.DataFrame, skipped: list[Any]) -> dict[str, Any]:
         "cells": len(meas),
         "stand_in_cells_within_target": int(stand["within_target"].sum()),
         "stand_in_cells": len(stand),
-        "not_simulated": len(ns),
+        "not_simulated": int((~apart).sum()),
+        "not_replayable": int(apart.sum()),
         "metrics_met": int(rows["verdict"].eq("met").sum()),
         "metrics_judged": len(rows),
         "metrics_not_judged": int((~table["judged"]).sum()) if len(table) else 0,

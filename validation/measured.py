@@ -28,6 +28,7 @@ DEFAULT_SOURCES: Final = {
     "serving-llmperf": "end-to-end",
     "agentic-jct-continuum-exp": "end-to-end",
     "mlperf-inference": "end-to-end",
+    "serving-vllm-inference-sim": "end-to-end",
 }
 
 

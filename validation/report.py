@@ -24,7 +24,7 @@ from validation.figures import figures
 from validation.headline import not_simulated, summarise
 from validation.protocol import PRICERS
 from validation.protocol_render import render_protocol_markdown
-from validation.report_e2e import e2e_sections, llmperf_section, split_sections
+from validation.report_e2e import e2e_sections, inference_perf_section, llmperf_section, split_sections
 from validation.tables import md as _md
 
 
@@ -331,8 +331,11 @@ def write(
 ) -> None:
     """report.md (images as files beside it) and report.html (images embedded as base64 PNG)."""
     files = figures(out, df, dists)
+    e2e = e2e_sections(summary, df)
     secs = (
-        e2e_sections(summary, df)
+        e2e[:1]
+        + inference_perf_section(summary)
+        + e2e[1:]
         + llmperf_section(summary, sensitivity)
         + _sections(df, ops, agg, summary, quick, pricers, pricer_ops, catalog)
     )

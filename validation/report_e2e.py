@@ -146,3 +146,46 @@ def e2e_sections(s: dict[str, Any], df: pd.DataFrame) -> list[tuple[str, str]]:
     ns = H.not_simulated(s.get("skipped", []))
     secs.append(("End-to-end cells not simulated", _md(ns) if len(ns) else "(none)"))
     return secs
+
+
+def inference_perf_section(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """The H100 vLLM inference-perf runs: targets (misses first), per configuration in sample / out of
+    configuration / best peer, every simulator's MAPE on the same cells, the runs reported apart."""
+    ip = s.get("inference_perf")
+    if not ip:
+        return []
+    t = pd.DataFrame(ip["targets"])
+    conf = pd.DataFrame(ip["per_configuration"])
+    peers = pd.DataFrame(ip["peers_summary"])
+    apart = pd.DataFrame(ip["apart"])
+    body = [
+        f"{ip['runs']} replayable inference-perf runs of vLLM v0.15.1 on H100 (serving-vllm-inference-sim), each "
+        "replayed with its client (shared-prefix prompt pool, constant-rate stages, exactly O output tokens) and "
+        "its deployment. Headline: **out of configuration**: every stage cell simulated with the engine cost "
+        "fitted without its (GPU, model, TP) configuration (validation/e2e_ip_fit.py, catalog/engine_cost.json); "
+        "the in-sample fit beside it, labelled. Per-token time = (E2E - TTFT) / (O - 1), the sources' itl_mean. "
+        "MAPE over the stage cells; misses first.",
+        "",
+        _md(t, ".2f") if len(t) else "(no replayable cell)",
+        "",
+    ]
+    if len(conf):
+        body += ["Per configuration and metric (stage cells):", "", _md(conf, ".2f"), ""]
+    if len(peers):
+        body += [
+            "Every simulator on the same cells and metrics (the peers' predictions are the inference-sim "
+            "error tables'; LLMServingSim was scored on each run's first 300 requests, so its rows are the "
+            "`first300` cells, which we replay the same way; stage and whole-run cells for the rest):",
+            "",
+            _md(peers.sort_values(["metric", "MAPE %"]), ".2f"),
+            "",
+            "Per cell and metric: inference_perf_peers.parquet.",
+            "",
+        ]
+    if len(apart):
+        body += [
+            f"Reported apart, not averaged in ({len(apart)} cells):",
+            "",
+            _md(apart),
+        ]
+    return [("End to end: H100 vLLM inference-perf runs beside the peers", "\n".join(body))]

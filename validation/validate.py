@@ -207,7 +207,7 @@ def run(
 
     step("read the measured sources")
     measured = load(measured_paths, defaults=defaults)
-    tables = {name: measured.table(name) for name in ("cells", "component", "requests", "programs", "metrics")}
+    tables = {name: measured.table(name) for name in ("cells", "component", "requests", "programs", "metrics", "peers")}
     parts, skipped = [], []
     ops = pd.DataFrame()
     pricer_parts, pricer_ops = [], pd.DataFrame()
@@ -238,6 +238,10 @@ def run(
     if len(e2e_rows):
         e2e_rows["num_tokens"] = e2e_rows["batch_size"] = e2e_rows["context_tokens"] = e2e_rows["bytes"] = None
         parts.append(e2e_rows)
+    ip_out = _inference_perf(tables, out, quick)
+    if ip_out is not None:
+        parts.append(ip_out["rows"])
+        skipped += ip_out["apart"]
     from validation import live
 
     step("live-engine cells")
@@ -288,6 +292,8 @@ def run(
         summary["llmperf_run_floor_share_pct"] = {
             k: {"cells": len(v), "min": min(v), "max": max(v)} for k, v in sorted(shares.items())
         }
+    if ip_out is not None:
+        summary["inference_perf"] = ip_out["summary"]
     summary["skipped"] = [{"cell_id": c, "reason": r} for c, r in skipped]
     summary["end_to_end"] = headline.summarise(errors, summary["skipped"])
     summary["sources"] = measured.origins
@@ -323,6 +329,39 @@ def run(
     )
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
     return summary
+
+
+def _inference_perf(tables: dict[str, pd.DataFrame], out: Path, quick: bool) -> dict[str, Any] | None:
+    """The inference-perf cells (:mod:`validation.e2e_peers`): out-of-configuration rows for the headline (stage
+    cells), the peer comparison and targets for the summary, the runs apart; None when the sources have none."""
+    from validation import e2e_peers
+
+    cells = tables["cells"]
+    if not (cells["source"] == "inference-perf").any():
+        return None
+    ooc, ins, apart = e2e_peers.replay(tables, in_sample=not quick)
+    apart = [(c, f"not replayable: {r}") for c, r in apart]
+    keep = ["source", "cell_id", "gpu", "model", "dtype", "tp", "metric", "measured", "simulated", "role", "note"]
+    rows = ooc[ooc["stage_cell"]][keep].copy() if len(ooc) else pd.DataFrame(columns=keep)
+    for col in ("num_tokens", "batch_size", "context_tokens", "bytes"):
+        rows[col] = None
+    peers = e2e_peers.peer_table(ooc, ins, tables.get("peers", pd.DataFrame()))
+    for name, df in (
+        ("inference_perf_out_of_config", ooc),
+        ("inference_perf_in_sample", ins),
+        ("inference_perf_peers", peers),
+    ):
+        if len(df):
+            df.to_parquet(out / f"{name}.parquet", index=False)
+    summary = {
+        "targets": _records(e2e_peers.targets(ooc, ins, peers)),
+        "per_configuration": _records(e2e_peers.per_configuration(ooc, ins, peers)),
+        "peers_summary": _records(e2e_peers.summary_rows(peers)),
+        "apart": [{"cell_id": c, "reason": r} for c, r in apart],
+        "runs": int(ooc["cell_id"].str.rsplit("/", n=1).str[0].nunique()) if len(ooc) else 0,
+        "in_sample": not quick,
+    }
+    return {"rows": rows, "apart": apart, "summary": summary}
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:

@@ -51,6 +51,19 @@ def calibrate(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the calibration summary as JSON.")] = False,
+    engine_cost: Annotated[
+        bool,
+        typer.Option(
+            "--engine-cost",
+            help="End-to-end mode for inference-perf runs: fit the engine cost beyond the kernels and the client "
+            "path on every replayable inference-perf run of --measured (default: ../shared/measurements/"
+            "serving-vllm-inference-sim), once on all and once per left-out (GPU, model, TP) configuration; write "
+            "catalog/engine_cost.json (or --out). Minutes on 2 cores.",
+        ),
+    ] = False,
+    max_evals: Annotated[
+        int, typer.Option("--max-evals", min=4, help="--engine-cost: simulations per fit (Nelder-Mead budget).")
+    ] = 36,
 ) -> None:
     """Fit per-GPU efficiencies to the measured component profiles.
 
@@ -59,6 +72,9 @@ def calibrate(
     Example: agentreplay calibrate            (rewrites agentreplay/perf/catalog/gpus.toml efficiency tables)
     Example: agentreplay calibrate --measured runs/ --calibration 'vllm-run/*/1rps'
     """
+    if engine_cost:
+        _calibrate_engine_cost(measured or [], out, max_evals, as_json=as_json)
+        return
     if calibration:
         from agentreplay.cli.e2e_fit import calibrate_end_to_end
 
@@ -99,6 +115,41 @@ def calibrate(
         t2.add_row(*(_pct(x) if isinstance(x, float) or x is None else str(x) for x in row))
     show(t2)
     console.print(f"wrote {out or 'the packaged catalog'} and calibration.json")
+
+
+def _calibrate_engine_cost(measured: list[Path], out: Path | None, max_evals: int, *, as_json: bool) -> None:
+    """``calibrate --engine-cost`` (validation/e2e_ip_fit.py): fit, leave one configuration out, write, print."""
+    from validation import e2e_ip_fit
+    from validation.measured import Measured, collect_path, default_root
+
+    paths = measured or [default_root() / "serving-vllm-inference-sim"]
+    data = Measured()
+    try:
+        for p in paths:
+            collect_path(p, data)
+        target = out if out is not None else e2e_ip_fit.CATALOG_FILE
+        say = (lambda _s: None) if as_json else console.print
+        full, loo = e2e_ip_fit.calibrate(
+            data.tables, path=target, max_evals=max_evals, log=say, sources=[str(p) for p in paths]
+        )
+    except (ValueError, OSError) as exc:
+        raise fail(str(exc)) from None
+    if as_json:
+        print_json(
+            {
+                "fitted": full.cost.as_dict(),
+                "loss": full.loss,
+                "leave_one_configuration_out": {k: v.cost.as_dict() for k, v in loo.items()},
+            }
+        )
+        return
+    table = Table(title="engine cost and client path, fitted end to end (in sample; one row per left-out fit)")
+    for col in ("fit", *full.cost.as_dict()):
+        table.add_column(col)
+    for name, o in [("all configurations", full), *((f"without {k}", v) for k, v in loo.items())]:
+        table.add_row(name, *(f"{x:.4g}" for x in o.cost.as_dict().values()))
+    show(table)
+    console.print(f"wrote {target}")
 
 
 @app.command()

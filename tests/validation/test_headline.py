@@ -63,7 +63,14 @@ def test_every_end_to_end_metric_once_misses_first(errors: pd.DataFrame) -> None
 
 
 def test_cell_verdicts_and_the_line(errors: pd.DataFrame) -> None:
-    s = H.summarise(errors, [("mlperf/x", "not simulated: no replay"), ("vidur/y", "component skip")])
+    s = H.summarise(
+        errors,
+        [
+            ("mlperf/x", "not simulated: no replay"),
+            ("vidur/y", "component skip"),
+            ("llmperf/z", "not replayable: measured mean TTFT below the prefill floor"),
+        ],
+    )
     cells = pd.DataFrame(s["cells_table"]).set_index("cell_id")
     assert cells.loc["vllm-run/a", "within_target"]
     assert cells.loc["llmperf/c", "within_target"]  # its +50% throughput is fixed by construction
@@ -72,9 +79,10 @@ def test_cell_verdicts_and_the_line(errors: pd.DataFrame) -> None:
     assert cells.loc["agent-jct/d", "workload"] == "stand-in"
     assert s["cells"] == 4 and s["cells_within_target"] == 2  # the stand-in counts in neither
     assert s["line"] == (
-        "2 of 4 end-to-end cells within target (every judged metric within +-10%); stand-in "
-        "workload, reported apart: 0 of 1; 1 not simulated"
+        "2 of 4 replayable end-to-end cells within target (every judged metric within +-10%); stand-in "
+        "workload, reported apart: 0 of 1; 1 not replayable, listed apart with the reason; 1 not simulated"
     )
+    assert s["not_replayable"] == 1 and s["not_simulated"] == 1
     assert s["metrics_judged"] == 6 and s["metrics_met"] == 4 and s["metrics_not_judged"] == 2
 
 
