@@ -114,7 +114,6 @@ def not_replayable(d: dict[str, Any]) -> str:
     return ""
 
 
-
 def run_all(
     tables: dict[str, pd.DataFrame], catalog: str | Path | None = None, *, agent: bool = True, dataset: Path = DATASET
 ) -> tuple[pd.DataFrame, dict[str, dict[str, Any]], list[tuple[str, str]]]:
