@@ -71,8 +71,10 @@ from validation.calibrate_settings import (
     tile_form,
 )
 from validation.calibrate_tables import (
+    DEPLOYMENT_PROFILE_SOURCES,
     TABLE_SOURCES,
     shipped_allreduce,
+    shipped_origins,
     shipped_tables,
 )
 from validation.calibrate_write import (
@@ -87,6 +89,7 @@ from validation.measured import Measured
 __all__ = [
     "ATTENTION_GROUPS",
     "BOUNDS",
+    "DEPLOYMENT_PROFILE_SOURCES",
     "ELEMENTWISE_GROUPS",
     "FIT_EXCLUDE",
     "FIT_PARAMS",
@@ -125,6 +128,7 @@ __all__ = [
     "role",
     "run",
     "shipped_allreduce",
+    "shipped_origins",
     "shipped_tables",
     "summary_json",
     "tile_form",
@@ -147,7 +151,7 @@ def run(measured: Measured, out: str | Path | None = None) -> dict:
     write_refinements(refined, dst.parent / "roofline.toml")
     tables = shipped_tables(data)
     allreduce = shipped_allreduce(data)
-    write_tables(tables, dst.parent / "tables.toml", allreduce)
+    write_tables(tables, dst.parent / "tables.toml", allreduce, shipped_origins(data, tables))
     summary = summary_json(fits, ops, data, measured)
     summary["refined"] = {
         "stages": {name: list(params) for name, _, params in REFINED_STAGES},

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from agentreplay.perf.table import AllReduceTable, MeasuredTable
+from agentreplay.perf.table import AllReduceTable, MeasuredTable, TableOrigin
 from validation import components as C
 from validation.calibrate_data import SPLIT, ComponentData, mape, mape_table
 from validation.calibrate_fit import GpuFit
@@ -163,16 +163,34 @@ def _arr(values: object, fmt: str) -> str:
     return "[" + ", ".join(format(v, fmt) for v in values) + "]"  # type: ignore[attr-defined]
 
 
+def _origin_lines(origin: TableOrigin | None) -> list[str]:
+    """A deployment profile's engine, engine version and KV dtype (agentreplay.perf.loaders.TableOrigin)."""
+    if origin is None or not origin.deployment_profile:
+        return []
+    return [
+        f'engine = "{origin.engine}"',
+        f'engine_version = "{origin.engine_version}"',
+        f'kv_dtype = "{origin.kv_dtype}"',
+    ]
+
+
 def write_tables(
-    tables: dict[str, MeasuredTable], dst: Path, allreduce: dict[str, AllReduceTable] | None = None
+    tables: dict[str, MeasuredTable],
+    dst: Path,
+    allreduce: dict[str, AllReduceTable] | None = None,
+    origins: dict[str, TableOrigin] | None = None,
 ) -> None:
     """``tables.toml``: one ``[table."gpu/model/tpN"]`` per table, seconds per layer (module docstring of
-    agentreplay.perf.table), and one ``[allreduce."gpu/tpN"]`` per all-reduce table (seconds per all-reduce)."""
+    agentreplay.perf.table), with the engine, its version and the KV dtype of a deployment profile (``origins``,
+    :func:`validation.calibrate_tables.shipped_origins`), and one ``[allreduce."gpu/tpN"]`` per all-reduce table
+    (seconds per all-reduce)."""
     lines = [
         "# Measured per-layer tables for agentreplay.perf.table.TablePerfModel, written by `agentreplay calibrate`",
         "# (validation/calibrate.py shipped_tables) from the component profiles: seconds per layer of each",
         "# operator (per forward: embedding, final_layernorm, lm_head, sampler) against tokens (sequences",
-        "# for lm_head / sampler); attention per layer by (tokens or batch, context);",
+        "# for lm_head / sampler); attention per layer by (tokens or batch, context); a table with an engine is",
+        "# a deployment profile (the serving engine's own, per TP rank, no TP collective in it: shipped_origins),",
+        "# the one `--perf auto` prices that exact deployment from;",
         "# all-reduce: seconds of one all-reduce over tp GPUs of one node against the bytes reduced "
         "(shipped_allreduce).",
         "",
@@ -195,6 +213,7 @@ def write_tables(
             f'model = "{t.model}"',
             f"tp = {t.tp}",
             f'dtype = "{t.dtype}"',
+            *_origin_lines((origins or {}).get(key)),
         ]
         for op, (x, sec) in sorted(t.ops.items()):
             order = np.argsort(np.asarray(x), kind="stable")

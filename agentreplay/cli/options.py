@@ -91,7 +91,16 @@ EnforceEager = Annotated[
         "--enforce-eager/--cuda-graphs",
     ),
 ]
-Perf = Annotated[str | None, _opt(f"Iteration pricer: {choices(C.PerfName)}. {default('hardware', 'perf')}")]
+Perf = Annotated[
+    str | None,
+    _opt(
+        f"Iteration pricer: auto | {choices(C.PerfName)}. auto: table (iterations priced from the measured "
+        f"per-layer profile, TP collectives added once) when a profile of exactly this GPU, model, dtype, KV-cache "
+        f"dtype and TP, taken by the serving engine itself, is shipped (agentreplay/perf/catalog/tables.toml); "
+        f"else roofline (predicted from the calibrated GPU and model). summary.json records which ran and why. "
+        f"Default: auto, unless the --config file sets hardware.perf."
+    ),
+]
 MixedAttention = Annotated[
     str | None,
     _opt(

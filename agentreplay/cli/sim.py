@@ -14,20 +14,26 @@ from agentreplay.cli.app import app, console, fail, print_json, show
 
 
 def build_config(config: Path | None, overrides: dict[str, dict[str, Any]], preset: str | None = None) -> Any:
-    """The TOML file (or defaults), then the preset, then the command-line options that were given."""
+    """The TOML file (or defaults), then the preset, then the command-line options that were given; the pricer
+    resolved last (``--perf``, else the file's ``[hardware] perf``, else ``auto``: :mod:`agentreplay.cli.pricer`)."""
+    from agentreplay.cli.pricer import resolve
     from agentreplay.policy.presets import apply_preset
     from agentreplay.sim.config import ConfigError, SimConfig, load
 
+    requested = (overrides.get("hardware") or {}).get("perf")
     try:
         cfg = load(config) if config else SimConfig()
         if preset:
             cfg = apply_preset(cfg, preset)
         sections = {
-            k: {f: v for f, v in fields.items() if v is not None} for k, fields in overrides.items() if k != "seed"
+            k: {f: v for f, v in fields.items() if v is not None and (k, f, v) != ("hardware", "perf", "auto")}
+            for k, fields in overrides.items()
+            if k != "seed"
         }
         cfg = cfg.replace(**{k: v for k, v in sections.items() if v})
         if overrides.get("seed") is not None:
             cfg = cfg.replace(seed=overrides["seed"])
+        cfg, _ = resolve(cfg, requested, config)
     except (ConfigError, ValueError) as exc:
         raise fail(str(exc)) from None
     return cfg
@@ -374,6 +380,7 @@ def simulate(
     Example: agentreplay simulate --trace datasets/swebench-verified --gpu h100-sxm --model llama-3.1-8b
     --concurrency 64 --out out/sim
     """
+    from agentreplay.cli.pricer import resolve as resolve_pricer
     from agentreplay.outdir import OutputDirError, staged
     from agentreplay.sim import CapacityError
     from agentreplay.sim import simulate as run_simulate
@@ -451,6 +458,7 @@ def simulate(
                         progress=lambda done, total: bar.update(task, completed=done, total=total),
                         stream_to=stream_to,
                     )
+            result.summary["pricer"] = resolve_pricer(cfg, perf, config)[1]  # which pricer ran, and why
             if not stream:  # (the findings read every turn)
                 result.summary["findings"] = findings(result, tr)
             result.summary["error_bands"] = error_band_dict(result.summary, error_bands)

@@ -1,12 +1,13 @@
 """TOML loaders of the pricers' catalog files, beside the GPU catalog or packaged: ``roofline.toml`` (the refined
-roofline's parameters per GPU, :func:`load_refinement`), ``tables.toml`` (measured tables and all-reduce curves,
-:func:`load_tables`, :func:`load_allreduce_tables`; parsed once per file version) and the path of
-``calibration.json`` (what ``agentreplay calibrate`` fitted). Bad entries raise ValueError naming the file and key."""
+roofline's parameters per GPU, :func:`load_refinement`), ``tables.toml`` (measured tables, where each was measured
+and all-reduce curves: :func:`load_tables`, :func:`load_table_origins`, :func:`load_allreduce_tables`; parsed once
+per file version) and the path of ``calibration.json`` (what ``agentreplay calibrate`` fitted). Bad entries raise
+ValueError naming the file and key."""
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -14,6 +15,29 @@ from pathlib import Path
 from agentreplay.perf.catalog import Efficiency, GpuSpec
 from agentreplay.perf.measured import AllReduceTable, MeasuredTable
 from agentreplay.perf.refinement import EFFICIENCY_FIELDS, REFINEMENT_FIELDS, Refinement
+
+
+@dataclass(frozen=True, slots=True)
+class TableOrigin:
+    """Where the table ``tables.toml`` holds under ``key`` (``gpu/model/tpN``) was measured.
+
+    ``engine`` / ``engine_version``: the serving engine whose own forward pass was profiled, layer by layer, on
+    the table's GPU, at the table's TP (each rank's shapes), dtype and KV-cache dtype (LLMServingSim's vLLM
+    profiler: a *deployment profile*, DESIGN §5 "Profiled deployments"); None for a kernel profile taken outside
+    a serving engine (HF-transformers modules, Vidur's operator re-implementations), which is no profile of a
+    deployment however close its shapes.
+    """
+
+    key: str
+    source: str  #: the measured cell the table was made from (``cell_id``)
+    engine: str | None = None  #: e.g. ``"vllm"``
+    engine_version: str | None = None  #: e.g. ``"0.19.0"``
+    kv_dtype: str | None = None  #: the KV cache's dtype when the profile ran (deployment profiles)
+
+    @property
+    def deployment_profile(self) -> bool:
+        """True when the table is the serving engine's own per-layer profile (``engine`` set)."""
+        return self.engine is not None
 
 
 def _packaged(name: str) -> Path:
@@ -82,13 +106,36 @@ def load_allreduce_tables(path: str | Path | None = None) -> dict[str, AllReduce
     return dict(_parse(*stamp)[1]) if stamp else {}
 
 
+def load_table_origins(path: str | Path | None = None) -> dict[str, TableOrigin]:
+    """Where each table of a ``tables.toml`` (default: the packaged one) was measured (:class:`TableOrigin`),
+    keyed as :func:`load_tables`; parsed once per (path, modification time)."""
+    stamp = _stamp(path)
+    return dict(_parse(*stamp)[2]) if stamp else {}
+
+
+def _origin(path: str, key: str, t: dict) -> TableOrigin:
+    """The :class:`TableOrigin` of ``[table."key"]``: ``engine``, ``engine_version`` and ``kv_dtype`` all or none."""
+    given = [f for f in ("engine", "engine_version", "kv_dtype") if f in t]
+    if given and len(given) != 3:
+        raise ValueError(f'{path}: [table."{key}"]: engine, engine_version and kv_dtype go together, got {given}')
+    return TableOrigin(
+        key,
+        str(t.get("source", key)),
+        *(str(t[f]) if f in t else None for f in ("engine", "engine_version", "kv_dtype")),
+    )
+
+
 @cache
-def _parse(path: str, _mtime_ns: int, _size: int) -> tuple[dict[str, MeasuredTable], dict[str, AllReduceTable]]:
+def _parse(
+    path: str, _mtime_ns: int, _size: int
+) -> tuple[dict[str, MeasuredTable], dict[str, AllReduceTable], dict[str, TableOrigin]]:
     """The ``[table]`` and ``[allreduce]`` sections of one ``tables.toml``, read once."""
     with open(path, "rb") as fh:
         raw = tomllib.load(fh)
     tables = {}
+    origins = {}
     for key, t in raw.get("table", {}).items():
+        origins[key] = _origin(path, key, t)
         pf, dec = t.get("attention_prefill"), t.get("attention_decode")
         tables[key] = MeasuredTable(
             name=str(t.get("source", key)),
@@ -112,4 +159,4 @@ def _parse(path: str, _mtime_ns: int, _size: int) -> tuple[dict[str, MeasuredTab
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f'{path}: [allreduce."{key}"]: {exc}') from exc
-    return tables, allreduce
+    return tables, allreduce, origins

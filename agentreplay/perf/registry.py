@@ -1,5 +1,8 @@
 """The pricer of a deployment by name (:func:`pricer_from_names`): one builder per kind in a name-keyed registry
-(:data:`PRICER_KINDS`, the ``[hardware] perf`` choices)."""
+(:data:`PRICER_KINDS`, the ``[hardware] perf`` choices), and ``auto`` (:func:`choose_pricer`): the measured-table
+pricer where a deployment profile of exactly the deployment is shipped, else the roofline (DESIGN §5, "Profiled
+deployments": a profile of the exact GPU, model, dtype and TP is an input; without one the performance model
+predicts from other GPUs and models)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,8 @@ from typing import Final
 
 from agentreplay.perf.catalog import Dtype, GpuSpec, load_gpu, load_model
 from agentreplay.perf.deploy import default_cudagraph_sizes
-from agentreplay.perf.loaders import refinement_path
+from agentreplay.perf.loaders import load_table_origins, load_tables, refinement_path, tables_path
+from agentreplay.perf.measured import MeasuredTable, table_key
 from agentreplay.perf.model import PerfModel
 from agentreplay.perf.refined import RefinedPerfModel
 from agentreplay.perf.table_model import TablePerfModel
@@ -87,6 +91,86 @@ BUILDERS: Final[dict[str, Callable[[PricerRequest], PerfModel | TablePerfModel]]
 }
 #: Pricer kinds :func:`pricer_from_names` builds (e.g. for a ``[hardware] perf`` config option).
 PRICER_KINDS: Final = tuple(BUILDERS)
+#: The kind that picks one of :data:`PRICER_KINDS` per deployment (:func:`choose_pricer`).
+AUTO: Final = "auto"
+#: What a user may ask for: ``auto`` or one of the kinds.
+PERF_CHOICES: Final = (AUTO, *PRICER_KINDS)
+
+
+@dataclass(frozen=True, slots=True)
+class PricerChoice:
+    """What ``auto`` runs for one deployment (:func:`choose_pricer`) and why, as ``summary.json`` records it."""
+
+    kind: str  #: one of :data:`PRICER_KINDS`: ``table`` or ``roofline``
+    reason: str  #: one sentence: the profile it prices from, or why there is none
+    table: str | None = None  #: the ``tables.toml`` key priced from (``gpu/model/tpN``), with ``kind == "table"``
+    source: str | None = None  #: the measured cell that table was made from
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"kind": self.kind, "reason": self.reason, "table": self.table, "source": self.source}
+
+
+def _deployment(gpu: str, model: str, dtype: str, tp: int, kv_dtype: str) -> str:
+    return f"{gpu} / {model} / {dtype} (KV {kv_dtype}) / TP{tp}"
+
+
+def _why_not(
+    key: str, table: MeasuredTable | None, others: list[int], dtype: str, kv_dtype: str, origin_kv: str | None
+) -> str:
+    """Why the shipped table of ``key`` (None: none) is not a deployment profile of the deployment."""
+    if table is None:
+        return f"profiled at TP {', '.join(map(str, others))} only" if others else "no per-layer profile of it"
+    if origin_kv is None:
+        return (
+            f"the shipped table {key} ({table.name}) is a kernel profile taken outside the serving engine, not a "
+            "profile of the deployment (--perf table prices from it)"
+        )
+    return f"profiled in {table.dtype} with a {origin_kv} KV cache, not {dtype} with a {kv_dtype} KV cache"
+
+
+def choose_pricer(
+    gpu: str,
+    model: str,
+    dtype: str = "bf16",
+    tp: int = 1,
+    *,
+    kv_dtype: str = "bf16",
+    catalog: str | Path | None = None,
+) -> PricerChoice:
+    """``auto``: ``table`` when the ``tables.toml`` beside ``catalog`` (or the packaged one) holds a *deployment
+    profile* (:class:`~agentreplay.perf.loaders.TableOrigin`: the serving engine's own per-layer profile) of
+    exactly ``gpu``, ``model``, ``dtype``, ``kv_dtype`` and ``tp``: iterations are then priced from that TP's own
+    profile, TP collectives added by the table pricer (the profile holds none; the measured all-reduce curve of
+    the GPU where one exists, else the roofline's); else ``roofline``, with the reason. A kernel profile of the
+    same shapes taken outside the engine (HF-transformers modules, Vidur's operators), another TP's, dtype's or KV
+    dtype's profile does not count; ``--perf table`` still prices from those, scaled. Expert parallelism has no
+    profile dimension: the experts of a MoE model are the roofline's in every table."""
+    path = tables_path(catalog)
+    key = table_key(gpu, model, tp)
+    table, origin = load_tables(path).get(key), load_table_origins(path).get(key)
+    what = _deployment(gpu, model, dtype, tp, kv_dtype)
+    if (
+        table is not None
+        and origin is not None
+        and origin.deployment_profile
+        and table.dtype == dtype
+        and origin.kv_dtype == kv_dtype
+    ):
+        comm = ", TP collectives (none in the profile) added once by the table pricer" if tp > 1 else ""
+        return PricerChoice(
+            "table",
+            f"a {origin.engine} {origin.engine_version} per-layer profile of exactly {what} is shipped "
+            f"({origin.source}): iterations priced from it{comm}",
+            key,
+            origin.source,
+        )
+    others = sorted(
+        t.tp
+        for k, t in load_tables(path).items()
+        if t.gpu == gpu and t.model == model and (o := load_table_origins(path).get(k)) and o.deployment_profile
+    )
+    why = _why_not(key, table, others, dtype, kv_dtype, origin.kv_dtype if origin else None)
+    return PricerChoice("roofline", f"no deployment profile of {what}: {why}; the roofline predicts it")
 
 
 def pricer_from_names(
@@ -105,21 +189,24 @@ def pricer_from_names(
 ) -> PerfModel | TablePerfModel:
     """The pricer of a vLLM deployment. ``roofline``: :meth:`PerfModel.from_names` (the default); ``refined``:
     :class:`RefinedPerfModel`; ``table``: :class:`TablePerfModel` (ValueError when no table of the GPU and model
-    exists). ``mixed_attention``: :data:`agentreplay.perf.model.MIXED_ATTENTION` (the table's mixed iterations
-    take its fallback's one kernel when that is longer than its measured parts). ``kv_dtype``: the KV cache's
-    element dtype (:func:`agentreplay.perf.deploy.kv_cache_dtype`). ``cudagraph_sizes``: the CUDA-graph capture
-    sizes batches are padded to; ``None`` = vLLM's defaults for the GPU's default scheduler limits
-    (:func:`agentreplay.perf.deploy.default_cudagraph_sizes`), ``()`` (the default) = eager (no graphs, no
-    padding, as the calibration profiles ran); ``graph_mixed``: mixed / prefill batches are padded too (False
-    under ``cudagraph_mode = FULL_DECODE_ONLY``). ``custom_allreduce``: True = vLLM's custom all-reduce where vLLM
-    uses it; False (the default, as calibrated) = NCCL for every TP all-reduce (vLLM
-    ``--disable-custom-all-reduce``). A simulation passes both from ``[hardware] deployment_kernels``
+    exists); ``auto``: the kind :func:`choose_pricer` picks (``table`` for a shipped deployment profile of exactly
+    this deployment, else ``roofline``). ``mixed_attention``: :data:`agentreplay.perf.model.MIXED_ATTENTION` (the
+    table's mixed iterations take its fallback's one kernel when that is longer than its measured parts).
+    ``kv_dtype``: the KV cache's element dtype (:func:`agentreplay.perf.deploy.kv_cache_dtype`).
+    ``cudagraph_sizes``: the CUDA-graph capture sizes batches are padded to; ``None`` = vLLM's defaults for the
+    GPU's default scheduler limits (:func:`agentreplay.perf.deploy.default_cudagraph_sizes`), ``()`` (the
+    default) = eager (no graphs, no padding, as the calibration profiles ran); ``graph_mixed``: mixed / prefill
+    batches are padded too (False under ``cudagraph_mode = FULL_DECODE_ONLY``). ``custom_allreduce``: True =
+    vLLM's custom all-reduce where vLLM uses it; False (the default, as calibrated) = NCCL for every TP all-reduce
+    (vLLM ``--disable-custom-all-reduce``). A simulation passes both from ``[hardware] deployment_kernels``
     (:func:`agentreplay.sim.run.graph_sizes`)."""
     spec = load_gpu(gpu, catalog)
     sizes = default_cudagraph_sizes(spec) if cudagraph_sizes is None else tuple(cudagraph_sizes)
+    if kind == AUTO:
+        kind = choose_pricer(gpu, model, dtype, tp, kv_dtype=kv_dtype, catalog=catalog).kind
     build = BUILDERS.get(kind)
     if build is None:
-        raise ValueError(f"perf={kind!r}; allowed: {list(PRICER_KINDS)}")
+        raise ValueError(f"perf={kind!r}; allowed: {list(PERF_CHOICES)}")
     return build(
         PricerRequest(
             spec, gpu, model, dtype, tp, catalog, mixed_attention, sizes, kv_dtype, graph_mixed, custom_allreduce

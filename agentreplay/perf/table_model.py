@@ -27,6 +27,13 @@ covers from the table, the rest (and points outside the table's range) from a fa
 - outside a table's range the value is anchored at the nearest table point and scaled by the fallback:
   ``t(x) = t(x_edge) * R(x) / R(x_edge)`` (continuous, monotone). A table measured on another TP, model or
   dtype is scaled point by point by the ratio of the target's to the source's roofline (``source=``).
+- a table measured at TP > 1 holds one rank's operators only, never a TP collective: LLMServingSim's vLLM profiler
+  runs every TP degree on one GPU with each rank's shapes (``profiler/core/engine.py`` ``fuse_engine_kwargs``:
+  ``tensor_parallel_size=1``, heads, intermediate size and vocabulary divided by TP) and its simulator adds an
+  ALLREDUCE after ``o_proj`` and ``down_proj`` itself (``serving/core/trace_generator.py`` ``_emit_sequence``,
+  ``_TP_ALLREDUCE_AFTER``, simulated by ASTRA-Sim); LLMServingSim v0 and Vidur profile one rank the same way.
+  So the collectives of a TP-N iteration are priced once, as below, whether the table is that TP's own profile
+  (:meth:`TablePerfModel.from_names` takes it unscaled) or another TP's scaled.
 - TP all-reduce (:class:`AllReduceTable`, the measured NCCL curve of the GPU at the table's TP degree, when one
   was profiled): seconds of one all-reduce against the bytes reduced, log seconds linear in the log of the
   fallback's all-reduce time between points (:meth:`PerfModel.allreduce_time_s`: a latency plus bytes over the
@@ -239,10 +246,12 @@ class TablePerfModel:
         graph_mixed: bool = True,
         custom_allreduce: bool = False,
     ) -> TablePerfModel:
-        """The packaged (or ``tables``) table of (gpu, model, tp); when only other TPs of (gpu, model) were
-        measured, the nearest one scaled by the roofline ratio; at TP > 1 the all-reduce table of (gpu, tp) when
-        one was measured. Fallback: :meth:`RefinedPerfModel.from_names` (with ``mixed_attention``). Raises
-        ValueError when no table of (gpu, model) exists."""
+        """The packaged (or ``tables``) table of (gpu, model, tp), unscaled when it was measured in ``dtype`` (that
+        TP's own profile: a TP-2 deployment is priced from the TP-2 profile, never from the TP-1 one scaled); when
+        only other TPs of (gpu, model) were measured, the nearest one scaled by the roofline ratio; at TP > 1 the
+        all-reduce table of (gpu, tp) when one was measured (no table holds a TP collective: module docstring).
+        Fallback: :meth:`RefinedPerfModel.from_names` (with ``mixed_attention``). Raises ValueError when no table
+        of (gpu, model) exists."""
         fallback = RefinedPerfModel.from_names(
             gpu,
             model,

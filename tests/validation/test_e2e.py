@@ -48,3 +48,34 @@ def test_llmperf_whole_run_compute_floor_by_hand() -> None:
     assert extra["run_floor_s"] == pytest.approx(want, rel=1e-12)
     assert extra["measured_span_s"] == json.loads(cell["config_json"])["test_span_s"]
     assert extra["gpu_dtype"] == "rtx3090 fp8"
+
+
+#: The RTX 4090 vLLM run priced from its own deployment profile (--perf auto: the table pricer): every metric's
+#: signed error was within 6.2% when measured (e2e p50 +6.1%, tpot p90 +4.6%, the rest within 3.3%;
+#: validation.e2e_vllm.vllm_run_regimes); the target is 3%, not met: the table pricer adds the GPU catalogue's
+#: hand-set per-step host cost (framework_overhead_ms = 1.0) to the profile's kernel times.
+PROFILED_TOLERANCE = 0.065
+
+
+@pytest.mark.shared
+@pytest.mark.slow
+def test_rtx4090_run_in_both_regimes() -> None:
+    """DESIGN §5: the run with its profile (``profiled``) within the measured tolerance on every metric, and as an
+    unprofiled GPU (``roofline (unprofiled)``: the donor GPU's parameters), both labelled, every metric in both."""
+    from validation.e2e_vllm import PROFILED, UNPROFILED, vllm_run_regimes
+    from validation.measured import load
+
+    shared_path("measurements", "serving-vllm-llmservingsim")
+    shared_path("measurements", "profiles-llmservingsim")
+    m = load(None, defaults=True)
+    tables = {n: m.table(n) for n in ("cells", "component", "requests", "programs", "metrics")}
+    cells = tables["cells"]
+    cell = cells[(cells["source"] == "vllm-run") & (cells["gpu"] == "rtx4090")].iloc[0]
+    df = vllm_run_regimes(cell, tables)
+    assert set(df["pricer"]) == {PROFILED, UNPROFILED}
+    prof, unprof = (df[df["pricer"] == p].set_index("metric") for p in (PROFILED, UNPROFILED))
+    assert len(prof) == len(unprof) >= 13 and set(prof.index) == set(unprof.index)
+    assert "llmservingsim-perf/rtx4090/llama-3.1-8b/bf16/tp1" in prof["note"].iloc[0]
+    worst = prof["rel_error"].abs()
+    assert (worst <= PROFILED_TOLERANCE).all(), worst[worst > PROFILED_TOLERANCE].to_dict()
+    assert worst.mean() < unprof["rel_error"].abs().mean()
