@@ -58,8 +58,10 @@ model's or fp8, chunked prefill off, ``long_prefill_token_threshold`` > 0, a sch
 ``fcfs``, eager execution (``enforce_eager`` or ``cudagraph_mode`` NONE: the pricer's per-kernel overhead stands
 for CUDA-graph replay), speculative decoding, LoRA, KV transfer (disaggregated serving), KV offloading, a
 ``kv_cache_memory_bytes`` budget without a recorded block count.
+Async scheduling (``scheduler_config.async_scheduling``), where recorded true, hides the host step cost behind the
+GPU step (:func:`agentreplay.perf.stepcost.overlapped`); not recorded, the catalogue's host cost is priced whole.
 Recorded but not priced (they do not change what is scheduled): ``max_model_len`` (every replayed request
-completed in the run), the CUDA-graph mode among the graph modes, async scheduling; replays keep
+completed in the run), the CUDA-graph mode among the graph modes; replays keep
 ``[hardware] deployment_kernels`` off (no CUDA-graph padding, NCCL all-reduces), as the catalog was calibrated.
 """
 
@@ -121,6 +123,10 @@ SOURCES: Final[dict[str, tuple[str, ...]]] = {
         "resolved_config.scheduler_config.scheduler_reserve_full_isl",
         "engine_kwargs.scheduler_reserve_full_isl",
     ),
+    "async_scheduling": (
+        "resolved_config.scheduler_config.async_scheduling",
+        "engine_kwargs.async_scheduling",
+    ),
     "long_prefill_token_threshold": (
         "resolved_config.scheduler_config.long_prefill_token_threshold",
         "engine_kwargs.long_prefill_token_threshold",
@@ -179,6 +185,9 @@ class Deployment:
     cudagraph_mode: str  #: CUDAGraphMode name (or the raw value when not recognised)
     enforce_eager: bool
     reserve_full_isl: bool  #: scheduler_reserve_full_isl
+    #: async_scheduling: the host step cost overlaps the GPU step (agentreplay.perf.stepcost.overlapped); False
+    #: when not recorded (the catalogue's host cost, as calibrated)
+    async_scheduling: bool = False
     #: MoE dispatch / combine over the DP / EP group (vLLM ``parallel_config.all2all_backend``)
     all2all_backend: str = "allgather_reducescatter"
     #: other fields that change what runs, with their values (dcp, pcp, dbo, speculative, lora, kv_transfer...)
@@ -233,6 +242,15 @@ def _cudagraph(value: Any) -> str:
     if isinstance(key, str):
         return key.upper().removeprefix("CUDAGRAPHMODE.")
     return _CUDAGRAPH_MODES.get(key, str(value))  # type: ignore[call-overload]
+
+
+def _async(cfg: Mapping[str, Any], paths: dict[str, str]) -> bool:
+    """The recorded ``async_scheduling`` (False when not recorded: the host step cost is then priced whole)."""
+    path, value = _lookup(cfg, "async_scheduling")
+    if path is None:
+        return False
+    paths["async_scheduling"] = path
+    return as_bool(value)
 
 
 def as_bool(v: Any) -> bool:
@@ -358,6 +376,7 @@ def from_config(cfg: Mapping[str, Any], source: str, vllm_version: str | None = 
         cudagraph_mode=str(mode),
         enforce_eager=eager,
         reserve_full_isl=as_bool(vals["reserve_full_isl"]),
+        async_scheduling=_async(cfg, paths),
         all2all_backend=str(a2a),
         extra=extra,
         paths=paths,

@@ -75,6 +75,7 @@ def _perf(
     catalog: str | Path | None,
     pricer: str = "roofline",
     kv_dtype: str = "bf16",
+    async_scheduling: bool = False,
 ) -> PerfModel | TablePerfModel:
     kind, _, mixed = pricer.partition(":")
     return pricer_from_names(
@@ -86,6 +87,7 @@ def _perf(
         catalog,  # type: ignore[arg-type]
         mixed_attention=mixed or "one_kernel",
         kv_dtype=kv_dtype,
+        async_scheduling=async_scheduling,
     )  # type: ignore[arg-type]
 
 

@@ -59,7 +59,18 @@ def vllm_run(
     )
     hw = cfg.hardware
     res = simulate(
-        trace, cfg, perf=_perf(hw.gpu, hw.model, hw.dtype, hw.tp, catalog, pricer, kv_cache_dtype(hw.kv_cache_dtype))
+        trace,
+        cfg,
+        perf=_perf(
+            hw.gpu,
+            hw.model,
+            hw.dtype,
+            hw.tp,
+            catalog,
+            pricer,
+            kv_cache_dtype(hw.kv_cache_dtype),
+            async_scheduling=dep.async_scheduling,
+        ),
     )
     sim, per_sim = turn_metrics(res)
     multi = req["output_tokens"] > 1

@@ -24,7 +24,13 @@ from validation.figures import figures
 from validation.headline import not_simulated, summarise
 from validation.protocol import PRICERS
 from validation.protocol_render import render_protocol_markdown
-from validation.report_e2e import e2e_sections, inference_perf_section, llmperf_section, split_sections
+from validation.report_e2e import (
+    e2e_sections,
+    inference_perf_section,
+    llmperf_section,
+    profiled_section,
+    split_sections,
+)
 from validation.tables import md as _md
 
 
@@ -335,6 +341,7 @@ def write(
     secs = (
         e2e[:1]
         + inference_perf_section(summary)
+        + profiled_section(summary)
         + e2e[1:]
         + llmperf_section(summary, sensitivity)
         + _sections(df, ops, agg, summary, quick, pricers, pricer_ops, catalog)

@@ -176,6 +176,8 @@ STEPS: Final = (
     ("pricer comparison", 24),
     ("end-to-end replays with every pricer", 2),
     ("end-to-end cells", 7),
+    ("profiled and unprofiled regimes", 3),
+    ("inference-perf runs out of configuration", 20),
     ("live-engine cells", 0.5),
     ("LLMPerf sensitivity to unrecorded settings", 24),
     ("protocol: CV, leave-one-GPU/model-out", 186),
@@ -238,6 +240,11 @@ def run(
     if len(e2e_rows):
         e2e_rows["num_tokens"] = e2e_rows["batch_size"] = e2e_rows["context_tokens"] = e2e_rows["bytes"] = None
         parts.append(e2e_rows)
+    step("profiled and unprofiled regimes")
+    regimes = _profiled_regimes(tables, catalog, data if has_components else None)
+    if len(regimes):
+        regimes.to_parquet(out / "profiled_regimes.parquet", index=False)
+    step("inference-perf runs out of configuration")
     ip_out = _inference_perf(tables, out, quick)
     if ip_out is not None:
         parts.append(ip_out["rows"])
@@ -294,6 +301,8 @@ def run(
         }
     if ip_out is not None:
         summary["inference_perf"] = ip_out["summary"]
+    if len(regimes):
+        summary["profiled_regimes"] = _records(regimes.drop(columns=["note"], errors="ignore"))
     summary["skipped"] = [{"cell_id": c, "reason": r} for c, r in skipped]
     summary["end_to_end"] = headline.summarise(errors, summary["skipped"])
     summary["sources"] = measured.origins
@@ -329,6 +338,21 @@ def run(
     )
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
     return summary
+
+
+def _profiled_regimes(tables: dict[str, pd.DataFrame], catalog: str | Path | None, data: Any) -> pd.DataFrame:
+    """Every ``vllm-run`` cell priced from its deployment profile and as an unprofiled GPU (DESIGN §5)."""
+    from validation.e2e_vllm import vllm_run_regimes
+
+    cells = tables["cells"]
+    runs = cells[cells["source"] == "vllm-run"]
+    frames = []
+    for _, cell in runs.iterrows():
+        try:
+            frames.append(vllm_run_regimes(cell, tables, catalog, data))
+        except ValueError as exc:  # a deployment the simulator does not model: listed by run_all already
+            frames.append(pd.DataFrame([{"cell_id": cell["cell_id"], "pricer": "-", "note": str(exc)}]))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def _inference_perf(tables: dict[str, pd.DataFrame], out: Path, quick: bool) -> dict[str, Any] | None:

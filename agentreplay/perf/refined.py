@@ -125,6 +125,10 @@ class RefinedPerfModel(PerfModel):
         ``catalog/roofline.toml``; a GPU without an entry prices like :class:`PerfModel`)."""
         spec = load_gpu(gpu, catalog)
         eff, ref = load_refinement(spec, refinements)
+        if kwargs.pop("async_scheduling", False):  # vLLM --async-scheduling: host step hidden (stepcost.overlapped)
+            from agentreplay.perf.stepcost import overlapped
+
+            eff = overlapped(eff)
         return cls(spec, load_model(model), dtype, tp, efficiency=eff, refinement=ref, **kwargs)  # type: ignore
 
     def _gemm(self, op: tuple[float, float, float], tokens: int) -> float:

@@ -6,6 +6,7 @@ predicts from other GPUs and models)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from agentreplay.perf.loaders import load_table_origins, load_tables, refinement
 from agentreplay.perf.measured import MeasuredTable, table_key
 from agentreplay.perf.model import PerfModel
 from agentreplay.perf.refined import RefinedPerfModel
+from agentreplay.perf.stepcost import overlapped
 from agentreplay.perf.table_model import TablePerfModel
 
 
@@ -35,11 +37,12 @@ class PricerRequest:
     kv_dtype: Dtype
     graph_mixed: bool
     custom_allreduce: bool
+    async_scheduling: bool = False  #: vLLM --async-scheduling: the host step cost is hidden (stepcost.overlapped)
 
 
 def _roofline(r: PricerRequest) -> PerfModel:
     return PerfModel(
-        r.spec,
+        dataclasses.replace(r.spec, efficiency=overlapped(r.spec.efficiency)) if r.async_scheduling else r.spec,
         load_model(r.model),
         r.dtype,
         r.tp,
@@ -64,6 +67,7 @@ def _refined(r: PricerRequest) -> RefinedPerfModel:
         kv_dtype=r.kv_dtype,
         graph_mixed=r.graph_mixed,
         custom_allreduce=r.custom_allreduce,
+        async_scheduling=r.async_scheduling,
     )
 
 
@@ -80,6 +84,7 @@ def _table(r: PricerRequest) -> TablePerfModel:
         kv_dtype=r.kv_dtype,
         graph_mixed=r.graph_mixed,
         custom_allreduce=r.custom_allreduce,
+        async_scheduling=r.async_scheduling,
     )
 
 
@@ -186,6 +191,7 @@ def pricer_from_names(
     cudagraph_sizes: Sequence[int] | None = (),
     graph_mixed: bool = True,
     custom_allreduce: bool = False,
+    async_scheduling: bool = False,
 ) -> PerfModel | TablePerfModel:
     """The pricer of a vLLM deployment. ``roofline``: :meth:`PerfModel.from_names` (the default); ``refined``:
     :class:`RefinedPerfModel`; ``table``: :class:`TablePerfModel` (ValueError when no table of the GPU and model
@@ -199,7 +205,8 @@ def pricer_from_names(
     batches are padded too (False under ``cudagraph_mode = FULL_DECODE_ONLY``). ``custom_allreduce``: True =
     vLLM's custom all-reduce where vLLM uses it; False (the default, as calibrated) = NCCL for every TP all-reduce
     (vLLM ``--disable-custom-all-reduce``). A simulation passes both from ``[hardware] deployment_kernels``
-    (:func:`agentreplay.sim.run.graph_sizes`)."""
+    (:func:`agentreplay.sim.run.graph_sizes`). ``async_scheduling``: vLLM ``--async-scheduling``, the host step
+    cost hidden behind the GPU step (:func:`agentreplay.perf.stepcost.overlapped`; False, as calibrated)."""
     spec = load_gpu(gpu, catalog)
     sizes = default_cudagraph_sizes(spec) if cudagraph_sizes is None else tuple(cudagraph_sizes)
     if kind == AUTO:
@@ -209,6 +216,17 @@ def pricer_from_names(
         raise ValueError(f"perf={kind!r}; allowed: {list(PERF_CHOICES)}")
     return build(
         PricerRequest(
-            spec, gpu, model, dtype, tp, catalog, mixed_attention, sizes, kv_dtype, graph_mixed, custom_allreduce
+            spec,
+            gpu,
+            model,
+            dtype,
+            tp,
+            catalog,
+            mixed_attention,
+            sizes,
+            kv_dtype,
+            graph_mixed,
+            custom_allreduce,
+            async_scheduling,
         )
     )

@@ -57,3 +57,15 @@ class StepCost:
 
     def as_dict(self) -> dict[str, float]:
         return dict(zip(PARAMS, (self.fixed_ms, self.per_seq_us), strict=True))
+
+
+def overlapped(eff: Efficiency) -> Efficiency:
+    """``eff`` as vLLM's async scheduling runs it: no host step cost on the critical path.
+
+    With ``--async-scheduling`` (``SchedulerConfig.async_scheduling``) the engine core schedules step N + 1 and
+    prepares its inputs while step N runs on the GPU, and processes step N's outputs while N + 1 runs
+    (``EngineCore.step_with_batch_queue``, ``vllm/v1/engine/core.py``; the model runner's async output copy in
+    ``GPUModelRunner``), so the per-step and per-sequence host work of :class:`StepCost` is hidden whenever it is
+    shorter than the GPU step, which is the case for the batches it is priced on (sub-millisecond against steps of
+    several milliseconds)."""
+    return StepCost(0.0, 0.0).apply(eff)

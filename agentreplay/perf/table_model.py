@@ -245,6 +245,7 @@ class TablePerfModel:
         cudagraph_sizes: Sequence[int] = (),
         graph_mixed: bool = True,
         custom_allreduce: bool = False,
+        async_scheduling: bool = False,
     ) -> TablePerfModel:
         """The packaged (or ``tables``) table of (gpu, model, tp), unscaled when it was measured in ``dtype`` (that
         TP's own profile: a TP-2 deployment is priced from the TP-2 profile, never from the TP-1 one scaled); when
@@ -264,6 +265,7 @@ class TablePerfModel:
             cudagraph_sizes=cudagraph_sizes,
             graph_mixed=graph_mixed,
             custom_allreduce=custom_allreduce,
+            async_scheduling=async_scheduling,
         )
         all_tables = load_tables(tables or tables_path(catalog))
         same = {t.tp: t for t in all_tables.values() if t.gpu == gpu and t.model == model}

@@ -50,11 +50,10 @@ def test_llmperf_whole_run_compute_floor_by_hand() -> None:
     assert extra["gpu_dtype"] == "rtx3090 fp8"
 
 
-#: The RTX 4090 vLLM run priced from its own deployment profile (--perf auto: the table pricer): every metric's
-#: signed error was within 6.2% when measured (e2e p50 +6.1%, tpot p90 +4.6%, the rest within 3.3%;
-#: validation.e2e_vllm.vllm_run_regimes); the target is 3%, not met: the table pricer adds the GPU catalogue's
-#: hand-set per-step host cost (framework_overhead_ms = 1.0) to the profile's kernel times.
-PROFILED_TOLERANCE = 0.065
+#: The RTX 4090 vLLM run priced from its own deployment profile (--perf auto: the table pricer), its recorded
+#: async scheduling hiding the host step cost (agentreplay.perf.stepcost.overlapped): every metric within 2.31%
+#: when measured (e2e p50 +2.3%, ttft p50 -2.2%; validation.e2e_vllm.vllm_run_regimes); the target is 3%.
+PROFILED_TOLERANCE = 0.03
 
 
 @pytest.mark.shared
