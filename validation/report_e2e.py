@@ -159,7 +159,7 @@ def inference_perf_section(s: dict[str, Any]) -> list[tuple[str, str]]:
     peers = pd.DataFrame(ip["peers_summary"])
     apart = pd.DataFrame(ip["apart"])
     body = [
-        f"{ip['runs']} replayable inference-perf runs of vLLM v0.15.1 on H100 (serving-vllm-inference-sim), each "
+        f"{ip['runs']} replayable inference-perf runs (vLLM serving runs driven by inference-perf), each "
         "replayed with its client (shared-prefix prompt pool, constant-rate stages, exactly O output tokens) and "
         "its deployment. Headline: **out of configuration**: every stage cell simulated with the engine cost "
         "fitted without its (GPU, model, TP) configuration (validation/e2e_ip_fit.py, catalog/engine_cost.json); "

@@ -51,7 +51,7 @@ from validation import (
 from validation import calibrate as K
 from validation import components as C
 from validation import components_predict as CP
-from validation.measured import Measured, load
+from validation.measured import Measured, default_root, load
 from validation.validate_pricers import pricer_rows
 
 COLUMNS: Final = [
@@ -195,11 +195,24 @@ def run(
     catalog: str | Path | None = None,
     live_paths: list[str | Path] | None = None,
     progress: Callable[[str, float], None] | None = None,
+    bundled_only: bool = False,
 ) -> dict[str, Any]:
     """Validate and write ``errors.parquet``, ``component_ops.parquet``, ``report.md``, ``report.html``,
     ``error_bands.json`` and the figures into ``out``. Returns the headline summary (also written as
     ``summary.json``). ``progress(step, weight)`` is called as each step of :data:`STEPS` begins."""
     out = Path(out)
+    if bundled_only:  # only what ships with the project: the committed live-engine comparisons
+        from validation import live as _live
+
+        defaults, measured_paths = False, []
+        live_paths = list(_live.default_paths()) if live_paths is None else live_paths
+    elif defaults and not default_root().is_dir():
+        raise ValueError(
+            f"measured data not found: {default_root()} does not exist. validate reads the development set from "
+            "../shared/measurements beside the project (a clone of the project with its shared/ folder beside it; "
+            "AGENTREPLAY_MEASUREMENTS names another folder). Pass --bundled-only to validate only the bundled "
+            "live-engine comparisons, or --no-default-sources --measured DIR for your own runs."
+        )
     out.mkdir(parents=True, exist_ok=True)
     weights = dict(STEPS)
 

@@ -171,6 +171,14 @@ def validate(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the summary (summary.json) as JSON instead of the tables.")
     ] = False,
+    bundled_only: Annotated[
+        bool,
+        typer.Option(
+            "--bundled-only",
+            help="Validate only what ships with the project (the committed live-engine comparisons); without it, "
+            "validate refuses to run when ../shared/measurements is missing.",
+        ),
+    ] = False,
 ) -> None:
     """Simulate every measured cell and compare: errors.parquet, report.md, report.html.
 
@@ -210,6 +218,7 @@ def validate(
                 catalog=catalog,
                 live_paths=live,
                 progress=progress,
+                bundled_only=bundled_only,
             )
     except ValueError as exc:  # OutputDirError (a folder agentreplay did not write) is a ValueError
         raise fail(str(exc)) from None

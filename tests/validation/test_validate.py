@@ -165,3 +165,20 @@ def test_whole_model_iterations_alone_are_validated(tmp_path: Path) -> None:
     check_errors(df)
     assert {"prefill_iteration_s", "decode_iteration_s"} <= set(df["metric"])
     assert not (out / "pricers.parquet").exists()
+
+
+def test_validate_refuses_when_the_measured_data_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = tmp_path / "no-shared"
+    monkeypatch.setenv("AGENTREPLAY_MEASUREMENTS", str(missing))
+    out = tmp_path / "report"
+    res = CliRunner().invoke(app, ["validate", "--quick", "--out", str(out)])
+    assert res.exit_code != 0
+    assert str(missing) in res.output and "--bundled-only" in res.output
+    assert not out.exists()  # nothing half-written
+
+
+def test_bundled_only_validates_the_committed_live_comparisons(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTREPLAY_MEASUREMENTS", str(tmp_path / "no-shared"))
+    s = V.run(tmp_path / "report", quick=True, bundled_only=True)
+    cells = {c["cell_id"].split("/")[0] for c in s["end_to_end"]["cells_table"]}
+    assert cells == {"live-vllm-cpu"}
