@@ -191,15 +191,25 @@ def _stage_cells(run: Run) -> list[dict[str, Any]]:
     ]
 
 
-def _prepared(runs: Sequence[Run], replays: dict[str, ip.RunReplay], tables: dict[str, pd.DataFrame]) -> list:
-    """Per stage cell: (engine ttft, engine e2e, output tokens, measured metrics), for the inner client fit."""
+def _prepared(
+    runs: Sequence[Run], replays: dict[str, ip.RunReplay], tables: dict[str, pd.DataFrame], *, warm: bool = False
+) -> list:
+    """Per stage cell: (engine ttft, engine e2e, output tokens, measured metrics), for the inner client fit.
+
+    ``warm``: leave out each run's first P requests (P = the prompt pool), which find no prompt cached: in a run
+    capped to ``cap_s`` seconds a stage they would weigh up to a fifth, in the whole run about 2%."""
     out = []
     for r in runs:
         rep = replays[r.name]
+        sp = r.cfg["shared_prefix"]
+        cold = int(sp["num_groups"]) * int(sp["num_prompts_per_group"]) if warm else 0
         for c in _stage_cells(r):
             cfg = json.loads(c["config_json"])
             meas = ip._metrics(tables, c["cell_id"])
             mask = ip._window(rep.arrival, rep.stage_of, cfg)
+            mask[: min(cold, len(mask))] = False
+            if not mask.any():
+                continue
             out.append((rep.ttft_s[mask], rep.e2e_s[mask], rep.output_tokens, meas))
     return out
 
@@ -261,7 +271,7 @@ def fit(
         engine = dict(zip(names, (float(v) for v in x), strict=True))
         cand = dataclasses.replace(best["cost"], **engine)
         reps = replay_runs(runs, cand, cap_s=cap_s, processes=processes)
-        client, loss = fit_client(_prepared(runs, reps, tables), cand)
+        client, loss = fit_client(_prepared(runs, reps, tables, warm=cap_s is not None), cand)
         cand = dataclasses.replace(cand, **client)
         if loss < best["loss"]:
             best.update(loss=loss, cost=cand)

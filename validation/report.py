@@ -26,6 +26,7 @@ from validation.protocol import PRICERS
 from validation.protocol_render import render_protocol_markdown
 from validation.report_e2e import (
     e2e_sections,
+    inference_perf_cells_section,
     inference_perf_section,
     llmperf_section,
     profiled_section,
@@ -356,6 +357,8 @@ def write(
     )
     line = (summary.get("end_to_end") or summarise(df, summary.get("skipped", [])))["line"]
     md = ["# agentreplay validation report", "", f"**{line}.**", "", intro, ""]
+    peers_file = out / "inference_perf_peers.parquet"
+    secs += inference_perf_cells_section(pd.read_parquet(peers_file) if peers_file.exists() else pd.DataFrame())
     for title, body in secs:
         md += [f"## {title}", "", body, ""]
     md += ["## Figures", ""] + [f"![{f}]({f})" for f in files]

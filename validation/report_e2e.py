@@ -212,3 +212,17 @@ def profiled_section(s: dict[str, Any]) -> list[tuple[str, str]]:
         _md(t.reset_index(), ".2f"),
     ]
     return [("End to end: profiled and unprofiled regimes", "\n".join(body))]
+
+
+def inference_perf_cells_section(peers: pd.DataFrame) -> list[tuple[str, str]]:
+    """Every inference-perf cell and metric: our signed error (out of configuration, in sample) beside each peer's."""
+    if not len(peers):
+        return []
+    t = peers.drop(columns=["configuration", "stage_cell"], errors="ignore")
+    t = t.assign(cell=t["cell_id"].str.removeprefix("inference-perf/")).drop(columns="cell_id")
+    cols = ["cell", "metric", "measured", *[c for c in t.columns if c not in ("cell", "metric", "measured")]]
+    body = (
+        "Signed error % = simulated / measured - 1; empty where that simulator has no prediction of the cell "
+        "(inference_perf_peers.parquet holds the same table).\n\n" + _md(t[cols].sort_values(["cell", "metric"]), ".2f")
+    )
+    return [("inference-perf runs: every cell, ours beside each peer", body)]
