@@ -167,3 +167,22 @@ def test_a_ttft_below_the_prefill_floor_is_not_replayable() -> None:
     why = not_replayable({"ttft_floor_s": 0.05, "measured_ttft_mean_s": 0.03})
     assert "below the prefill floor 0.0500 s" in why and "0.0300" in why
     assert not_replayable({}) == ""  # cells without a floor (every other source)
+
+
+def test_calibrate_engine_cost_cli_writes_the_fit_and_the_left_out_fits(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    import agentreplay.cli.validate  # noqa: F401  (registers the commands)
+    from agentreplay.cli.app import app
+
+    root = FX.campaign(tmp_path / "campaign")
+    out = tmp_path / "engine_cost.json"
+    res = CliRunner().invoke(
+        app, ["calibrate", "--engine-cost", "--measured", str(root), "--out", str(out), "--max-evals", "4", "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    # two replayable configurations (Llama-3.1-8B, Qwen3-14B): one fit on both, one without each
+    assert set(data["leave_one_configuration_out"]) == {"h100-sxm/llama-3.1-8b/tp1", "h100-sxm/qwen3-14b/tp1"}
+    assert data["not_replayable"] == [f"inference-perf/{FX.OVER}/stage0"]
+    assert F.load(out) == F.EngineCost(**data["fitted"])
