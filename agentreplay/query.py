@@ -16,6 +16,7 @@ Only names that are SQL identifiers become views.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -81,3 +82,12 @@ def query(sql: str, data_dir: str | Path = ".") -> pd.DataFrame:
         return con.execute(sql).df()
     finally:
         con.close()
+
+
+def cell(value: object, digits: int | None) -> str:
+    """``value`` as a table cell: a finite float to ``digits`` significant digits (``None``: all of them), its
+    integer digits all kept (123456.7 -> ``123457``, not ``1.235e+05``); anything else as ``str``."""
+    if digits is None or not isinstance(value, float) or not math.isfinite(value):
+        return str(value)
+    text = f"{value:.{digits}g}"
+    return f"{value:.0f}" if "e+" in text and abs(value) < 1e15 else text

@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from agentreplay.policy.registry import did_you_mean
 from agentreplay.trace.io import write_trace
+from collectors import FILES, files_read
 from collectors.azure_llm import AzureLLMCollector
 from collectors.base import CollectError, Collector, CollectResult
 from collectors.claude_code import ClaudeCodeCollector
@@ -58,7 +60,8 @@ def detect_format(path: Path) -> str:
     hits = [name for name, c in _REGISTRY.items() if c.detect(path)]
     if not hits:
         raise CollectError(
-            f"{path}: format not recognised by any collector ({', '.join(_REGISTRY)}); name it explicitly"
+            f"{path}: format not recognised by any collector; name it explicitly. The files each format "
+            f"reads:\n{files_read()}"
         )
     if len(hits) > 1:
         raise CollectError(f"{path}: ambiguous format, recognised by {hits}; name it explicitly")
@@ -78,13 +81,13 @@ def collect(
     reg = _REGISTRY
     name = detect_format(p) if fmt == "auto" else fmt
     if name not in reg:
-        raise CollectError(f"unknown format {fmt!r}; known: auto, {', '.join(reg)}")
+        raise CollectError(f"unknown format {fmt!r}{did_you_mean(fmt, reg)}; known: auto, {', '.join(reg)}")
     result = reg[name].collect(p)
     if strict and result.skips:
         first = result.skips[0]
         raise CollectError(f"--strict: {len(result.skips)} file(s) skipped, first {first.path}: {first.reason}")
     if result.files_read == 0 and not result.skips:
-        raise CollectError(f"{p}: no {name} files found")
+        raise CollectError(f"{p}: no {name} files found; {name} reads {FILES[name]}")
     if out_dir is not None:
         if result.n_programs == 0 and result.n_tool_calls == 0:
             why = "; ".join(f"{s.path}: {s.reason}" for s in result.skips[:3])

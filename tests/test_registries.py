@@ -13,7 +13,7 @@ import typer.main
 from agentreplay.cli import app
 from agentreplay.kv.retention import RETENTIONS, ToolStats
 from agentreplay.policy.presets import PRESETS
-from agentreplay.policy.registry import NoParams, ParamError, Registry
+from agentreplay.policy.registry import NoParams, ParamError, Registry, close_names, did_you_mean
 from agentreplay.router.admission import ADMISSIONS, AdmitAll
 from agentreplay.router.policies import ROUTERS
 from agentreplay.scheduler.queue import QUEUE_ORDERS
@@ -111,6 +111,20 @@ def test_configuration_names_and_values_are_checked_by_the_registries() -> None:
         QUEUE_ORDERS.params("plas", _Fields(plas_quanta_tokens=(5, 1), plas_starvation_s=1.0))
     with pytest.raises(ValueError, match="unknown queue policy 'x'; known: fcfs, "):
         QUEUE_ORDERS.entry("x")
+    with pytest.raises(ValueError, match=r"unknown queue policy 'fcsf' \(did you mean 'fcfs'\?\); known: fcfs, "):
+        QUEUE_ORDERS.entry("fcsf")
+
+
+def test_close_names_prefer_the_names_a_typo_begins() -> None:
+    gpus = ["a100-40gb", "a100-80gb", "h100-sxm", "h200"]
+    assert close_names("h100", gpus) == ["h100-sxm"]  # not h200, closer by edit distance
+    assert close_names("A100", gpus) == ["a100-40gb", "a100-80gb"]
+    assert close_names("h20", ["h200", "h100-sxm"]) == ["h200"]
+    assert close_names("gpuu", ["gpu", "tp", "dtype"]) == ["gpu"]
+    assert close_names("zzz", gpus) == [] and close_names(3, gpus) == [] and close_names("", gpus) == []
+    assert did_you_mean("vlm", ["vllm", "sglang"]) == " (did you mean 'vllm'?)"
+    assert did_you_mean("a100", gpus) == " (did you mean 'a100-40gb' or 'a100-80gb'?)"
+    assert did_you_mean("zzz", gpus) == ""
 
 
 class _Fields:

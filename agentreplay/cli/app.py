@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
-from collectors import FORMATS
+from collectors import FORMATS, files_read
 
 
 class _Typer(typer.Typer):
@@ -120,7 +120,7 @@ def print_json(data: object) -> None:
     console.print_json(json.dumps(_plain(data), default=str))
 
 
-@app.command()
+@app.command(epilog=escape(f"The files each FORMAT reads in PATH (a folder, or one such file):\n{files_read()}"))
 def collect(
     fmt: Annotated[
         str,
@@ -131,7 +131,7 @@ def collect(
             "(the one collector that recognises PATH).",
         ),
     ],
-    path: Annotated[Path, typer.Argument(help="A native trace file or folder.")],
+    path: Annotated[Path, typer.Argument(help="A native trace file or folder (the files each FORMAT reads: below).")],
     out: Annotated[
         Path,
         typer.Option(
@@ -228,6 +228,10 @@ def describe(
     console.print(f"tool duration kinds: {card['tool_duration_kind']}")
 
 
+#: significant digits of the floats ``query`` prints in its table (``--raw``: all of them)
+QUERY_DIGITS = 4
+
+
 @app.command()
 def query(
     sql: Annotated[str, typer.Argument(help="SQL over the folder's tables (each NAME.parquet is a view NAME).")],
@@ -241,6 +245,12 @@ def query(
             "'preset' column.",
         ),
     ] = Path("."),
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw", help=f"Print floats at full precision. Default: {QUERY_DIGITS} significant digits (not in --json)."
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print rows as JSON records.")] = False,
 ) -> None:
     """Run DuckDB SQL over the Parquet files of a folder.
@@ -251,6 +261,7 @@ def query(
     """
     import duckdb
 
+    from agentreplay.query import cell
     from agentreplay.query import query as run_query
 
     try:
@@ -264,7 +275,7 @@ def query(
     for col in df.columns:
         t.add_column(str(col))
     for row in df.itertuples(index=False):
-        t.add_row(*(escape(str(v)) for v in row))
+        t.add_row(*(escape(cell(v, None if raw else QUERY_DIGITS)) for v in row))
     show(t)
 
 

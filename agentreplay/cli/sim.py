@@ -303,9 +303,48 @@ def findings(result: Any, workload: Any) -> list[dict[str, Any]]:
     return [f.as_dict() for f in diagnose(result.summary, turns, reusable)]
 
 
-@app.command()
+@app.command(epilog=o.config_sections())
 def simulate(
+    *,  # keyword-only, so the options are listed panel by panel (the panels come in the order of their first option)
+    config: o.Config = None,
     trace: o.Trace,
+    arrival: o.Arrival = None,
+    concurrency: o.Concurrency = None,
+    rate: o.Rate = None,
+    max_programs: o.MaxPrograms = None,
+    tools: o.Tools = None,
+    tool_scale: o.ToolScale = None,
+    tool_fixed: o.ToolFixed = None,
+    tool_model: o.ToolModel = None,
+    seed: o.Seed = None,
+    gpu: o.Gpu = None,
+    model: o.Model = None,
+    dtype: o.Dtype = None,
+    kv_cache_dtype: o.KvCacheDtype = None,
+    tp: o.Tp = None,
+    instances: o.Instances = None,
+    dp: o.Dp = None,
+    ep: o.Ep = None,
+    all2all_backend: o.All2AllBackend = None,
+    group: o.Group = None,
+    perf: o.Perf = None,
+    mixed_attention: o.MixedAttention = None,
+    deployment_kernels: o.DeploymentKernels = None,
+    enforce_eager: o.EnforceEager = None,
+    preset: o.Preset = None,
+    router: o.Router = None,
+    queue: o.Queue = None,
+    victim: o.Victim = None,
+    retention: o.Retention = None,
+    ttl: o.Ttl = None,
+    admission: o.Admission = None,
+    max_model_len: o.MaxModelLen = None,
+    max_num_seqs: o.MaxNumSeqs = None,
+    max_num_batched_tokens: o.MaxNumBatchedTokens = None,
+    num_gpu_blocks: o.NumGpuBlocks = None,
+    dram_gib: o.DramGib = None,
+    cxl_gib: o.CxlGib = None,
+    inter_instance_gbps: o.InterInstanceGbps = None,
     out: Annotated[
         Path,
         typer.Option(
@@ -313,72 +352,37 @@ def simulate(
             "-o",
             help="Output folder, replaced as a whole: turns / programs / "
             "instances.parquet, summary.json, config.toml (and decisions.jsonl).",
+            rich_help_panel=o.OUTPUT,
         ),
     ],
-    preset: o.Preset = None,
-    gpu: o.Gpu = None,
-    model: o.Model = None,
-    dtype: o.Dtype = None,
-    kv_cache_dtype: o.KvCacheDtype = None,
-    deployment_kernels: o.DeploymentKernels = None,
-    enforce_eager: o.EnforceEager = None,
-    perf: o.Perf = None,
-    mixed_attention: o.MixedAttention = None,
-    tp: o.Tp = None,
-    instances: o.Instances = None,
-    dp: o.Dp = None,
-    ep: o.Ep = None,
-    all2all_backend: o.All2AllBackend = None,
-    group: o.Group = None,
-    router: o.Router = None,
-    arrival: o.Arrival = None,
-    concurrency: o.Concurrency = None,
-    rate: o.Rate = None,
-    max_programs: o.MaxPrograms = None,
-    max_model_len: o.MaxModelLen = None,
-    tools: o.Tools = None,
-    tool_scale: o.ToolScale = None,
-    tool_fixed: o.ToolFixed = None,
-    tool_model: o.ToolModel = None,
-    num_gpu_blocks: o.NumGpuBlocks = None,
-    max_num_seqs: o.MaxNumSeqs = None,
-    max_num_batched_tokens: o.MaxNumBatchedTokens = None,
-    queue: o.Queue = None,
-    victim: o.Victim = None,
-    retention: o.Retention = None,
-    ttl: o.Ttl = None,
-    admission: o.Admission = None,
-    dram_gib: o.DramGib = None,
-    cxl_gib: o.CxlGib = None,
-    inter_instance_gbps: o.InterInstanceGbps = None,
     decision_log: o.DecisionLog = None,
-    seed: o.Seed = None,
-    config: o.Config = None,
-    quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+    quiet: Annotated[bool, typer.Option(help="No progress bar.", rich_help_panel=o.OUTPUT)] = False,
     error_bands: Annotated[
         str,
         typer.Option(
             help="Error-band file (agentreplay validate writes error_bands.json) "
             "for the headline figures, or 'none'. Default: the packaged one, "
-            "from the committed validation report."
+            "from the committed validation report.",
+            rich_help_panel=o.OUTPUT,
         ),
     ] = "packaged",
     stream: Annotated[
         bool,
         typer.Option(
             help="Write the tables as programs finish, so memory holds live programs only (a day of a large "
-            "fleet; the summary is the same, without the saturation findings)."
+            "fleet; the summary is the same, without the saturation findings).",
+            rich_help_panel=o.OUTPUT,
         ),
     ] = False,
-    as_json: o.Json = False,
+    as_json: o.OutputJson = False,
 ) -> None:
     """Replay a trace on a simulated cluster; write turns/programs/instances.parquet, summary.json, config.toml.
 
-    The summary says when the run is saturated (queueing dominates TTFT) or prefix reuse collapsed, with the
-    figures (thresholds: agentreplay.sim.diagnose).
+    The summary says when the run is saturated (queueing dominates TTFT) or
+    prefix reuse collapsed, with the figures (agentreplay.sim.diagnose).
 
-    Example: agentreplay simulate --trace datasets/swebench-verified --gpu h100-sxm --model llama-3.1-8b
-    --concurrency 64 --out out/sim
+    Example: agentreplay simulate --trace datasets/swebench-verified
+    --gpu h100-sxm --model llama-3.1-8b --concurrency 64 --out out/sim
     """
     from agentreplay.cli.pricer import resolve as resolve_pricer
     from agentreplay.outdir import OutputDirError, staged

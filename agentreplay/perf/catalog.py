@@ -19,6 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
+from agentreplay.policy.registry import did_you_mean
+
 Dtype = Literal["bf16", "fp8"]
 Architecture = Literal["ampere", "ada", "hopper", "blackwell"]
 Interconnect = Literal["nvlink", "pcie"]
@@ -263,7 +265,8 @@ def _table(path: Path, section: str) -> dict[str, dict[str, Any]]:
 def _lookup(path: Path, section: str, name: str) -> dict[str, Any]:
     table = _table(path, section)
     if name not in table:
-        raise ValueError(f"unknown {section} {name!r} in {path}; known: {', '.join(sorted(table))}")
+        known = sorted(table)
+        raise ValueError(f"unknown {section} {name!r}{did_you_mean(name, known)} in {path}; known: {', '.join(known)}")
     return dict(table[name])
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentreplay.policy.registry import did_you_mean
 from agentreplay.sim.config import SimConfig
 
 #: Host DRAM given to presets that need a host tier when the configuration has none, GiB per instance.
@@ -75,7 +76,7 @@ NEEDS_HOST_TIER = frozenset({"infercept", "lmcache-offload"})
 def apply_preset(cfg: SimConfig, name: str) -> SimConfig:
     """``cfg`` with preset ``name`` applied (unknown names fail listing the known ones)."""
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
+        raise ValueError(f"unknown preset {name!r}{did_you_mean(name, PRESETS)}; known: {', '.join(PRESETS)}")
     out = cfg.replace(**PRESETS[name])
     if name in NEEDS_HOST_TIER and cfg.tiers.dram_gib == 0 and cfg.tiers.cxl_gib == 0:
         out = out.replace(tiers={"dram_gib": DEFAULT_HOST_DRAM_GIB})

@@ -20,7 +20,8 @@ naming whatever is missing.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+import difflib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -39,6 +40,23 @@ def check(cond: bool, field: str, value: Any, allowed: str) -> None:
     """Raise :class:`ParamError` unless ``cond``."""
     if not cond:
         raise ParamError(field, value, allowed)
+
+
+def close_names(name: object, known: Iterable[str], n: int = 3) -> list[str]:
+    """The known names a mistyped ``name`` may have meant, best first (at most ``n``): those it begins, when any
+    (``h100`` -> ``h100-sxm``, not ``h200``), else :func:`difflib.get_close_matches`; [] for a non-string."""
+    if not isinstance(name, str) or not name:
+        return []
+    names = list(known)
+    extended = [k for k in names if k.lower().startswith(name.lower()) and k != name]
+    return extended[:n] or difflib.get_close_matches(name, names, n=n)
+
+
+def did_you_mean(name: object, known: Iterable[str]) -> str:
+    """`` (did you mean 'a' or 'b'?)`` for an unknown ``name`` (the two best :func:`close_names`), or "" when
+    none is close."""
+    close = close_names(name, known, n=2)
+    return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +100,10 @@ class Registry(Generic[T]):
         try:
             return self._entries[name]
         except KeyError:
-            raise ValueError(f"unknown {self.axis} policy {name!r}; known: {', '.join(self._entries)}") from None
+            raise ValueError(
+                f"unknown {self.axis} policy {name!r}{did_you_mean(name, self._entries)}; known: "
+                f"{', '.join(self._entries)}"
+            ) from None
 
     def entries(self) -> tuple[Entry[T], ...]:
         return tuple(self._entries.values())

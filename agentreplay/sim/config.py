@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args
 
 from agentreplay.kv.retention import RETENTIONS
-from agentreplay.policy.registry import ParamError, Registry
+from agentreplay.policy.registry import ParamError, Registry, close_names, did_you_mean
 from agentreplay.router.policies import ROUTERS, LoadMetric
 from agentreplay.scheduler.queue import QUEUE_ORDERS
 from agentreplay.scheduler.victim import VICTIMS
@@ -45,13 +45,15 @@ def _check(cond: bool, section: str, name: str, value: Any, allowed: str) -> Non
 
 
 def _literal(section: str, name: str, value: Any, lit: Any) -> None:
-    _check(value in get_args(lit), section, name, value, f"one of {list(get_args(lit))}")
+    names = get_args(lit)
+    _check(value in names, section, name, value, f"one of {list(names)}{did_you_mean(value, names)}")
 
 
 def _policy(section: str, name: str, value: Any, registry: Registry[Any], params_from: Any) -> None:
     """``value`` names a policy of ``registry``; every policy's parameters build from ``params_from`` (the
     section: each parameter dataclass validates its own fields)."""
-    _check(value in registry, section, name, value, f"one of {list(registry.names())}")
+    names = registry.names()
+    _check(value in registry, section, name, value, f"one of {list(names)}{did_you_mean(value, names)}")
     try:
         registry.check(params_from)
     except ParamError as exc:
@@ -463,23 +465,46 @@ class SimConfig:
         return dataclasses.asdict(self)
 
 
+def _unknown(what: str, names: set[str], known: set[str]) -> str:
+    """``WHAT(s) ['a', 'b'] (did you mean ...?)``: the unknown ``names`` with the closest ``known`` name of each
+    (:func:`agentreplay.policy.registry.close_names`), and all the known ones if one has none."""
+    unknown = sorted(names)
+    guesses = {n: close_names(n, known) for n in unknown}
+    hints = [f"{c[0]!r}" + (f" for {n!r}" if len(unknown) > 1 else "") for n, c in guesses.items() if c]
+    text = f"unknown {what}(s) {unknown}" + (f" (did you mean {', '.join(hints)}?)" if hints else "")
+    return text if all(guesses.values()) else f"{text}; known: {sorted(known)}"
+
+
 def _build(cls: type, section: str, values: dict[str, Any]) -> Any:
     known = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ConfigError(f"[{section}] unknown field(s) {unknown}; known: {sorted(known)}")
+    if set(values) - known:
+        raise ConfigError(f"[{section}] {_unknown('field', set(values) - known, known)}")
     try:
         return cls(**values)
     except (TypeError, ParamError) as exc:  # (ParamError: a section validated like policy parameters)
         raise ConfigError(f"[{section}] {exc}") from exc
 
 
+def unknown_names(data: dict[str, Any]) -> list[str]:
+    """One line per section of ``data`` (the TOML layout) holding names :class:`SimConfig` does not know, each
+    with the closest known names: the unknown sections first, then each section's unknown fields."""
+    defaults = SimConfig()
+    sections = {f.name for f in fields(SimConfig)}
+    lines = [_unknown("section", set(data) - sections, sections)] if set(data) - sections else []
+    for name, value in data.items():
+        if name in sections and name != "seed" and isinstance(value, dict):
+            known = {f.name for f in fields(type(getattr(defaults, name)))}
+            if set(value) - known:
+                lines.append(f"[{name}] {_unknown('field', set(value) - known, known)}")
+    return lines
+
+
 def from_dict(data: dict[str, Any]) -> SimConfig:
-    """Build a :class:`SimConfig` from nested dicts (the TOML layout); unknown sections or fields fail."""
-    sections = {f.name: f for f in fields(SimConfig)}
-    unknown = sorted(set(data) - set(sections))
+    """Build a :class:`SimConfig` from nested dicts (the TOML layout). Every unknown section or field fails, all
+    at once (one line per section, :func:`unknown_names`), before any value is checked."""
+    unknown = unknown_names(data)
     if unknown:
-        raise ConfigError(f"unknown section(s) {unknown}; known: {sorted(sections)}")
+        raise ConfigError("\n".join(unknown))
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         if name == "seed":
@@ -498,7 +523,7 @@ T = TypeVar("T")
 
 def load_toml_as(path: str | Path, parse: Callable[[dict[str, Any]], T], error: type[ValueError]) -> T:
     """``parse`` of the TOML file at ``path``; an unreadable file, bad TOML, or an ``error`` raised by ``parse``
-    becomes ``error`` with the file's path in front of the message."""
+    becomes ``error`` with the file's path in front of each line of the message."""
     p = Path(path)
     try:
         data = tomllib.loads(p.read_text())
@@ -507,7 +532,7 @@ def load_toml_as(path: str | Path, parse: Callable[[dict[str, Any]], T], error: 
     try:
         return parse(data)
     except error as exc:
-        raise error(f"{p}: {exc}") from exc
+        raise error("\n".join(f"{p}: {line}" for line in str(exc).splitlines())) from exc
 
 
 def load(path: str | Path) -> SimConfig:

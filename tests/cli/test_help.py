@@ -183,3 +183,61 @@ def test_the_readme_tour_lists_every_command() -> None:
     listed = {word.strip("`").split()[0] for cell in firsts for word in cell.split(" / ")}
     top = {p[0] for p, _ in COMMANDS if len(p) == 1}
     assert top - listed == set(), f"README's CLI tour does not list: {sorted(top - listed)}"
+
+
+def _help_at(width: int, *path: str) -> str:
+    res = runner.invoke(app, [*path, "--help"], terminal_width=width, env={"COLUMNS": str(width)})
+    assert res.exit_code == 0, res.output
+    assert max(map(len, res.output.splitlines())) <= width
+    return res.output
+
+
+def test_simulate_help_at_80_columns_shows_every_option_name_whole_in_panels() -> None:
+    """Issue 31 (8): at 80 columns one table of 40 options cut 9 names; the options now come in panels, each a
+    table narrow enough for its names (agentreplay.cli.options: the panels)."""
+    import re
+
+    from agentreplay.cli import options as o
+
+    text = _help_at(80, "simulate")
+    rows = [[n for n in (*opt.opts, *opt.secondary_opts) if n.startswith("--")] for _, opt in _options_of("simulate")]
+    assert len(rows) > 40
+    # an option's row of its panel's table: its long name (after the required mark), then its negative flag
+    cut = [r for r in rows if not re.search(r"^│ [ *]*" + r"\s+(-\w\s+)?".join(map(re.escape, r)) + r"\s", text, re.M)]
+    assert not cut, f"option names cut or missing at 80 columns: {cut}"
+    for panel in (o.WORKLOAD, o.DEPLOYMENT, o.PRICING, o.POLICIES, o.MECHANISMS, o.OUTPUT):
+        assert f"─ {panel} ─" in text
+
+
+def test_simulate_help_lists_every_config_section_and_where_it_is_documented() -> None:
+    from dataclasses import fields
+
+    from agentreplay.cli.options import CONFIG_SECTIONS
+
+    sections = [f.name for f in fields(C.SimConfig) if f.name != "seed"]
+    assert list(CONFIG_SECTIONS) == sections
+    text = _help_at(80, "simulate")
+    lines = {line.split()[0] for line in text.splitlines() if line.strip().startswith("[")}
+    assert lines == {f"[{s}]" for s in sections}
+    assert "agentreplay/sim/config.py" in text and "README" in text
+    for command in ("fleet-disagg", "fleet-spec", "fleet-thinking", "fleet-failover", "fleet-admission"):
+        assert f"({command})" in text
+
+
+def test_collect_help_lists_the_files_each_format_reads() -> None:
+    from collectors import FILES
+
+    text = " ".join(_help_at(200, "collect").split())
+    assert all(f"{name} {files}" in text for name, files in FILES.items())
+
+
+def test_the_files_listed_name_each_request_format_s_fields() -> None:
+    """The file list sits in ``collectors`` (the CLI reads it without importing a collector); the fields it names
+    are the ones each request-trace collector recognises a file by."""
+    from collectors import FILES
+    from collectors.registry import formats
+
+    for name, collector in formats().items():
+        module = importlib.import_module(type(collector).__module__)
+        fields = getattr(module, "FIELDS", None) or getattr(module, "COLUMNS", ())
+        assert all(f in FILES[name] for f in fields), name

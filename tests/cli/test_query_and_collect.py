@@ -1,4 +1,5 @@
-"""``query`` over compare / sweep folders keeps runs apart (issue 17: 5); ``collect`` says why a file failed (6)."""
+"""``query`` over compare / sweep folders keeps runs apart (issue 17: 5); ``collect`` says why a file failed (6);
+``query`` rounds floats and ``collect`` says which files each format reads (issue 31: 8)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import shutil
 from typer.testing import CliRunner
 
 from agentreplay.cli import app
-from agentreplay.query import query, views
+from agentreplay.query import cell, query, views
 from agentreplay.trace.io import write_trace
 from tests.factories import make_trace
 
@@ -76,3 +77,47 @@ def test_collect_of_one_corrupt_file_says_why(tmp_path) -> None:
     shutil.copy(bad, folder / "y.traj.json")
     res = runner.invoke(app, ["collect", "mini-swe-agent", str(folder), "--out", str(tmp_path / "out")])
     assert res.exit_code == 1 and "JSONDecodeError" in " ".join(res.output.split())
+
+
+def test_query_prints_floats_to_four_significant_digits_unless_raw(tmp_path) -> None:
+    import pandas as pd
+
+    pd.DataFrame({"name": ["a"], "third": [1 / 3], "big": [123456.789], "tiny": [1.23456e-5], "n": [7]}).to_parquet(
+        tmp_path / "t.parquet"
+    )
+    sql = "select * from t"
+    res = runner.invoke(app, ["query", sql, "--data", str(tmp_path)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    cells = res.output.splitlines()[3].split("│")[1:-1]
+    assert [c.strip() for c in cells] == ["a", "0.3333", "123457", "1.235e-05", "7"]
+    raw = runner.invoke(app, ["query", sql, "--data", str(tmp_path), "--raw"], env={"COLUMNS": "200"})
+    assert raw.exit_code == 0 and "0.3333333333333333" in raw.output and "123456.789" in raw.output
+    as_json = runner.invoke(app, ["query", sql, "--data", str(tmp_path), "--json"])
+    assert json.loads(as_json.output)[0]["third"] == round(1 / 3, 10)  # JSON as pandas writes it, not rounded
+
+
+def test_cell_rounds_finite_floats_only() -> None:
+    assert [cell(v, 4) for v in (0.5, 9999.7, -0.001234567, 12.3456789, 2.0)] == [
+        "0.5",
+        "10000",
+        "-0.001235",
+        "12.35",
+        "2",
+    ]
+    assert [cell(v, 4) for v in (float("nan"), float("inf"), 3, "x", None)] == ["nan", "inf", "3", "x", "None"]
+    assert cell(1 / 3, None) == "0.3333333333333333"
+
+
+def test_collect_says_which_files_each_format_reads(tmp_path) -> None:
+    from collectors import FILES
+
+    (tmp_path / "notes.txt").write_text("hello\n")
+    res = runner.invoke(app, ["collect", "auto", str(tmp_path), "--out", str(tmp_path / "out")], env={"COLUMNS": "200"})
+    assert res.exit_code == 1 and "format not recognised" in res.output
+    assert all(f"{name}" in res.output and files in res.output for name, files in FILES.items())
+    res = runner.invoke(
+        app, ["collect", "mooncake", str(tmp_path), "--out", str(tmp_path / "out")], env={"COLUMNS": "200"}
+    )
+    assert res.exit_code == 1 and f"no mooncake files found; mooncake reads {FILES['mooncake']}" in res.output
+    res = runner.invoke(app, ["collect", "moncake", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 1 and "(did you mean 'mooncake'?)" in res.output

@@ -155,7 +155,7 @@ def test_shared_expert_and_bf16_attention_are_checked(tmp_path, extra: str, mess
 
 
 def test_unknown_names_list_the_known_ones() -> None:
-    with pytest.raises(ValueError, match=r"unknown gpu 'h100'.*h100-sxm"):
+    with pytest.raises(ValueError, match=r"unknown gpu 'h100' \(did you mean 'h100-sxm'\?\) in .*; known: a100"):
         load_gpu("h100")
     with pytest.raises(ValueError, match=r"unknown model 'llama-3-8b'.*llama-3\.1-8b"):
         load_model("llama-3-8b")

@@ -193,3 +193,43 @@ def test_deployment_fields_reach_capacity_and_pricing(tmp_path) -> None:
     assert res.exit_code == 0, res.output
     hw = load(out / "config.toml").hardware
     assert hw.kv_cache_dtype == "fp8" and hw.enforce_eager
+
+
+def test_every_unknown_name_of_a_config_file_is_reported_at_once_with_a_suggestion(tmp_path) -> None:
+    """Issue 31 (8): a typo in a later section was reported only once the first was fixed, and without a hint."""
+    path = tmp_path / "typos.toml"
+    path.write_text('sed = 1\n[hardware]\ngpuu = "h100-sxm"\n[cache]\nblok_size = 16\n[schedular]\nx = 1\n')
+    with pytest.raises(ConfigError) as exc:
+        load(path)
+    lines = str(exc.value).splitlines()
+    assert lines == [
+        f"{path}: unknown section(s) ['schedular', 'sed'] (did you mean 'scheduler' for 'schedular', 'seed' for "
+        "'sed'?)",
+        f"{path}: [hardware] unknown field(s) ['gpuu'] (did you mean 'gpu'?)",
+        f"{path}: [cache] unknown field(s) ['blok_size'] (did you mean 'block_size'?)",
+    ]
+    res = runner.invoke(app, ["simulate", "--trace", BUNDLED, "--config", str(path), "--out", str(tmp_path / "x")])
+    assert res.exit_code == 1
+    assert all(hint in res.output for hint in ("'scheduler'", "'gpu'", "'block_size'", str(path)))
+
+
+def test_a_name_with_no_close_match_lists_the_known_ones() -> None:
+    with pytest.raises(ConfigError) as exc:
+        from_dict({"tiers": {"gpuu": 1, "zzz": 2}})
+    text = str(exc.value)
+    assert text.startswith("[tiers] unknown field(s) ['gpuu', 'zzz']; known: [") and "'cxl_gib'" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        (["--gpu", "h100"], "unknown gpu 'h100' (did you mean 'h100-sxm'?)"),
+        (["--model", "llama-3-8b"], "unknown model 'llama-3-8b' (did you mean 'llama-3.1-8b'"),
+        (["--preset", "vlm"], "unknown preset 'vlm' (did you mean 'vllm'?)"),
+        (["--router", "least-load"], "(did you mean 'least-loaded'?)"),
+        (["--arrival", "poison"], "(did you mean 'poisson'?)"),
+    ],
+)
+def test_an_unknown_name_on_the_command_line_gets_a_suggestion(tmp_path, args, hint) -> None:
+    res = runner.invoke(app, ["simulate", "--trace", BUNDLED, *args, "--out", str(tmp_path / "x")])
+    assert res.exit_code == 1 and hint in " ".join(res.output.split()), res.output
