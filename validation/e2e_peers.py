@@ -169,7 +169,10 @@ def targets(ooc: pd.DataFrame, ins: pd.DataFrame, peers_table: pd.DataFrame) -> 
                 + (
                     ""
                     if beats is None
-                    else (", below the reference peer" if beats else ", NOT below the reference peer")
+                    else (
+                        f"; on the reference peer's {len(both)} rows {ours_same:.1f}% vs its {ref:.1f}%: "
+                        + ("below it" if beats else "NOT below it")
+                    )
                 ),
             }
         )
