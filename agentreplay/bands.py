@@ -12,6 +12,12 @@ The residuals come from ``agentreplay validate`` (``error_bands.json`` in its ou
 packaged copy (``agentreplay/perf/catalog/error_bands.json``) is the one of the committed validation report.
 A simulated metric maps onto the measured metric families that measure the same thing (:data:`FAMILIES`):
 a program's JCT onto request E2E latency and agent JCT, TPOT onto TPOT and LLMPerf's ITL.
+
+:func:`closest` is the band a decision (``agentreplay plan``) carries: the comparable cells (same GPU class,
+model class and pricing regime) when there are any, else the nearest wider level, marked as not comparable;
+either way the band names its cells (:attr:`Band.cells`, :meth:`Band.named`) and keeps the signed mean error
+(``+``: the simulator was high). A residual record may carry ``regime`` (``profiled``: priced from a deployment
+profile of exactly that deployment; ``unprofiled``: the roofline); a record without it matches either regime.
 """
 
 from __future__ import annotations
@@ -62,14 +68,28 @@ class Band:
     """Mean absolute error (%) of ``n_cells`` comparable validation cells, and at which level they matched."""
 
     mape_pct: float
-    mean_signed_pct: float
+    mean_signed_pct: float  #: signed mean error, %: > 0 the simulator was high on these cells
     n_cells: int
     level: str  #: "GPU and model class", "model class", "GPU class" or "all cells"
+    cells: tuple[str, ...] = ()  #: the cells, grouped: "source gpu model (n)" (:func:`closest` fills it)
+    comparable: bool = True  #: False: no cell of the same GPU class, model class and regime; these are nearest
+    regime_recorded: bool = True  #: False: some of these cells do not record their pricing regime
 
     def text(self) -> str:
         return f"+-{self.mape_pct:.0f}%, {self.n_cells} comparable cell{'s' if self.n_cells != 1 else ''}" + (
             "" if self.level == "GPU and model class" else f" ({self.level})"
         )
+
+    def named(self, most: int = 3) -> str:
+        """The cells by source, GPU and model, the largest groups first: ``llmperf rtx3090 llama-3.1-8b (15),
+        ...``."""
+        shown = ", ".join(self.cells[:most])
+        return shown + (f" and {len(self.cells) - most} more group(s)" if len(self.cells) > most else "")
+
+    def error_text(self) -> str:
+        """How these cells err: sign and size (``simulator high by 176% on average, |error| 176%``)."""
+        side = "high" if self.mean_signed_pct > 0 else "low"
+        return f"simulator {side} by {abs(self.mean_signed_pct):.0f}% on average (|error| {self.mape_pct:.0f}%)"
 
 
 def load_residuals(path: str | Path | None = None) -> list[dict[str, Any]]:
@@ -117,6 +137,51 @@ def band(residuals: list[dict[str, Any]], metric: str, gpu: str, model: str) -> 
                 sum(abs(e) for e in errs) / len(errs), sum(errs) / len(errs), len({r["cell_id"] for r in sel}), level
             )
     return None
+
+
+def closest(
+    residuals: list[dict[str, Any]], metric: str, gpu: str, model: str, regime: str | None = None
+) -> Band | None:
+    """The band of a simulated ``metric`` on ``gpu`` / ``model`` priced in ``regime`` (``profiled`` or
+    ``unprofiled``; None: any), with its cells named: the comparable cells (same GPU class, model class and
+    regime) when any exist, else those of the nearest wider level (model class, GPU class, every cell; any
+    regime) with ``comparable`` False. None without residuals of the metric's families."""
+    fams = FAMILIES[metric]
+    rows = [r for r in residuals if r["family"] in fams]
+    g, m = gpu_class(gpu), model_class(model)
+    levels = (
+        ("GPU and model class", lambda r: r["gpu_class"] == g and r["model_class"] == m and _regime_ok(r, regime)),
+        ("model class", lambda r: r["model_class"] == m),
+        ("GPU class", lambda r: r["gpu_class"] == g),
+        ("all cells", lambda r: True),
+    )
+    for i, (level, keep) in enumerate(levels):
+        sel = [r for r in rows if keep(r)]
+        if sel:
+            errs = [float(r["error_pct"]) for r in sel]
+            return Band(
+                sum(abs(e) for e in errs) / len(errs),
+                sum(errs) / len(errs),
+                len({r["cell_id"] for r in sel}),
+                level,
+                _groups(sel),
+                comparable=i == 0,
+                regime_recorded=all("regime" in r for r in sel),
+            )
+    return None
+
+
+def _regime_ok(record: dict[str, Any], regime: str | None) -> bool:
+    return regime is None or record.get("regime") in (None, regime)
+
+
+def _groups(records: list[dict[str, Any]]) -> tuple[str, ...]:
+    """Distinct cells grouped by source, GPU and model, largest group first (ties by name)."""
+    cells: dict[str, set[str]] = {}
+    for r in records:
+        key = " ".join(str(r[k]) for k in ("source", "gpu", "model") if r.get(k)) or str(r["cell_id"])
+        cells.setdefault(key, set()).add(str(r["cell_id"]))
+    return tuple(f"{k} ({len(v)})" for k, v in sorted(cells.items(), key=lambda kv: (-len(kv[1]), kv[0])))
 
 
 def bands_for(summary: dict[str, Any], residuals: list[dict[str, Any]]) -> dict[str, Band]:

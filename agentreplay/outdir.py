@@ -50,6 +50,7 @@ KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "validate": ("errors.parquet", ("*.parquet", "*.png", "*.md", "*.html", "*.json")),
     "trace": ("programs.parquet", ("programs.parquet", "turns.parquet", "tool_calls.parquet", "MANIFEST.json")),
     "sweep": ("sweep.json", ("sweep.json", "base-config.toml", "results/", "report/")),
+    "plan": ("plan.json", ("plan.json", "plan.md", "configurations.csv", "cost_vs_slo.png", "sweep/sweep")),
 }
 
 

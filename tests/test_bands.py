@@ -123,3 +123,19 @@ def test_packaged_bands_are_the_committed_reports() -> None:
     committed = Path(__file__).resolve().parents[1] / "reports" / "validation" / "error_bands.json"
     assert B.PACKAGED.read_text() == committed.read_text()
     assert B.load_residuals()  # readable, and not empty
+
+
+def test_closest_names_its_cells_matches_the_regime_and_marks_the_nearest() -> None:
+    res = [
+        {**_r("p", "workstation", "dense-small", "e2e", 4.0), "source": "vllm-run", "gpu": "rtx4090",
+         "model": "llama-3.1-8b", "regime": "profiled"},
+        {**_r("q", "workstation", "dense-small", "e2e", -40.0), "source": "llmperf", "gpu": "rtx3090",
+         "model": "llama-3.1-8b", "regime": "unprofiled"},
+    ]  # fmt: skip
+    b = B.closest(res, "jct_s", "rtx4090", "llama-3.1-8b", "profiled")
+    assert (b.mape_pct, b.n_cells, b.comparable, b.cells) == (4.0, 1, True, ("vllm-run rtx4090 llama-3.1-8b (1)",))
+    assert B.closest(res, "jct_s", "rtx4090", "llama-3.1-8b").n_cells == 2  # no regime asked: both
+    near = B.closest(res, "jct_s", "h100-sxm", "llama-3.1-70b", "unprofiled")
+    assert not near.comparable and near.level == "all cells" and near.n_cells == 2
+    assert near.error_text() == "simulator low by 18% on average (|error| 22%)"
+    assert near.named(1) == "llmperf rtx3090 llama-3.1-8b (1) and 1 more group(s)"

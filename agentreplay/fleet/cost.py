@@ -35,8 +35,9 @@ so with ``s = R_{>5m} / R`` (the token-weighted share of long gaps) the 1-hour t
 
 from __future__ import annotations
 
+import math
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,11 @@ class Prices:
     source: str = (
         "Anthropic pricing page (platform.claude.com/docs/en/about-claude/pricing), Claude Sonnet 4.5, read 2026-12-02"
     )
+    #: deployment prices for ``agentreplay plan --prices``: USD per GPU-hour, by catalogue GPU name
+    #: (``agentreplay catalog``); empty (the default): GPUs are not priced and plans rank in GPU-hours
+    gpu_per_hour: dict[str, float] = field(default_factory=dict)
+    dram_per_gib_hour: float | None = None  #: host DRAM (a KV tier), USD per GiB-hour; None: not priced
+    cxl_per_gib_hour: float | None = None  #: CXL memory (a KV tier), USD per GiB-hour; None: not priced
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -81,7 +87,15 @@ class Prices:
             if f.name in ("name", "source"):
                 if not isinstance(v, str):
                     raise PricesError(f"{f.name} = {v!r}: must be a string")
-            elif not isinstance(v, int | float) or isinstance(v, bool) or v < 0 or v != v:
+            elif f.name == "gpu_per_hour":
+                if not isinstance(v, dict):
+                    raise PricesError(f"gpu_per_hour = {v!r}: must be a table of GPU name = USD per GPU-hour")
+                for gpu, price in v.items():
+                    if not _price_ok(price):
+                        raise PricesError(f"gpu_per_hour.{gpu} = {price!r}: must be a number >= 0")
+            elif v is None and f.name in _OPTIONAL:
+                continue
+            elif not _price_ok(v):
                 raise PricesError(f"{f.name} = {v!r}: must be a number >= 0")
         if not self.ttl_5m_s < self.ttl_1h_s:
             raise PricesError(f"ttl_5m_s = {self.ttl_5m_s} must be below ttl_1h_s = {self.ttl_1h_s}")
@@ -99,9 +113,19 @@ class Prices:
         }
 
 
+#: :class:`Prices` fields that may be left out of a file and stay unpriced (None)
+_OPTIONAL = frozenset({"dram_per_gib_hour", "cxl_per_gib_hour"})
+
+
+def _price_ok(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and not math.isnan(v) and v >= 0
+
+
 def load_prices(path: str | Path) -> Prices:
     """:class:`Prices` from a TOML file with a ``[prices]`` table (fields as in :class:`Prices`; omitted ones keep
-    their defaults)."""
+    their defaults). ``agentreplay plan`` reads the deployment prices of the same table: ``gpu_per_hour`` (a
+    table, GPU name = USD per GPU-hour, e.g. ``gpu_per_hour = { h100-sxm = 2.5 }`` or a ``[prices.gpu_per_hour]``
+    table), ``dram_per_gib_hour`` and ``cxl_per_gib_hour``."""
     p = Path(path)
     try:
         data = tomllib.loads(p.read_text())
@@ -132,6 +156,9 @@ FIELD_DOCS = {
     "ttl_1h_s": "lifetime of a 1-hour entry since its last use, seconds",
     "min_cacheable_tokens": "prompts shorter than this are not cached",
     "source": "where the numbers come from",
+    "gpu_per_hour": "agentreplay plan: USD per GPU-hour by catalogue GPU name, e.g. { h100-sxm = 2.5 }",
+    "dram_per_gib_hour": "agentreplay plan: host DRAM KV tier, USD per GiB-hour",
+    "cxl_per_gib_hour": "agentreplay plan: CXL KV tier, USD per GiB-hour",
 }
 
 
@@ -143,13 +170,21 @@ def prices_toml(prices: Prices) -> str:
         "# prices of Anthropic's pricing page, https://platform.claude.com/docs/en/about-claude/pricing",
         "# (prompt-caching table), read on 2026-12-02 through copies of that table; the minimum cacheable",
         "# prompt from https://platform.claude.com/docs/en/build-with-claude/prompt-caching.",
+        "# `agentreplay plan --prices FILE` reads gpu_per_hour, dram_per_gib_hour and cxl_per_gib_hour (USD per",
+        "# GPU-hour / GiB-hour): give your own; without them plans are ranked in GPU-hours.",
         "[prices]",
     ]
     for f in fields(Prices):
         v = getattr(prices, f.name)
-        lines.append(
-            (f"{f.name} = {v!r}" if not isinstance(v, str) else f'{f.name} = "{v}"') + f"  # {FIELD_DOCS[f.name]}"
-        )
+        if v is None:  # TOML has no null: an unpriced tier is left out (commented)
+            lines.append(f"# {f.name} = 0.0  # {FIELD_DOCS[f.name]} (not priced)")
+        elif isinstance(v, dict):
+            table = ", ".join(f'"{k}" = {float(x)!r}' for k, x in v.items())
+            lines.append(f"{f.name} = {{ {table} }}" + f"  # {FIELD_DOCS[f.name]}")
+        else:
+            lines.append(
+                (f"{f.name} = {v!r}" if not isinstance(v, str) else f'{f.name} = "{v}"') + f"  # {FIELD_DOCS[f.name]}"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -10,7 +10,18 @@ objective at a sustained load, searched with the simulator on the sweep engine.
 >>> result.chosen.family.label, result.chosen.instances, result.chosen.cost
 """
 
-from agentreplay.plan.search import Family, PlanError, PlanRequest, PlanResult, Trial, plan
+from agentreplay.plan.search import DEFAULT_SEEDS, Family, PlanError, PlanRequest, PlanResult, Trial, plan
 from agentreplay.plan.slo import SloError, Term, parse_slo
 
-__all__ = ["Family", "PlanError", "PlanRequest", "PlanResult", "SloError", "Term", "Trial", "parse_slo", "plan"]
+__all__ = [
+    "DEFAULT_SEEDS",
+    "Family",
+    "PlanError",
+    "PlanRequest",
+    "PlanResult",
+    "SloError",
+    "Term",
+    "Trial",
+    "parse_slo",
+    "plan",
+]

@@ -1,12 +1,19 @@
 """Where cells run: one small interface, a local process pool (default) and a Dask distributed cluster.
 
 The runner only calls ``submit``, ``as_completed`` and ``close``, so both backends share its code path.
+
+Interruption (Ctrl-C): local workers ignore SIGINT (the terminal sends it to the whole process group), so only
+the parent sees it; leaving a ``with`` block on :class:`KeyboardInterrupt` ends the pool at once (queued cells
+cancelled, running workers terminated) instead of waiting for the running cells, and no worker prints a
+traceback. What the runner wrote before stays (a sweep resumes from it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import as_completed as cf_as_completed
@@ -48,7 +55,9 @@ class LocalExecutor:
         self._pool = self._new_pool()
 
     def _new_pool(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+        return ProcessPoolExecutor(
+            self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_sigint
+        )
 
     def submit(self, fn: Callable[..., Any], /, *args: Any) -> Any:
         try:
@@ -64,11 +73,30 @@ class LocalExecutor:
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
+    def abort(self) -> None:
+        """End the pool now: cancel what has not started, terminate the workers running cells."""
+        procs = list((getattr(self._pool, "_processes", None) or {}).values())
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            with contextlib.suppress(Exception):
+                proc.terminate()
+        for proc in procs:
+            with contextlib.suppress(Exception):
+                proc.join(timeout=5)
+
     def __enter__(self) -> LocalExecutor:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            self.abort()
+        else:
+            self.close()
+
+
+def _ignore_sigint() -> None:
+    """Worker initializer: Ctrl-C is the parent's to handle (it ends the pool), not each worker's."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class DaskExecutor:

@@ -10,11 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 import agentreplay.cli.plan  # noqa: F401  (registers `plan` on the app)
-from agentreplay.bands import Band
 from agentreplay.cli.app import app
 from agentreplay.plan import PlanRequest, parse_slo, plan
+from agentreplay.plan.evidence import margin, term_evidence
 from agentreplay.plan.figure import draw
-from agentreplay.plan.report import band_of, to_dict, within_band, write
+from agentreplay.plan.report import to_dict, write
 from agentreplay.plan.search import Family, Trial
 from tests.plan.conftest import InlineExecutor
 
@@ -32,15 +32,19 @@ def _trial(gpu: str, model: str = "llama-3.1-8b") -> Trial:
 
 def test_band_only_for_the_same_gpu_and_model_class() -> None:
     lat, good = parse_slo("jct_p90<=120,goodput@600>=0.9")
-    b, text = band_of(lat, _trial("rtx4090"), RESIDUALS)
-    assert b is not None and b.mape_pct == pytest.approx(20.0) and b.n_cells == 2 and text.startswith("+-20%")
-    b, text = band_of(lat, _trial("h100-sxm"), RESIDUALS)  # datacenter dense-small: no cell of that class
-    assert b is None and text.startswith("no band (nearest:")
-    assert band_of(lat, _trial("h100-sxm"), [])[1] == "no band"
-    assert band_of(good, _trial("rtx4090"), RESIDUALS)[1] == "no band (not a validated figure)"
-    edge = Band(20.0, 0.0, 2, "GPU and model class")
-    assert within_band(lat, 100.0, edge) is True and within_band(lat, 101.0, edge) is False
-    assert within_band(lat, 100.0, None) is None
+    ev = term_evidence(lat, _trial("rtx4090"), RESIDUALS, "unprofiled")
+    assert ev["comparable"] and ev["band_pct"] == pytest.approx(20.0) and ev["n_cells"] == 2
+    assert ev["short"] == "+-20% (2 cells)"
+    ev = term_evidence(lat, _trial("h100-sxm"), RESIDUALS, "unprofiled")  # datacenter dense-small: none
+    assert not ev["comparable"] and ev["short"].startswith("none (nearest:") and ev["level"] == "model class"
+    assert term_evidence(lat, _trial("h100-sxm"), [], "unprofiled")["short"] == "no residuals"
+    assert term_evidence(good, _trial("rtx4090"), RESIDUALS, "unprofiled")["band_pct"] is None
+    edge = {"band_pct": 20.0, "comparable": True}
+    assert margin(lat, _trial("rtx4090"), edge)["marginal"] is False  # 100 x 1.2 = 120: still meets
+    t = _trial("rtx4090")
+    t.figures["jct_p90_s"] = 101.0
+    assert margin(lat, t, edge)["marginal"] is True
+    assert margin(lat, t, {"band_pct": None})["marginal"] is None
 
 
 def test_outputs_of_a_small_plan(bundled: Path, tmp_path: Path) -> None:
@@ -57,7 +61,7 @@ def test_outputs_of_a_small_plan(bundled: Path, tmp_path: Path) -> None:
     assert data["chosen"]["gpus"] == 1 and data["configurations_tried"] == len(res.trials) >= 2
     assert data["programs"] == 8 and data["max_programs"] == 8
     rtx = next(r for r in data["configurations"] if r["gpu"] == "rtx4090")
-    assert rtx["jct_p90 band"].startswith("+-20%") and rtx["goodput@100000 band"].startswith("no band")
+    assert rtx["jct_p90 band"].startswith("+-20%") and rtx["goodput@100000 meets at band edge"] is None
     paths = write(res, tmp_path / "out", data)
     assert json.loads(paths[0].read_text())["slo"] == ["jct_p90<=100000s", "goodput@100000>=0.5"]
     with paths[1].open() as f:
@@ -137,7 +141,7 @@ def test_cli_executor_choice_is_checked(bundled: Path, tmp_path: Path) -> None:
     assert r.exit_code == 1 and "--executor 'ray'" in r.output
 
 
-def test_cli_rerun_with_another_load_into_the_same_folder_is_refused(bundled: Path, tmp_path: Path) -> None:
+def test_cli_rerun_with_another_load_replaces_the_folder(bundled: Path, tmp_path: Path) -> None:
     out = tmp_path / "o"
     args = [
         "plan",
@@ -149,6 +153,8 @@ def test_cli_rerun_with_another_load_into_the_same_folder_is_refused(bundled: Pa
         "4",
         "--max-instances",
         "1",
+        "--seeds",
+        "0",
         "--workers",
         "1",
         "--out",
@@ -159,7 +165,11 @@ def test_cli_rerun_with_another_load_into_the_same_folder_is_refused(bundled: Pa
     again = runner.invoke(app, [*args, "--load", "0.5"])
     assert again.exit_code == 0 and '"configurations_simulated_now": 0' in again.output.replace("\n", "")
     other = runner.invoke(app, [*args, "--load", "0.25"])
-    assert other.exit_code == 1 and "different sweep" in other.output
+    assert other.exit_code == 0, other.output
+    data = json.loads((out / "plan.json").read_text())
+    assert data["load_programs_per_s"] == 0.25 and data["configurations_simulated_now"] == 1
+    assert len(list(out.glob("sweep/results/*/*.parquet"))) == 1  # the 0.5 / s cells went with the old plan
+    assert [p.name for p in tmp_path.iterdir()] == ["o"]  # no staging folder left beside it
 
 
 def test_chosen_label_stays_inside_its_panel() -> None:

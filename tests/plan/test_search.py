@@ -11,7 +11,8 @@ import pytest
 
 from agentreplay.plan import PlanError, PlanRequest, parse_slo, plan
 from agentreplay.plan.cell import PlanExecutor, run_plan_cell
-from agentreplay.plan.search import Family, FamilyState, bound_gpus, monotonicity, next_probe, pick, rank_key
+from agentreplay.plan.rank import choose
+from agentreplay.plan.search import Family, FamilyState, bound_cost, monotonicity, next_probe, pick
 from agentreplay.plan.slo import Term
 from agentreplay.sweep import worker
 from tests.plan.conftest import InlineExecutor
@@ -28,7 +29,7 @@ def _search(
     states = [FamilyState(f) for f in thresholds]
     probes: list[tuple[Family, int]] = []
     while True:
-        bound = bound_gpus(states, runners_up)
+        bound = bound_cost(states, runners_up)
         pending = [(st, n) for st in states if (n := next_probe(st, bound, max_instances)) is not None]
         if not pending:
             return states, probes
@@ -106,7 +107,8 @@ def test_chosen_is_the_cheapest_feasible_configuration_tried(
     feasible = [t for t in res.trials if t.feasible]
     assert res.chosen is not None and res.chosen.feasible
     assert res.chosen.cost == min(t.cost for t in feasible)
-    assert all(rank_key(res.chosen, slo) <= rank_key(t, slo) for t in feasible)
+    assert res.choice is not None and res.choice.chosen is res.chosen
+    assert choose(list(reversed(feasible)), slo).chosen is res.chosen  # the order tried never decides
     assert res.chosen.cost == pytest.approx(res.chosen.gpus * 1000 / (LOAD * 3600))
     assert all(t.feasible == slo[0].met(t.figures["jct_p90_s"]) for t in res.trials)
     # bisection is exact: each family's smallest feasible n has its n - 1 tried and missing
