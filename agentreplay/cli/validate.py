@@ -147,7 +147,7 @@ def _calibrate_engine_cost(measured: list[Path], out: Path | None, max_evals: in
     for col in ("fit", *full.cost.as_dict()):
         table.add_column(col)
     for name, o in [("all configurations", full), *((f"without {k}", v) for k, v in loo.items())]:
-        table.add_row(name, *(f"{x:.4g}" for x in o.cost.as_dict().values()))
+        table.add_row(name, *("tied" if x is None else f"{x:.4g}" for x in o.cost.as_dict().values()))
     show(table)
     console.print(f"wrote {target}")
 

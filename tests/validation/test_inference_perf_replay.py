@@ -142,10 +142,12 @@ def test_engine_cost_applies_its_terms_to_the_efficiency() -> None:
     from agentreplay.perf import load_gpu
 
     eff = load_gpu("h100-sxm").efficiency
-    cost = F.EngineCost(fixed_ms=1.5, per_seq_us=7.0, kernel_gap_us=2.5, attn_decode_efficiency=0.9)
+    cost = F.EngineCost(fixed_ms=1.5, per_seq_us=7.0, kernel_gap_us=2.5)
     out = cost.efficiency(eff)
     assert (out.framework_overhead_ms, out.per_seq_overhead_us, out.kernel_overhead_us) == (1.5, 7.0, 2.5)
-    assert out.attn_decode_efficiency == 0.9 and out.compute_efficiency == eff.compute_efficiency
+    # decode attention streams the KV cache at the GPU's weight-streaming efficiency unless set
+    assert out.attn_decode_efficiency == eff.bandwidth_efficiency and out.compute_efficiency == eff.compute_efficiency
+    assert dataclasses.replace(cost, attn_decode_efficiency=0.9).efficiency(eff).attn_decode_efficiency == 0.9
     assert F.EngineCost.of(eff) == dataclasses.replace(
         F.EngineCost(), fixed_ms=eff.framework_overhead_ms, kernel_gap_us=eff.kernel_overhead_us
     )
