@@ -185,7 +185,8 @@ def _groups(records: list[dict[str, Any]]) -> tuple[str, ...]:
 
 
 def bands_for(summary: dict[str, Any], residuals: list[dict[str, Any]]) -> dict[str, Band]:
-    """Bands of a simulation's headline metrics for its GPU and model class; {} without residuals, and for a
+    """Bands of a simulation's headline metrics (:func:`closest`: the cells named, in the run's pricing regime,
+    ``profiled`` when ``summary['pricer']`` says a deployment profile priced it); {} without residuals, and for a
     heterogeneous cluster whose GPUs are of different classes (no comparable cell exists for such a mix)."""
     c = summary.get("cluster", {})
     gpus = sorted({str(x["gpu"]) for x in c.get("per_instance", [])} or {str(c.get("gpu"))})
@@ -193,9 +194,10 @@ def bands_for(summary: dict[str, Any], residuals: list[dict[str, Any]]) -> dict[
     if len({gpu_class(g) for g in gpus}) != 1 or not residuals:
         return {}
     gpu = gpus[0]
+    regime = "profiled" if (summary.get("pricer") or {}).get("kind") == "table" else "unprofiled"
     out = {}
     for metric in FAMILIES:
-        b = band(residuals, metric, gpu, model)
+        b = closest(residuals, metric, gpu, model, regime)
         if b is not None:
             out[metric] = b
     return out

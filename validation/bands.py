@@ -34,6 +34,9 @@ def residuals(errors: pd.DataFrame) -> list[dict[str, Any]]:
             "metric": r.metric,
             "family": f,
             "error_pct": round(float(r.error_pct), 3),
+            # every row of errors.parquet is the simulator's default pricer (the roofline), not a profile of the
+            # cell's exact deployment: profiled replays are reported apart (profiled_regimes.parquet)
+            "regime": "unprofiled",
         }
         for r, f in zip(t.itertuples(index=False), fam, strict=True)
     ]

@@ -214,10 +214,12 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary", plans: l
             f"{s['throughput_output_tokens_per_s']:,.0f} output tokens/s{band('throughput')}",
         )
     if bands:
+        cells = {b["cells"] for b in bands.values() if b.get("cells")}
         table.add_row(
             "error bands",
             "mean |error| of the validation cells comparable to this one (GPU and model "
-            "class: agentreplay.bands), on the metric family each figure is judged by",
+            "class: agentreplay.bands), on the metric family each figure is judged by"
+            + (": " + "; ".join(sorted(cells)) if cells else ""),
         )
     if requests:
         table.add_row(
@@ -287,7 +289,9 @@ def error_band_dict(summary: dict[str, Any], source: str) -> dict[str, Any]:
             "mean_signed_pct": round(b.mean_signed_pct, 2),
             "n_cells": b.n_cells,
             "level": b.level,
-            "text": b.text(),
+            "text": b.text() if b.comparable else f"no comparable cell; nearest {b.error_text()}",
+            "cells": b.named(),
+            "comparable": b.comparable,
         }
         for k, b in bands_for(summary, res).items()
     }

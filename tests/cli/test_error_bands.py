@@ -58,15 +58,20 @@ def test_simulate_prints_and_records_the_bands(tmp_path) -> None:
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
     assert "(+-8%, 2 comparable cells)" in text  # TTFT: both datacenter 8B cells
-    assert "(+-30%, 1 comparable cell (model class))" in text  # JCT: only a workstation e2e cell
+    # JCT: only a workstation e2e cell, not comparable: named as the nearest, with the sign and size of its error
+    assert "(no comparable cell; nearest simulator high by 30% on average (|error| 30%))" in text
     s = json.loads((tmp_path / "o" / "summary.json").read_text())
-    assert s["error_bands"]["ttft_s"] == {
+    ttft = s["error_bands"]["ttft_s"]
+    assert {k: ttft[k] for k in ("mape_pct", "mean_signed_pct", "n_cells", "level", "text", "comparable")} == {
         "mape_pct": 8.0,
         "mean_signed_pct": 4.0,
         "n_cells": 2,
         "level": "GPU and model class",
         "text": "+-8%, 2 comparable cells",
+        "comparable": True,
     }
+    assert ttft["cells"] and ttft["cells"] in text  # the cells are named on the console too
+    assert s["error_bands"]["jct_s"]["comparable"] is False
     assert "throughput" not in s["error_bands"]  # no residual of that family: no band, never a made-up one
 
 
