@@ -253,15 +253,9 @@ def run(
     if len(e2e_rows):
         e2e_rows["num_tokens"] = e2e_rows["batch_size"] = e2e_rows["context_tokens"] = e2e_rows["bytes"] = None
         parts.append(e2e_rows)
-    step("profiled and unprofiled regimes")
-    regimes = _profiled_regimes(tables, catalog, data if has_components else None)
-    if len(regimes):
-        regimes.to_parquet(out / "profiled_regimes.parquet", index=False)
-    step("inference-perf runs out of configuration")
-    ip_out = _inference_perf(tables, out, quick)
-    if ip_out is not None:
-        parts.append(ip_out["rows"])
-        skipped += ip_out["apart"]
+    extra = _regimes_and_inference_perf(tables, out, quick, catalog, data if has_components else None, step)
+    parts += extra["rows"]
+    skipped += extra["apart"]
     from validation import live
 
     step("live-engine cells")
@@ -312,10 +306,7 @@ def run(
         summary["llmperf_run_floor_share_pct"] = {
             k: {"cells": len(v), "min": min(v), "max": max(v)} for k, v in sorted(shares.items())
         }
-    if ip_out is not None:
-        summary["inference_perf"] = ip_out["summary"]
-    if len(regimes):
-        summary["profiled_regimes"] = _records(regimes.drop(columns=["note"], errors="ignore"))
+    summary.update(extra["summary"])
     summary["skipped"] = [{"cell_id": c, "reason": r} for c, r in skipped]
     summary["end_to_end"] = headline.summarise(errors, summary["skipped"])
     summary["sources"] = measured.origins
@@ -351,6 +342,31 @@ def run(
     )
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
     return summary
+
+
+def _regimes_and_inference_perf(
+    tables: dict[str, pd.DataFrame],
+    out: Path,
+    quick: bool,
+    catalog: str | Path | None,
+    data: Any,
+    step: Callable[[str], None],
+) -> dict[str, Any]:
+    """The profiled / unprofiled replays of the vLLM runs and the inference-perf runs out of configuration: their
+    parquet files written, and ``rows`` (error rows), ``apart`` (cells not replayable) and ``summary`` keys."""
+    step("profiled and unprofiled regimes")
+    regimes = _profiled_regimes(tables, catalog, data)
+    res: dict[str, Any] = {"rows": [], "apart": [], "summary": {}}
+    if len(regimes):
+        regimes.to_parquet(out / "profiled_regimes.parquet", index=False)
+        res["summary"]["profiled_regimes"] = _records(regimes.drop(columns=["note"], errors="ignore"))
+    step("inference-perf runs out of configuration")
+    ip_out = _inference_perf(tables, out, quick)
+    if ip_out is not None:
+        res["rows"].append(ip_out["rows"])
+        res["apart"] += ip_out["apart"]
+        res["summary"]["inference_perf"] = ip_out["summary"]
+    return res
 
 
 def _profiled_regimes(tables: dict[str, pd.DataFrame], catalog: str | Path | None, data: Any) -> pd.DataFrame:
