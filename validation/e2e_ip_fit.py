@@ -122,19 +122,41 @@ class Run:
 
 
 def runs_from(tables: dict[str, pd.DataFrame]) -> tuple[list[Run], list[tuple[str, str]]]:
-    """Replayable runs of the inference-perf source, and (cell, reason) of the cells that are not."""
+    """Replayable runs of the inference-perf source, and (cell, reason) of the cells that are not: ``not
+    replayable: ...`` (an overloaded run) or ``not simulated: ...`` (a GPU, model, precision or deployment the
+    simulator cannot price or hold, e.g. a held-out run of a model outside the catalogue: named, never replaced)."""
     cells = tables["cells"]
     cells = cells[cells["source"] == ip.SOURCE]
     runs: dict[str, Run] = {}
     apart: list[tuple[str, str]] = []
+    unpriceable: dict[str, str] = {}
     for _, c in cells.iterrows():
         cfg = ip.run_config(c)
         if not cfg.get("replayable", True):
-            apart.append((c["cell_id"], cfg.get("not_replayable", "not replayable")))
+            apart.append((c["cell_id"], f"not replayable: {cfg.get('not_replayable', '')}"))
+            continue
+        if cfg["run"] not in runs and cfg["run"] not in unpriceable:
+            why = _unpriceable(c, cfg)
+            if why:
+                unpriceable[cfg["run"]] = why
+        if cfg["run"] in unpriceable:
+            apart.append((c["cell_id"], f"not simulated: {unpriceable[cfg['run']]}"))
             continue
         run = runs.setdefault(cfg["run"], Run(cfg["run"], ip.configuration(c), c.to_dict(), cfg, []))
         run.cells.append(c.to_dict())
     return list(runs.values()), apart
+
+
+def _unpriceable(cell: pd.Series, cfg: dict[str, Any]) -> str:
+    """Why the run's deployment cannot be simulated ('' when it can): its pricer and KV plan are built once."""
+    if not isinstance(cell["gpu"], str):
+        return f"GPU {cell['gpu_raw']!r} is not in the catalogue"
+    try:
+        pricer(cell.to_dict(), cfg, EngineCost())
+        ip.sim_config(cell, cfg)
+    except (ValueError, KeyError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return ""
 
 
 def pricer(cell: dict[str, Any], cfg: dict[str, Any], cost: EngineCost) -> PerfModel:
@@ -370,7 +392,7 @@ def calibrate(
         loo,
         path,
         runs=sorted(r.name for r in runs),
-        not_replayable=[c for c, _ in apart],
+        apart=[{"cell_id": c, "reason": r} for c, r in apart],
         sources=list(sources),
         cap_s=cap_s,
         max_evals=max_evals,

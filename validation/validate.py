@@ -393,7 +393,6 @@ def _inference_perf(tables: dict[str, pd.DataFrame], out: Path, quick: bool) -> 
     if not (cells["source"] == "inference-perf").any():
         return None
     ooc, ins, apart = e2e_peers.replay(tables, in_sample=not quick)
-    apart = [(c, f"not replayable: {r}") for c, r in apart]
     keep = ["source", "cell_id", "gpu", "model", "dtype", "tp", "metric", "measured", "simulated", "role", "note"]
     rows = ooc[ooc["stage_cell"]][keep].copy() if len(ooc) else pd.DataFrame(columns=keep)
     for col in ("num_tokens", "batch_size", "context_tokens", "bytes"):

@@ -186,5 +186,18 @@ def test_calibrate_engine_cost_cli_writes_the_fit_and_the_left_out_fits(tmp_path
     data = json.loads(out.read_text())
     # two replayable configurations (Llama-3.1-8B, Qwen3-14B): one fit on both, one without each
     assert set(data["leave_one_configuration_out"]) == {"h100-sxm/llama-3.1-8b/tp1", "h100-sxm/qwen3-14b/tp1"}
-    assert data["not_replayable"] == [f"inference-perf/{FX.OVER}/stage0"]
+    assert [a["cell_id"] for a in data["apart"]] == [f"inference-perf/{FX.OVER}/stage0"]
+    assert data["apart"][0]["reason"].startswith("not replayable: overloaded")
     assert F.load(out) == F.EngineCost(**data["fitted"])
+
+
+def test_a_run_the_simulator_cannot_price_is_listed_not_simulated(tmp_path: Path) -> None:
+    """A held-out folder may hold models outside the catalogue: such a run is named with the reason, the rest run."""
+    main, _ = FX.error_tables(tmp_path)
+    extra = FX._row("vidur", "3-acme-foo-9b-tp1-general-1", "acme/Foo-9B", 0, "e2e_mean", 1000.0, 1100.0)
+    main.write_text(main.read_text() + extra + "\n")
+    tables = InferencePerfCollector().collect(main).tables
+    runs, apart = F.runs_from(tables)
+    why = dict(apart)["inference-perf/3-acme-foo-9b-tp1-general-1/stage0"]
+    assert why.startswith("not simulated:") and "foo-9b" in why
+    assert {r.name for r in runs} == {FX.GT, FX.TD}
