@@ -160,6 +160,12 @@ def native_run(folder: Path) -> dict[str, Any]:
         raise BadInput(
             f"{folder.name}/{where}: data.type {data.get('type')!r}: only shared_prefix prompts are replayed"
         )
+    if resolved and data["shared_prefix"].get("enable_multi_turn_chat"):
+        raise BadInput(
+            f"{folder.name}/{where}: shared_prefix.enable_multi_turn_chat is on in the resolved profile: multi-turn "
+            "user sessions (each request extending its session's context) are not replayed; refused rather than "
+            "replayed as single-turn prompts"
+        )
     load = wl.get("load") or {}
     if load.get("type") not in ("constant", "poisson"):
         raise BadInput(f"{folder.name}/{where}: load.type {load.get('type')!r} is not constant or poisson")

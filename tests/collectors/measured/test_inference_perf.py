@@ -103,6 +103,18 @@ def test_bad_files_are_skipped_with_the_reason(tmp_path: Path) -> None:
     assert len(res.tables["cells"])  # the good files still collected
 
 
+def test_a_resolved_multi_turn_run_is_refused_not_replayed_as_single_turn(tmp_path: Path) -> None:
+    import yaml
+
+    d = F.native_folder(tmp_path)
+    cfg = yaml.safe_load((d / "results" / "config.yaml").read_text())
+    cfg["data"]["shared_prefix"]["enable_multi_turn_chat"] = True
+    (d / "results" / "config.yaml").write_text(yaml.safe_dump(cfg))
+    res = InferencePerfCollector().collect(tmp_path)
+    assert not len(res.tables["cells"])
+    assert "multi-turn user sessions" in res.skips[0].reason and F.NATIVE in res.skips[0].path
+
+
 @pytest.mark.shared
 def test_the_shared_campaign() -> None:
     root = shared_path("measurements", "serving-vllm-inference-sim")
