@@ -151,6 +151,12 @@ def sweep(
             outcome = run_sweep(spec, out, executor, progress=_ProgressBar(bar))
         except SpecError as exc:
             raise fail(escape(str(exc))) from None
+        except KeyboardInterrupt:  # the pool's workers ignore SIGINT and are ended (agentreplay.sweep.executors)
+            err.print(
+                f"interrupted: the finished cells are kept in {out / 'results'}; rerun the same command to resume",
+                markup=False,
+            )
+            raise typer.Exit(130) from None
         finally:
             if out.is_dir():
                 mark(out, "sweep")

@@ -160,3 +160,18 @@ def test_simulate_prints_the_replica_failures_of_a_disaggregated_run(trace, tmp_
     row = next(x for x in res.output.splitlines() if "replica failures" in x)
     assert "failures / drains / recoveries 1 / 0 / 1" in row
     assert f"{fo['affected_calls']:,} calls affected ({fo['aborted_calls']:,} aborted)" in row
+
+
+def test_sweep_interrupted_says_where_to_resume_in_one_line(tmp_path, monkeypatch) -> None:
+    import agentreplay.sweep as S
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(S, "run_sweep", interrupted)
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[sweep]\ntrace = "datasets/swebench-verified"\n[grid]\n"hardware.instances" = [1]\n')
+    res = runner.invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "s")])
+    assert res.exit_code == 130
+    assert "interrupted: the finished cells are kept in" in res.output and "resume" in res.output
+    assert "Traceback" not in res.output and "Aborted" not in res.output
