@@ -19,22 +19,32 @@ QUANTILES: Final = (50, 90, 99)
 
 
 def single_turn_trace(
-    ids: list[str], arrival_s: np.ndarray | None, input_tokens: np.ndarray, output_tokens: np.ndarray, model: str
+    ids: list[str],
+    arrival_s: np.ndarray | None,
+    input_tokens: np.ndarray,
+    output_tokens: np.ndarray,
+    model: str,
+    *,
+    shared_prefix_ids: list[str] | None = None,
+    source: str = "validation",
 ) -> Trace:
-    """One program per request, one turn each (no tool call, no shared prefix)."""
+    """One program per request, one turn each, no tool call. ``shared_prefix_ids``: each request's whole prompt is
+    that shared-prefix segment (requests naming the same id send the same prompt); None: no shared prefix."""
     n = len(ids)
     progs = pd.DataFrame(
         {
             "program_id": ids,
-            "source": "validation",
+            "source": source,
             "task_id": ids,
             "agent": "none",
             "model": model,
             "n_turns": np.ones(n, dtype=np.int32),
             "resolved": pd.array([None] * n, dtype="boolean"),
             "arrival_s": np.full(n, np.nan) if arrival_s is None else np.asarray(arrival_s, dtype=float),
-            "shared_prefix_id": [None] * n,
-            "shared_prefix_tokens": np.zeros(n, dtype=np.int64),
+            "shared_prefix_id": [None] * n if shared_prefix_ids is None else shared_prefix_ids,
+            "shared_prefix_tokens": (
+                np.zeros(n, dtype=np.int64) if shared_prefix_ids is None else np.asarray(input_tokens, dtype=np.int64)
+            ),
         }
     )
     nan = np.full(n, np.nan)

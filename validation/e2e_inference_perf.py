@@ -31,17 +31,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 import pandas as pd
 
-from agentreplay.perf.catalog import Efficiency
 from agentreplay.sim.config import SimConfig
 from agentreplay.sim.run import plan_instance, simulate
 from agentreplay.trace.io import Trace
-from validation.e2e_common import _metrics
+from validation.e2e_common import _metrics, single_turn_trace
 
 SOURCE: Final = "inference-perf"
 METRICS: Final = ("ttft_mean_s", "ttft_p90_s", "ttft_p99_s", "e2e_mean_s", "e2e_p90_s", "e2e_p99_s", "itl_mean_s")
@@ -89,50 +87,23 @@ def trace_for(cfg: dict[str, Any], model: str, seed: int = 0) -> tuple[Trace, np
     arrival = np.concatenate(arrivals)
     stage = np.concatenate(stage_of)
     n = len(arrival)
-    lens = [(cfg.get("stage_info") or {}).get("prompt_len_mean")] if cfg.get("stage_info") else []
-    measured_len = next((x for x in lens if x), None)
+    measured_len = (cfg.get("stage_info") or {}).get("prompt_len_mean")
     nominal = int(sp["system_prompt_len"]) + int(sp["question_len"]) + 1
     if measured_len:
         prompt, note = round(measured_len), f"prompt {round(measured_len)} tokens (the client's measured mean)"
     else:
         prompt, note = nominal, f"prompt {nominal} tokens (S + Q + BOS; the run does not record its prompt length)"
     ids = [f"r{i}" for i in range(n)]
-    prompt_id = np.arange(n) % n_prompts
-    progs = pd.DataFrame(
-        {
-            "program_id": ids,
-            "source": SOURCE,
-            "task_id": ids,
-            "agent": "none",
-            "model": model,
-            "n_turns": np.ones(n, dtype=np.int32),
-            "resolved": pd.array([None] * n, dtype="boolean"),
-            "arrival_s": arrival,
-            "shared_prefix_id": [f"prompt{p}" for p in prompt_id],
-            "shared_prefix_tokens": np.full(n, prompt, dtype=np.int64),
-        }
+    trace = single_turn_trace(
+        ids,
+        arrival,
+        np.full(n, prompt, dtype=np.int64),
+        np.full(n, int(sp["output_len"]), dtype=np.int64),
+        model,
+        shared_prefix_ids=[f"prompt{p}" for p in np.arange(n) % n_prompts],
+        source=SOURCE,
     )
-    nan = np.full(n, np.nan)
-    turns = pd.DataFrame(
-        {
-            "program_id": ids,
-            "turn_idx": np.zeros(n, dtype=np.int32),
-            "input_tokens": np.full(n, prompt, dtype=np.int64),
-            "output_tokens": np.full(n, int(sp["output_len"]), dtype=np.int64),
-            "reused_tokens": np.zeros(n, dtype=np.int64),
-            "provider_cached_tokens": pd.array([None] * n, dtype="Int64"),
-            "reasoning_tokens": pd.array([None] * n, dtype="Int64"),
-            "tokens_kind": "exact",
-            "tool_class": "other",
-            "tool_name": [None] * n,
-            "tool_duration_s": nan,
-            "tool_duration_kind": [None] * n,
-            "llm_latency_s": nan,
-            "t_request_s": nan,
-            "t_response_s": nan,
-        }
-    )
-    return Trace(progs, turns), stage, note
+    return trace, stage, note
 
 
 def sim_config(cell: pd.Series, cfg: dict[str, Any], base: SimConfig | None = None) -> tuple[SimConfig, str]:
@@ -159,6 +130,11 @@ def sim_config(cell: pd.Series, cfg: dict[str, Any], base: SimConfig | None = No
         how = f"from the memory model at utilisation {float(cfg['gpu_mem_util']):g}"
     sim = sim.replace(cache={"num_gpu_blocks": blocks})
     return sim, f"{blocks} GPU KV blocks {how}"
+
+
+def is_stage_cell(cfg: dict[str, Any]) -> bool:
+    """A cell of one stage (not the whole run, not a window of requests): the cells the targets judge."""
+    return int(cfg["stage"]) >= 0 and not cfg.get("window_requests")
 
 
 def _window(arrival: np.ndarray, stage_of: np.ndarray, cfg: dict[str, Any]) -> np.ndarray:
@@ -227,7 +203,7 @@ def replay_run(
     e2e = (t["finish_s"] - t["release_s"]).to_numpy(dtype=float)
     s = res.summary
     cpu = cfg.get("cpu_kv_blocks")
-    peak = _peak_blocks(res)
+    peak = int(res.instances["kv_used_blocks"].max())
     tier = f"; CPU KV tier of {cpu} blocks recorded, not exercised (GPU KV peaked at {peak} blocks)" if cpu else ""
     note = (
         f"{len(t):,} requests replayed ({prompt_note}; {sim.hardware.dtype} weights); {kv_note}{tier}; prefix hit "
@@ -236,17 +212,6 @@ def replay_run(
     if cfg.get("assumed"):
         note += "; assumed: " + "; ".join(f"{k}: {v}" for k, v in cfg["assumed"].items())
     return RunReplay(cfg["run"], arrival, stage_of, ttft, e2e, int(cfg["shared_prefix"]["output_len"]), s, note)
-
-
-def _peak_blocks(res: Any) -> int | str:
-    try:
-        inst = res.instances
-    except (AttributeError, KeyError):
-        return "?"
-    for col in ("kv_used_blocks", "gpu_blocks_used", "used_blocks"):
-        if col in inst:
-            return int(inst[col].max())
-    return "?"
 
 
 def cell_rows(
@@ -279,17 +244,3 @@ def cell_rows(
 def configuration(cell: pd.Series) -> str:
     """The (GPU, model, TP) configuration a cell belongs to (the unit left out by the out-of-configuration fit)."""
     return f"{cell['gpu']}/{cell['model']}/tp{int(cell['tp'])}"
-
-
-def efficiency_note(eff: Efficiency) -> str:
-    return f"step {eff.framework_overhead_ms:.3f} ms + {eff.per_seq_overhead_us:.1f} us/seq"
-
-
-def load_client(path: Path | None) -> ClientPath:
-    if path is None or not Path(path).exists():
-        return ClientPath()
-    data = json.loads(Path(path).read_text())
-    c = data.get("client_path", {})
-    return ClientPath(
-        float(c.get("ttft_s", 0.0)), float(c.get("per_output_token_s", 0.0)), float(c.get("lag_steps", 0.0))
-    )

@@ -210,11 +210,7 @@ def rows(
 
 
 def _stage_cells(run: Run) -> list[dict[str, Any]]:
-    return [
-        c
-        for c in run.cells
-        if int(json.loads(c["config_json"])["stage"]) >= 0 and not json.loads(c["config_json"]).get("window_requests")
-    ]
+    return [c for c in run.cells if ip.is_stage_cell(json.loads(c["config_json"]))]
 
 
 def _prepared(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 import pandas as pd
@@ -28,11 +28,6 @@ from validation import e2e_ip_fit as F
 TARGETS: Final = {"e2e_mean_s": 5.0, "itl_mean_s": 5.0, "ttft_mean_s": 15.0, "e2e_p90_s": 10.0}
 REFERENCE_PEER: Final = "blis-trained-physics"
 PEER_METRICS: Final = ("ttft_mean_s", "ttft_p90_s", "e2e_mean_s", "e2e_p90_s", "itl_mean_s")
-
-
-def _is_stage(cell: dict[str, Any]) -> bool:
-    cfg = json.loads(cell["config_json"])
-    return int(cfg["stage"]) >= 0 and not cfg.get("window_requests")
 
 
 def replay(
@@ -78,7 +73,7 @@ def replay(
 def _stage_flags(tables: dict[str, pd.DataFrame]) -> dict[str, bool]:
     cells = tables["cells"]
     cells = cells[cells["source"] == ip.SOURCE]
-    return {c["cell_id"]: _is_stage(c) for _, c in cells.iterrows()}
+    return {c["cell_id"]: ip.is_stage_cell(json.loads(c["config_json"])) for _, c in cells.iterrows()}
 
 
 def peer_table(ooc: pd.DataFrame, ins: pd.DataFrame, peers: pd.DataFrame) -> pd.DataFrame:

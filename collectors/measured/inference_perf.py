@@ -253,11 +253,7 @@ class _Runs:
             for n, r in self.runs.items()
             if (n == exp_id or n.startswith(f"{exp_id}-") or any(a.startswith(f"{exp_id}-") for a in r["aliases"]))
             and (model is None or normalize_model(r.get("model_raw", model)) == normalize_model(model))
-            and (
-                tp is None
-                or r.get("tp", r.get("table_tp")) in (None, tp)
-                or int(r.get("tp", r.get("table_tp"))) == int(tp)
-            )
+            and _same_tp(r.get("tp", r.get("table_tp")), tp)
         ]
         if len(hits) > 1:
             self.result.notes.append(f"testdata experiment {exp_id!r} matches runs {hits}: not used")
@@ -361,3 +357,8 @@ class _Runs:
         for c in cells:
             c.pop("_replayable")
         return {"cells": frame(cells, "cells"), "metrics": frame(metrics, "metrics"), "peers": frame(peers, "peers")}
+
+
+def _same_tp(have: object, want: object) -> bool:
+    """A run's TP agrees with a record's when either is unknown or they are equal as integers."""
+    return have is None or want is None or int(have) == int(want)  # type: ignore[call-overload]
