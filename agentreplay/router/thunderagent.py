@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from agentreplay.policy.registry import check
 from agentreplay.request import Request
@@ -117,7 +117,31 @@ class _Program:
     marked: bool = False  #: reasoning, to be paused when its call ends
 
 
-class ThunderAgent:
+class PauseBook:
+    """The pause / resume bookkeeping both ThunderAgent routers keep, over their ``active`` and ``paused``
+    programs: a pause moves a program to ``paused`` (clearing its pause mark) and counts it, a resume moves it back
+    and adds the time it spent paused to ``paused_s``."""
+
+    active: dict[int, Any]
+    paused: dict[int, Any]
+    paused_at: dict[int, float]
+    paused_s: dict[int, float]
+    pauses: int
+
+    def _pause(self, pid: int, now: float) -> None:
+        prog = self.active.pop(pid)
+        prog.marked = False
+        self.paused[pid] = prog
+        self.paused_at[pid] = now
+        self.pauses += 1
+
+    def _resume(self, pid: int, now: float) -> None:
+        prog = self.paused.pop(pid)
+        self.active[pid] = prog
+        self.paused_s[pid] = self.paused_s.get(pid, 0.0) + now - self.paused_at.pop(pid)
+
+
+class ThunderAgent(PauseBook):
     """Program-aware admission after ThunderAgent (module docstring)."""
 
     name = "thunderagent"
@@ -161,18 +185,6 @@ class ThunderAgent:
         return self.capacity_tokens
 
     # ---- the pause / resume pass -----------------------------------------------------------------------------
-    def _pause(self, pid: int, now: float) -> None:
-        prog = self.active.pop(pid)
-        prog.marked = False
-        self.paused[pid] = prog
-        self.paused_at[pid] = now
-        self.pauses += 1
-
-    def _resume(self, pid: int, now: float) -> None:
-        prog = self.paused.pop(pid)
-        self.active[pid] = prog
-        self.paused_s[pid] = self.paused_s.get(pid, 0.0) + now - self.paused_at.pop(pid)
-
     def schedule(self, instances: Sequence[InstanceView], now: float) -> None:
         """``_scheduled_check``: pause until within capacity, then resume greedily."""
         self._sched_at = now

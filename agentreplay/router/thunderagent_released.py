@@ -70,7 +70,7 @@ from dataclasses import dataclass
 
 from agentreplay.request import Request
 from agentreplay.router.policies import InstanceView
-from agentreplay.router.thunderagent import ThunderParams, held_summary, thin_series
+from agentreplay.router.thunderagent import PauseBook, ThunderParams, held_summary, thin_series
 
 
 def bfd_resume(candidates: Sequence[tuple[int, int]], remaining: float, buffer: int) -> list[int]:
@@ -119,7 +119,7 @@ class _Prog:
     held_since: float = -1.0  #: when its pending call began to wait, seconds (-1: no call waiting)
 
 
-class ThunderAgentReleased:
+class ThunderAgentReleased(PauseBook):
     """Program-aware admission after the released ThunderAgent router (module docstring)."""
 
     name = "thunderagent"
@@ -260,17 +260,8 @@ class ThunderAgentReleased:
         return n
 
     def _pause(self, pid: int, now: float) -> None:
-        prog = self.active.pop(pid)
-        prog.marked = False
-        prog.paused_tokens = prog.tokens
-        self.paused[pid] = prog
-        self.paused_at[pid] = now
-        self.pauses += 1
-
-    def _resume(self, pid: int, now: float) -> None:
-        prog = self.paused.pop(pid)
-        self.active[pid] = prog
-        self.paused_s[pid] = self.paused_s.get(pid, 0.0) + now - self.paused_at.pop(pid)
+        self.active[pid].paused_tokens = self.active[pid].tokens  # PausedInfo.total_tokens: the pool's sort key
+        super()._pause(pid, now)
 
     def _record(self, now: float) -> None:
         used = float(self.used())
