@@ -123,7 +123,7 @@ class Ranking:
 def rank(table: pd.DataFrame, base: SimConfig, metric: str = "jct_p90") -> Ranking:
     """Rank the presets of a :func:`compare` table on ``metric`` (:data:`RANK_METRICS`; the worst value over
     the seeds counts, as in the plan) by :func:`agentreplay.plan.rank.choose`."""
-    from agentreplay.plan.rank import Cost, Footprint, choose, spread
+    from agentreplay.plan.rank import Cost, Footprint, choose, deployment_values, spread
     from agentreplay.plan.slo import Term
     from agentreplay.plan.trial import Family, Trial
 
@@ -134,7 +134,7 @@ def rank(table: pd.DataFrame, base: SimConfig, metric: str = "jct_p90") -> Ranki
     trials = []
     for r in table.itertuples(index=False):
         cfg = apply_preset(base, r.preset)
-        fp = Footprint.of(_values(cfg))
+        fp = Footprint.of(deployment_values(cfg))
         vals = [float(s[col]) for s in r.per_seed]
         t = Trial(
             Family(hw.gpu, hw.model, hw.tp, r.preset),
@@ -165,18 +165,6 @@ def rank(table: pd.DataFrame, base: SimConfig, metric: str = "jct_p90") -> Ranki
         {t.family.preset: [float(v) for v in t.per_seed[metric] if v is not None] for t in trials},
         {t.family.preset: t.footprint.text() for t in trials},
     )
-
-
-def _values(cfg: SimConfig) -> dict[str, Any]:
-    return {
-        "router.policy": cfg.router.policy,
-        "policy.queue": cfg.policy.queue,
-        "policy.victim": cfg.policy.victim,
-        "policy.retention": cfg.policy.retention,
-        "admission.policy": cfg.admission.policy,
-        "tiers.dram_gib": cfg.tiers.dram_gib,
-        "tiers.cxl_gib": cfg.tiers.cxl_gib,
-    }
 
 
 def plot_jct_cdf(ax: Any, results: dict[str, SimResult]) -> list[Any]:

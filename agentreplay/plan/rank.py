@@ -38,6 +38,7 @@ from agentreplay.plan.slo import Term
 if TYPE_CHECKING:
     from agentreplay.fleet.cost import Prices
     from agentreplay.plan.search import Trial
+    from agentreplay.sim.config import SimConfig
 
 #: two costs closer than this (relative) are equal
 COST_TOLERANCE = 1e-9
@@ -52,6 +53,30 @@ PLAIN = {
     "policy.retention": ("lru",),
     "admission.policy": ("admit-all",),
 }
+
+
+#: The config fields deployments are told apart by (what :meth:`Footprint.of` reads), as ``section.field``.
+DEPLOYMENT_FIELDS: tuple[str, ...] = (
+    "router.policy",
+    "policy.queue",
+    "policy.victim",
+    "policy.retention",
+    "admission.policy",
+    "tiers.dram_gib",
+    "tiers.cxl_gib",
+)
+#: Those a scheduling preset sets (no preset adds a CXL tier).
+PRESET_FIELDS: tuple[str, ...] = DEPLOYMENT_FIELDS[:-1]
+
+
+def deployment_values(cfg: SimConfig, fields: Sequence[str] = DEPLOYMENT_FIELDS) -> dict[str, Any]:
+    """``cfg``'s values of ``fields`` by ``section.field`` path, the host tiers' sizes as floats (GiB)."""
+    out: dict[str, Any] = {}
+    for path in fields:
+        section, name = path.split(".")
+        value = getattr(getattr(cfg, section), name)
+        out[path] = float(value) if section == "tiers" else value
+    return out
 
 
 @dataclass(frozen=True, slots=True)

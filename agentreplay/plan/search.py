@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.parquet as pq
 
 from agentreplay.plan.cell import PlanExecutor
-from agentreplay.plan.rank import Choice, Footprint, choose, cost, missing_prices
+from agentreplay.plan.rank import PRESET_FIELDS, Choice, Footprint, choose, cost, deployment_values, missing_prices
 from agentreplay.plan.slo import Term
 from agentreplay.plan.trial import PATHS, Family, Trial, combine, judge, monotonicity
 from agentreplay.sweep import SpecError, SweepSpec, parse_spec, run_sweep
@@ -222,15 +222,7 @@ def preset_values(base: dict[str, Any], preset: str) -> dict[str, Any]:
     from agentreplay.policy.presets import apply_preset
     from agentreplay.sim.config import from_dict
 
-    cfg = apply_preset(from_dict(base), preset)
-    return {
-        "router.policy": cfg.router.policy,
-        "policy.queue": cfg.policy.queue,
-        "policy.victim": cfg.policy.victim,
-        "policy.retention": cfg.policy.retention,
-        "admission.policy": cfg.admission.policy,
-        "tiers.dram_gib": float(cfg.tiers.dram_gib),
-    }
+    return deployment_values(apply_preset(from_dict(base), preset), PRESET_FIELDS)
 
 
 def pricer_of(base: dict[str, Any], fam: Family) -> tuple[str, str]:
