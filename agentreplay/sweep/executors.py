@@ -83,6 +83,13 @@ class LocalExecutor:
         for proc in procs:
             with contextlib.suppress(Exception):
                 proc.join(timeout=5)
+        # A worker still alive after SIGTERM (a loaded machine, a worker caught mid start-up) gets SIGKILL, which it
+        # cannot ignore; the pool is then certainly empty when abort returns.
+        for proc in procs:
+            with contextlib.suppress(Exception):
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join()
 
     def __enter__(self) -> LocalExecutor:
         return self
