@@ -46,6 +46,7 @@ HOT = [
     "agentreplay/kv/manager.py",
     "agentreplay/kv/tiers.py",
     "agentreplay/perf/model.py",
+    "agentreplay/perf/terms.py",
     "agentreplay/perf/refined.py",
     "agentreplay/perf/padding.py",
     "agentreplay/perf/tiles.py",

@@ -182,11 +182,8 @@ def parse_trace(path: Path) -> _Session:
             if not raw.strip():
                 continue
             where = f"line {n}"
-            try:
-                o = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise BadInput(f"{where}: invalid JSON (truncated?): {exc}") from exc
-            if not isinstance(o, dict) or o.get("type") not in ("user", "assistant") or o.get("isSidechain"):
+            o = _main_chain_line(raw, where)
+            if o is None:
                 continue
             ts = _ts(o.get("timestamp"), where)
             if latest is not None and _secs(latest, ts) > TIMESTAMP_JITTER_S:
@@ -206,29 +203,47 @@ def parse_trace(path: Path) -> _Session:
             elif msg.get("model") == "<synthetic>" or o.get("isApiErrorMessage"):
                 synthetic += 1
             else:
-                mid = msg.get("id")
-                if not isinstance(mid, str):
-                    raise BadInput(f"{where}: assistant message without an id")
-                usage = _usage(msg, where)
-                if not calls or calls[-1].msg_id != mid:
-                    if any(c.msg_id == mid for c in calls):
-                        raise BadInput(f"{where}: message {mid} resumes after another call")
-                    calls.append(_Call(mid, str(msg.get("model")), latest or ts, ts, ts, usage))
-                call = calls[-1]
-                call.last, call.usage, call.stop_reason = ts, usage, msg.get("stop_reason")
-                content = msg.get("content")
-                for b in content if isinstance(content, list) else []:
-                    kind = b.get("type") if isinstance(b, dict) else None
-                    if kind == "thinking":
-                        call.thinking.append(str(b.get("thinking") or ""))
-                    elif kind == "text":
-                        call.text.append(str(b.get("text") or ""))
-                    elif kind == "tool_use":
-                        call.tools.append((str(b.get("id")), str(b.get("name")), b.get("input") or {}))
+                _add_assistant_line(calls, msg, where, latest or ts, ts)
             latest = ts if latest is None else max(latest, ts)
     if not calls or t0 is None:
         raise BadInput("no assistant LLM calls in the main (non-sidechain) chain")
     return _Session(t0, calls, first_user, synthetic)
+
+
+def _main_chain_line(raw: str, where: str) -> dict[str, Any] | None:
+    """One ``trace.jsonl`` line as an object when it is a main-chain user or assistant line, else None;
+    :class:`BadInput` on invalid JSON."""
+    try:
+        o = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{where}: invalid JSON (truncated?): {exc}") from exc
+    if not isinstance(o, dict) or o.get("type") not in ("user", "assistant") or o.get("isSidechain"):
+        return None
+    return o
+
+
+def _add_assistant_line(calls: list[_Call], msg: dict[str, Any], where: str, request: datetime, ts: datetime) -> None:
+    """Merge one assistant line (``msg``, written at ``ts``) into its call: the last of ``calls`` when it has the
+    same message id, else a new call requested at ``request``. A message id may not resume after another call."""
+    mid = msg.get("id")
+    if not isinstance(mid, str):
+        raise BadInput(f"{where}: assistant message without an id")
+    usage = _usage(msg, where)
+    if not calls or calls[-1].msg_id != mid:
+        if any(c.msg_id == mid for c in calls):
+            raise BadInput(f"{where}: message {mid} resumes after another call")
+        calls.append(_Call(mid, str(msg.get("model")), request, ts, ts, usage))
+    call = calls[-1]
+    call.last, call.usage, call.stop_reason = ts, usage, msg.get("stop_reason")
+    content = msg.get("content")
+    for b in content if isinstance(content, list) else []:
+        kind = b.get("type") if isinstance(b, dict) else None
+        if kind == "thinking":
+            call.thinking.append(str(b.get("thinking") or ""))
+        elif kind == "text":
+            call.text.append(str(b.get("text") or ""))
+        elif kind == "tool_use":
+            call.tools.append((str(b.get("id")), str(b.get("name")), b.get("input") or {}))
 
 
 def _out_tokens(call: _Call) -> tuple[int, int | None, str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -18,6 +18,9 @@ from rich.progress import (
 from rich.table import Table
 
 from agentreplay.cli.app import app, console, err, fail, print_json, show
+
+if TYPE_CHECKING:  # the sweep package is imported inside the commands, only when one runs
+    from agentreplay.sweep import SweepOutcome, SweepSpec
 
 report_app = typer.Typer(
     name="report",
@@ -95,28 +98,13 @@ def sweep(
     """
     from agentreplay.outdir import OutputDirError, check, mark
     from agentreplay.sweep import SpecError, load_spec, make_executor, run_sweep
-    from agentreplay.sweep.store import ResultStore
 
     try:
         spec = load_spec(spec_path)
     except SpecError as exc:
         raise fail(escape(str(exc))) from None
     if dry_run:
-        status = ResultStore(out / "results", spec.params).status if out and (out / "results").is_dir() else {}
-        if as_json:
-            print_json(
-                [
-                    {"cell_id": c.cell_id, "label": c.label, "seed": c.seed, "on_disk": status.get(c.cell_id)}
-                    for c in spec.cells
-                ]
-            )
-            return
-        table = Table(title=f"{len(spec.cells)} cells, trace {spec.trace}")
-        for col in ("cell_id", "label", "seed", "on disk"):
-            table.add_column(col)
-        for c in spec.cells:
-            table.add_row(c.cell_id, escape(c.label), str(c.seed), status.get(c.cell_id, "-"))
-        show(table)
+        _list_cells(spec, out, as_json)
         return
     if out is None:
         raise fail("--out is required (except with --dry-run)")
@@ -160,6 +148,32 @@ def sweep(
         finally:
             if out.is_dir():
                 mark(out, "sweep")
+    _print_outcome(outcome, spec_path, out, as_json)
+
+
+def _list_cells(spec: SweepSpec, out: Path | None, as_json: bool) -> None:
+    """``--dry-run``: the spec's cells, each with its status in ``out``'s results when there are any."""
+    from agentreplay.sweep.store import ResultStore
+
+    status = ResultStore(out / "results", spec.params).status if out and (out / "results").is_dir() else {}
+    if as_json:
+        print_json(
+            [
+                {"cell_id": c.cell_id, "label": c.label, "seed": c.seed, "on_disk": status.get(c.cell_id)}
+                for c in spec.cells
+            ]
+        )
+        return
+    table = Table(title=f"{len(spec.cells)} cells, trace {spec.trace}")
+    for col in ("cell_id", "label", "seed", "on disk"):
+        table.add_column(col)
+    for c in spec.cells:
+        table.add_row(c.cell_id, escape(c.label), str(c.seed), status.get(c.cell_id, "-"))
+    show(table)
+
+
+def _print_outcome(outcome: SweepOutcome, spec_path: Path, out: Path, as_json: bool) -> None:
+    """Report a finished sweep (JSON or a table); exits 1 (:class:`typer.Exit`) when a cell failed."""
     if as_json:
         print_json(
             {

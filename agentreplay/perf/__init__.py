@@ -28,8 +28,9 @@ from agentreplay.perf.memory import (
     kv_capacity,
     kv_capacity_blocks,
 )
-from agentreplay.perf.model import OPERATORS, IterationPricer, PerfModel, PrefillItem
+from agentreplay.perf.model import IterationPricer, PerfModel, PrefillItem
 from agentreplay.perf.table import AllReduceTable, MeasuredTable, RefinedPerfModel, Refinement, TablePerfModel
+from agentreplay.perf.terms import OPERATORS
 
 __all__ = [
     "DEFAULT_ACTIVATION_RESERVE_GIB",

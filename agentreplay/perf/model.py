@@ -3,7 +3,7 @@
 An iteration runs every scheduled token through the model once: prefill chunks (``chunk_tokens`` new tokens
 after ``cached_prefix_tokens`` already in the KV cache) and decode tokens (one per running sequence, attending to
 ``ctx`` cached tokens). Each operator costs ``max(FLOPs / (peak * compute_eff), bytes / (bw * bandwidth_eff))``;
-the iteration is the sum over operators and layers plus fixed overheads:
+the iteration is the sum over operators and layers plus fixed overheads (:mod:`agentreplay.perf.terms`):
 
 - linear layers (qkv, o, gate_up, down; MoE: router + experts) read their weights once per iteration, whatever
   the token count; MoE experts run as vLLM's fused MoE (``fused_experts``, vllm/model_executor/layers/fused_moe/
@@ -43,8 +43,7 @@ whose longest query is longer than one token, so it neither packs the decodes' G
 (``mha_varlen_fwd``: "Only apply split-k for decoding"); each decode is one query block per head walking its
 whole context, list-scheduled with the chunks' blocks (:func:`agentreplay.perf.tiles.makespan_blocks`), decodes
 first. ``"apart"`` prices the two parts as the terms above (with the FLOP form, always).
-``benchmarks/attention_mixed.py`` compares both on the profiles' mixed shots (out of sample: apart 27-50% MAPE,
-one kernel 9-13%) and on the RTX 4090 vLLM run (within about a point of each other there).
+``benchmarks/attention_mixed.py`` compares both on the profiles' mixed shots and on a vLLM run.
 
 Decode-only iterations cost ``A(n) + c * sum_ctx`` exactly (``A`` depends only on the number of sequences):
 ``decode_coeffs(n)`` gives ``(A, c)``, which the simulator uses to price runs of decode steps in one event, and
@@ -58,10 +57,10 @@ quantisation is fused into the preceding RMSNorm / SiLU-and-mul (vllm/config/vll
 ``enable_act_fusion``, or Inductor's own fusion) and is not priced apart. Below 8.9 (Ampere) vLLM runs FP8 Marlin
 (``MarlinFP8ScaledMMLinearKernel``, W8A16): fp8 weight bytes, bf16 tensor-core math at the bf16 peak; Marlin
 dequantises each weight fragment in registers once per 64-row tile while the tensor cores run, a few integer ops per
-weight (under 3% of the tile's MMA time on an RTX 3090), so no separate dequantisation term is priced and the GEMM
-efficiency is the GPU's calibrated ``compute_efficiency`` (no Marlin profile exists to fit one). Embedding, LM head,
-norms, router and activations stay bf16; attention runs at the bf16 peak; the KV cache uses ``kv_dtype`` (vLLM
-``--kv-cache-dtype``: bytes per token in decode attention and prefill KV traffic).
+weight, so no separate dequantisation term is priced and the GEMM efficiency is the GPU's calibrated
+``compute_efficiency`` (no Marlin profile exists to fit one). Embedding, LM head, norms, router and activations stay
+bf16; attention runs at the bf16 peak; the KV cache uses ``kv_dtype`` (vLLM ``--kv-cache-dtype``: bytes per token
+in decode attention and prefill KV traffic).
 """
 
 from __future__ import annotations
@@ -72,22 +71,11 @@ from collections.abc import Callable, Sequence
 from mypy_extensions import mypyc_attr
 
 from agentreplay.perf import coefficients as C
-from agentreplay.perf.catalog import (
-    Dtype,
-    Efficiency,
-    GpuSpec,
-    ModelSpec,
-    check_dtype,
-    load_gpu,
-    load_model,
-)
-from agentreplay.perf.deploy import (
-    custom_ar_link_bytes,
-    fused_moe_block_m,
-    linear_kernel,
-)
+from agentreplay.perf.catalog import Dtype, Efficiency, GpuSpec, ModelSpec, check_dtype, load_gpu, load_model
+from agentreplay.perf.deploy import custom_ar_link_bytes, fused_moe_block_m, linear_kernel
 from agentreplay.perf.padding import padded_tokens, padding_table
 from agentreplay.perf.pricer import IterationPricer, PrefillItem
+from agentreplay.perf.terms import OPERATORS, Terms, cost, seq_sum, total
 from agentreplay.perf.tiles import block_tiles, makespan_blocks, makespan_tiles
 
 __all__ = ["MIXED_ATTENTION", "OPERATORS", "IterationPricer", "PerfModel", "PrefillItem"]
@@ -95,65 +83,8 @@ __all__ = ["MIXED_ATTENTION", "OPERATORS", "IterationPricer", "PerfModel", "Pref
 #: How a mixed iteration's attention is priced (module docstring): its two parts apart, or as one kernel.
 MIXED_ATTENTION: tuple[str, ...] = ("apart", "one_kernel")
 
-#: Operator names of :meth:`PerfModel.breakdown`, in pricing order (names follow LLMServingSim's profiles).
-OPERATORS: tuple[str, ...] = (
-    "embedding",
-    "layernorm",
-    "qkv_proj",
-    "rotary_emb",
-    "attention_prefill",
-    "attention_decode",
-    "o_proj",
-    "moe_router",
-    "gate_up_proj",
-    "act_fn",
-    "down_proj",
-    "final_layernorm",
-    "lm_head",
-    "sampler",
-    "tp_comm",
-    "kernel_overhead",
-    "framework_overhead",
-)
-
 _ATTN_PREFILL = OPERATORS.index("attention_prefill")
 _ATTN_DECODE = OPERATORS.index("attention_decode")
-
-
-#: One float per operator of :data:`OPERATORS` (17). Written out so that, compiled, :meth:`PerfModel._terms`
-#: returns the seconds unboxed (a C struct) instead of a tuple of 17 Python floats built every step.
-# fmt: off
-Terms = tuple[float, float, float, float, float, float, float, float, float,
-              float, float, float, float, float, float, float, float]
-# fmt: on
-
-
-def terms_of(values: Sequence[float]) -> Terms:
-    """The :data:`Terms` of 17 per-operator values (e.g. a list a subclass adjusted)."""
-    if len(values) != len(OPERATORS):
-        raise ValueError(f"{len(values)} operator terms; need {len(OPERATORS)} (OPERATORS)")
-    v = values
-    return (v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13], v[14], v[15], v[16])
-
-
-def total(t: Terms) -> float:
-    """Seconds of an iteration: its terms added one by one in operator order, from 0.0 (what ``sum`` did on
-    Python 3.11; 3.12's ``sum`` compensates rounding, so every price goes through here or :func:`seq_sum`)."""
-    acc = 0.0 + t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7] + t[8]  # (left to right)
-    return acc + t[9] + t[10] + t[11] + t[12] + t[13] + t[14] + t[15] + t[16]
-
-
-def seq_sum(values: Sequence[float]) -> float:
-    """:func:`total` of a sequence of terms (the same additions in the same order)."""
-    acc = 0.0
-    for v in values:
-        acc += v
-    return acc
-
-
-def _cost(op: tuple[float, float, float], tokens: int) -> float:
-    flop_s, weight_s, act_s = op
-    return max(tokens * flop_s, weight_s + tokens * act_s)
 
 
 def mixed_pricer(perf: object) -> Callable[[Sequence[PrefillItem], int, int], float] | None:
@@ -299,12 +230,12 @@ class PerfModel:
         n_layers = self._layers
         if self._moe:
             gate_up, down = self._experts(tokens)
-            router = _cost(self._router, tokens)
+            router = cost(self._router, tokens)
             if self._shared:  # every token also runs the shared expert (a dense MLP)
-                gate_up += _cost(self._shared_gu, tokens)
-                down += _cost(self._shared_dn, tokens)
+                gate_up += cost(self._shared_gu, tokens)
+                down += cost(self._shared_dn, tokens)
         else:
-            gate_up, down = _cost(self._gate_up, tokens), _cost(self._down, tokens)
+            gate_up, down = cost(self._gate_up, tokens), cost(self._down, tokens)
             router = 0.0
         attn_pf = 0.0
         if pf_chunk:
@@ -312,7 +243,7 @@ class PerfModel:
                 pf_work * self._pf_flop_s, pf_prefix * self._pf_prefix_s + pf_chunk * self._pf_chunk_s
             )
         attn_dec = self._c_key * sum_ctx + self._dec_seq_s * n_dec
-        lm_head = _cost(self._lm_head, emit) if emit else 0.0
+        lm_head = cost(self._lm_head, emit) if emit else 0.0
         comm = 0.0
         if self._tp_on:
             comm = self._n_ar * self.tp_allreduce_time_s(tokens * self._ar_tok_bytes)
@@ -322,11 +253,11 @@ class PerfModel:
         return (
             tokens * self._embed_tok,
             n_layers * tokens * self._norm_tok,
-            n_layers * _cost(self._qkv, tokens),
+            n_layers * cost(self._qkv, tokens),
             n_layers * tokens * self._rope_tok,
             attn_pf,
             attn_dec,
-            n_layers * _cost(self._o, tokens),
+            n_layers * cost(self._o, tokens),
             n_layers * router,
             n_layers * gate_up,
             n_layers * tokens * (self._act_tok + self._shared_act_tok),

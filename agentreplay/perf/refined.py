@@ -37,8 +37,9 @@ from mypy_extensions import mypyc_attr
 from agentreplay.perf.catalog import Dtype, Efficiency, GpuSpec, ModelSpec, load_gpu, load_model
 from agentreplay.perf.kernels import KERNELS, PER_FORWARD
 from agentreplay.perf.loaders import load_refinement
-from agentreplay.perf.model import OPERATORS, PerfModel, Terms, terms_of
+from agentreplay.perf.model import PerfModel
 from agentreplay.perf.refinement import Refinement
+from agentreplay.perf.terms import OPERATORS, Terms, terms_of
 
 _IDX: Final = {op: i for i, op in enumerate(OPERATORS)}
 

@@ -60,8 +60,9 @@ from agentreplay.perf.interp import Curve, Grid, fit_decode
 from agentreplay.perf.kernels import EMITTING, GEMM_OPS, KERNELS, PER_FORWARD
 from agentreplay.perf.loaders import load_allreduce_tables, load_tables, refinement_path, tables_path
 from agentreplay.perf.measured import AllReduceTable, MeasuredTable, allreduce_key
-from agentreplay.perf.model import OPERATORS, PerfModel, PrefillItem
+from agentreplay.perf.model import PerfModel, PrefillItem
 from agentreplay.perf.refined import RefinedPerfModel, kernels_s
+from agentreplay.perf.terms import OPERATORS
 
 _IDX: Final = {op: i for i, op in enumerate(OPERATORS)}
 

@@ -14,8 +14,7 @@ Follows ``vllm/v1/core/sched/scheduler.py::Scheduler.schedule`` (V1 always uses 
    at most ``prompt - 1`` tokens, ``KVCacheManager.get_computed_blocks``), then all-or-nothing allocation for
    the first chunk, admitted only if the whole prompt fits the free blocks (``reserve_full_isl``, vLLM 0.32's
    default ``full_sequence_must_fit``; off = first chunk only); the first request that cannot be allocated stops
-   admission (FCFS). Requests whose KV is
-   still arriving from another tier are skipped (vLLM ``WAITING_FOR_REMOTE_KVS``).
+   admission (FCFS). Requests whose KV is still arriving from another tier are skipped (``WAITING_FOR_REMOTE_KVS``).
 
 Policy hooks: the waiting order (:mod:`agentreplay.scheduler.queue`; FCFS keeps vLLM's deque semantics) and the
 preemption victim (:mod:`agentreplay.scheduler.victim`). Every block question and block operation goes through the
@@ -225,17 +224,7 @@ class Scheduler:
         while i < len(running) and budget > 0:
             r = running[i]
             n, need, is_decode = next_chunk(r, budget, bs)
-            self_preempted = False
-            while need > kv.free_blocks and not kv.can_allocate(need, 0, r.program):
-                # victims come from the not-yet-scheduled part (vLLM FCFS pops the tail; its priority mode
-                # may also pick an already scheduled request and unschedule it, which we do not model)
-                victim = self.victim.pick(running[i:], self.order, now)
-                self.preempt(victim)
-                plan.preempted.append(victim)
-                if victim is r:
-                    self_preempted = True
-                    break
-            if self_preempted:
+            if need > kv.free_blocks and not kv.can_allocate(need, 0, r.program) and self._make_room(r, i, need, plan):
                 break  # vLLM: "No more request to schedule"
             if need:
                 kv.allocate(need)
@@ -251,6 +240,20 @@ class Scheduler:
             return self._logged(plan)
         plan.stop = self._admit(plan, budget)
         return self._logged(plan)
+
+    def _make_room(self, r: Request, i: int, need: int, plan: StepPlan) -> bool:
+        """Preempt until ``r`` = ``running[i]`` gets its ``need`` blocks (vLLM ``Scheduler.schedule``), victims from
+        the not-yet-scheduled ``running[i:]`` (vLLM FCFS pops the tail; its priority mode may also unschedule an
+        already scheduled request, which we do not model). True when ``r`` itself was the victim."""
+        kv, running = self.kv, self.running
+        while True:
+            victim = self.victim.pick(running[i:], self.order, self.now)
+            self.preempt(victim)
+            plan.preempted.append(victim)
+            if victim is r:
+                return True
+            if need <= kv.free_blocks or kv.can_allocate(need, 0, r.program):
+                return False
 
     def _new_plan(self) -> StepPlan:
         """An empty plan: the one last handed back (:meth:`recycle`), else a new one."""
@@ -284,33 +287,23 @@ class Scheduler:
         log = self.log
         if log is not None:
             for r in plan.preempted:
-                log(
-                    {
-                        "t": now,
-                        "event": "preempt",
-                        "instance": self.index,
-                        "program": r.program,
-                        "turn": r.turn_idx,
-                        "victim_policy": self.victim.name,
-                    }
-                )
+                entry = self._entry(now, "preempt", r)
+                entry["victim_policy"] = self.victim.name
+                log(entry)
         for r in plan.admitted:
             if r.first_sched_s < 0:
                 r.first_sched_s = now
             if log is not None:
-                log(
-                    {
-                        "t": now,
-                        "event": "admit",
-                        "instance": self.index,
-                        "program": r.program,
-                        "turn": r.turn_idx,
-                        "cached_tokens": r.cached_tokens,
-                        "preemptions": r.preemptions,
-                        "queue_policy": self.order.name,
-                    }
-                )
+                entry = self._entry(now, "admit", r)
+                entry["cached_tokens"] = r.cached_tokens
+                entry["preemptions"] = r.preemptions
+                entry["queue_policy"] = self.order.name
+                log(entry)
         return plan
+
+    def _entry(self, now: float, event: str, r: Request) -> dict[str, Any]:
+        """A decision-log entry about ``r`` with the fields every event has; the caller adds the event's own."""
+        return {"t": now, "event": event, "instance": self.index, "program": r.program, "turn": r.turn_idx}
 
     def _admit(self, plan: StepPlan, budget: int) -> StopReason:
         waiting, running = self.waiting, self.running
@@ -476,25 +469,17 @@ class Scheduler:
         if done is not None and self.log is not None:
             d, action = done
             assert self.kv.retention is not None
-            self.log(
-                {
-                    "t": now,
-                    "event": "retention",
-                    "instance": self.index,
-                    "program": r.program,
-                    "turn": r.turn_idx,
-                    "policy": self.kv.retention.name,
-                    "action": action,
-                    "ttl_s": d.ttl_s,
-                    "reason": d.reason,
-                    "tool_class": r.tool_class,
-                }
-            )
+            entry = self._entry(now, "retention", r)
+            entry["policy"] = self.kv.retention.name
+            entry["action"] = action
+            entry["ttl_s"] = d.ttl_s
+            entry["reason"] = d.reason
+            entry["tool_class"] = r.tool_class
+            self.log(entry)
 
 
 def _remove(requests: list[Request], r: Request) -> None:
-    """``requests.remove(r)``: requests compare by identity (``eq=False``), so the scan compares pointers instead of
-    making a rich comparison per request ahead of ``r`` (a finished request's removal scanned ~30 of them)."""
+    """``requests.remove(r)`` comparing pointers: requests compare by identity (``eq=False``), no rich comparison."""
     for i in range(len(requests)):
         if requests[i] is r:
             del requests[i]

@@ -182,6 +182,17 @@ def validate(trace: Trace, *, where: str = "<memory>") -> None:
     - ``tool_class`` in the taxonomy, ``tool_duration_kind`` and ``tokens_kind`` in their vocabularies.
     """
     progs, turns = trace.programs, trace.turns
+    _validate_columns(progs, turns, where)
+    _validate_ids(progs, turns, where)
+    _validate_values(progs, turns, where)
+    _validate_turn_counts(progs, turns, where)
+    _validate_hash_ids(turns, where)
+    _validate_links(progs, where)
+    _validate_tool_calls(trace.tool_calls, where)
+
+
+def _validate_columns(progs: pd.DataFrame, turns: pd.DataFrame, where: str) -> None:
+    """Every required column present (optional ones may be absent), no null in a non-nullable column."""
     for name, df in (("programs", progs), ("turns", turns)):
         for field in SCHEMAS[name]:
             if field.name not in df.columns and field.name in OPTIONAL_COLUMNS[name]:
@@ -190,12 +201,20 @@ def validate(trace: Trace, *, where: str = "<memory>") -> None:
                 raise TraceError(f"{where}: {name}: required column {field.name!r} missing")
             if not field.nullable and df[field.name].isna().any():
                 raise TraceError(f"{where}: {name}.{field.name} is null for {_first_bad(df, df[field.name].isna())}")
+
+
+def _validate_ids(progs: pd.DataFrame, turns: pd.DataFrame, where: str) -> None:
+    """Program ids unique; every turn belongs to a program."""
     dup = progs["program_id"].duplicated()
     if dup.any():
         raise TraceError(f"{where}: programs.program_id duplicated: {progs.loc[dup, 'program_id'].iloc[0]!r}")
     orphan = ~turns["program_id"].isin(progs["program_id"])
     if orphan.any():
         raise TraceError(f"{where}: turns.program_id has no program row: {_first_bad(turns, orphan)}")
+
+
+def _validate_values(progs: pd.DataFrame, turns: pd.DataFrame, where: str) -> None:
+    """Tokens and durations non-negative, ``reused_tokens <= input_tokens``, vocabulary columns in vocabulary."""
     for col in (
         "input_tokens",
         "output_tokens",
@@ -229,6 +248,10 @@ def validate(trace: Trace, *, where: str = "<memory>") -> None:
                 f"{where}: turns.{col} = {turns.loc[bad, col].iloc[0]!r} not in {list(vocab)} at "
                 f"{_first_bad(turns, bad)}"
             )
+
+
+def _validate_turn_counts(progs: pd.DataFrame, turns: pd.DataFrame, where: str) -> None:
+    """``turn_idx`` contiguous from 0 per program, then ``n_turns`` equal to the program's turn count."""
     if len(turns):
         order = turns.sort_values(["program_id", "turn_idx"], kind="stable")
         expected = order.groupby("program_id", sort=False).cumcount()
@@ -247,7 +270,10 @@ def validate(trace: Trace, *, where: str = "<memory>") -> None:
         raise TraceError(
             f"{where}: programs.n_turns = {int(n[pid])} for program {pid!r} but it has {int(counts.get(pid, 0))} turns"
         )
-    _validate_hash_ids(turns, where)
+
+
+def _validate_links(progs: pd.DataFrame, where: str) -> None:
+    """Parent links between programs (:func:`agentreplay.trace.dag_check.validate_links`), when any is set."""
     if "parent_program_id" in progs.columns and progs["parent_program_id"].notna().any():
         from agentreplay.trace.dag_check import LinkError, validate_links
 
@@ -255,7 +281,10 @@ def validate(trace: Trace, *, where: str = "<memory>") -> None:
             validate_links(progs, where)
         except LinkError as exc:
             raise TraceError(str(exc)) from None
-    tc = trace.tool_calls
+
+
+def _validate_tool_calls(tc: pd.DataFrame | None, where: str) -> None:
+    """Tool-call durations non-negative (when the optional ``tool_calls`` table is present)."""
     if tc is not None and len(tc):
         bad = tc["duration_s"] < 0
         if bad.any():

@@ -177,6 +177,10 @@ _READ_CMDS: Final = frozenset(
         "bat",
     }
 )
+#: Interpreters whose script runs code (as ``python`` does, matched by :data:`_PY`).
+_INTERPRETERS: Final = ("bash", "sh", "node", "ruby", "perl", "php", "java")
+#: Package-manager verbs that change the environment (anything else, e.g. ``pip list``, only inspects it).
+_ENV_CHANGING_VERBS: Final = frozenset({"install", "uninstall", "download", "build", "sync", "add", "create", "wheel"})
 _PY: Final = re.compile(r"^(?:.*/)?python[0-9.]*$")
 _ASSIGN: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _HEREDOC: Final = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
@@ -210,14 +214,7 @@ def _words(segment: str) -> list[str]:
 def _classify_simple(segment: str) -> str:
     """Class of one simple command (its pipeline's first command decides)."""
     first_stage = segment.split("|", 1)[0]
-    words = _words(first_stage)
-    while words and (
-        words[0] in _WRAPPERS
-        or _ASSIGN.match(words[0])
-        or words[0].startswith("-")
-        or re.fullmatch(r"[0-9]+[smh]?", words[0])
-    ):
-        words = words[1:]
+    words = _strip_wrappers(_words(first_stage))
     if not words:
         return "other"
     cmd = words[0].rsplit("/", 1)[-1] if not words[0].startswith("./") else words[0]
@@ -227,33 +224,47 @@ def _classify_simple(segment: str) -> str:
         return "submit"
     if base in _TEST_WORDS or any(w in _TEST_WORDS or w.endswith("runtests.py") for w in words[:4]):
         return "test"
-    if _PY.match(base) or base in ("bash", "sh", "node", "ruby", "perl", "php", "java") or base.startswith("./"):
-        args = words[1:]
-        if base.startswith("./") and base.endswith((".py", ".sh")):
-            return "test"
-        if args[:1] == ["-m"] and len(args) > 1:
-            mod = args[1]
-            if mod in ("pip", "build", "ensurepip", "venv"):
-                return "build"
-            if mod in ("pytest", "unittest", "tox", "nose", "doctest", "django"):
-                return "test"
-        if any(a.endswith("setup.py") for a in args):
-            return "build"
-        if writes and not any(a.endswith(".py") for a in args[:1]) and args[:1] != ["-c"]:
-            return "edit"
-        return "test"
+    if _PY.match(base) or base in _INTERPRETERS or base.startswith("./"):
+        return _classify_script(base, words[1:], writes)
     if words[0] in _TEST_WORDS:
         return "test"
-    if base in ("pip", "pip3", "conda", "uv", "poetry") and not {
-        "install",
-        "uninstall",
-        "download",
-        "build",
-        "sync",
-        "add",
-        "create",
-        "wheel",
-    } & set(words):
+    return _classify_program(base, words, writes)
+
+
+def _strip_wrappers(words: list[str]) -> list[str]:
+    """``words`` without the leading wrappers, ``VAR=value`` assignments, options and durations
+    (``timeout -s 9 30s pytest`` -> ``pytest``)."""
+    while words and (
+        words[0] in _WRAPPERS
+        or _ASSIGN.match(words[0])
+        or words[0].startswith("-")
+        or re.fullmatch(r"[0-9]+[smh]?", words[0])
+    ):
+        words = words[1:]
+    return words
+
+
+def _classify_script(base: str, args: list[str], writes: bool) -> str:
+    """Class of an interpreter or a local executable (``base``) run with ``args``: running code is a test
+    unless it installs (``-m pip``, ``setup.py``) or only writes a file (``python > out``)."""
+    if base.startswith("./") and base.endswith((".py", ".sh")):
+        return "test"
+    if args[:1] == ["-m"] and len(args) > 1:
+        mod = args[1]
+        if mod in ("pip", "build", "ensurepip", "venv"):
+            return "build"
+        if mod in ("pytest", "unittest", "tox", "nose", "doctest", "django"):
+            return "test"
+    if any(a.endswith("setup.py") for a in args):
+        return "build"
+    if writes and not any(a.endswith(".py") for a in args[:1]) and args[:1] != ["-c"]:
+        return "edit"
+    return "test"
+
+
+def _classify_program(base: str, words: list[str], writes: bool) -> str:
+    """Class of any other command ``base`` (``words`` with its arguments; ``writes``: it redirects into a file)."""
+    if base in ("pip", "pip3", "conda", "uv", "poetry") and not _ENV_CHANGING_VERBS & set(words):
         return "other"  # pip list / freeze / show: inspects the environment, takes no build time
     if base in _BUILD_CMDS:
         if base in ("make",) and any(w in ("test", "check", "tests") for w in words[1:]):
@@ -267,9 +278,7 @@ def _classify_simple(segment: str) -> str:
         )
     if base == "perl" and "-i" in " ".join(words[1:3]):
         return "edit"
-    if base in _EDIT_CMDS:
-        return "edit"
-    if base in ("cat", "echo", "printf") and writes:
+    if base in _EDIT_CMDS or (base in ("cat", "echo", "printf") and writes):
         return "edit"
     if base in _SEARCH_CMDS:
         return "search"

@@ -163,16 +163,7 @@ class FakeServer:
             await self._json(writer, 400, {"error": {"message": "prompt must be a string"}})
             return
         tokens = list(prompt) if isinstance(prompt, list) else str(prompt).split()
-        lcp = 0
-        for s in self.seen:
-            if s.failed is not None:
-                continue
-            ctx = s.tokens + s.output
-            n = min(len(ctx), len(tokens))
-            k = 0
-            while k < n and ctx[k] == tokens[k]:
-                k += 1
-            lcp = max(lcp, k)
+        lcp = self._lcp(tokens)
         seen = Seen(body, tokens, lcp, time.monotonic())
         self.seen.append(seen)
         fault = self._fault(body)
@@ -224,27 +215,43 @@ class FakeServer:
                     self._event(writer, event)
                 seen.t_first = time.monotonic()
             if (body.get("stream_options") or {}).get("include_usage"):
-                final: dict[str, Any] = {
-                    "id": "cmpl-fake",
-                    "choices": [],
-                    "usage": {
-                        "prompt_tokens": len(tokens),
-                        "completion_tokens": n_out,
-                        "total_tokens": len(tokens) + n_out,
-                    },
-                }
-                if self.per_request_metrics:
-                    final["metrics"] = {
-                        "queue_time_ms": 0.0,
-                        "time_to_first_token_ms": (t_first - t_sched) * 1e3,
-                        "generation_time_ms": (t_last - t_first) * 1e3,
-                    }
-                self._event(writer, final)
+                self._event(writer, self._usage_event(len(tokens), n_out, t_sched, t_first, t_last))
             writer.write(b"data: [DONE]\n\n")
             await writer.drain()
             seen.t_done = time.monotonic()
         finally:
             self.in_flight -= 1
+
+    def _lcp(self, tokens: list[Any]) -> int:
+        """Longest common prefix of ``tokens`` with the full context (prompt + output) of any earlier request
+        that did not fail."""
+        lcp = 0
+        for s in self.seen:
+            if s.failed is not None:
+                continue
+            ctx = s.tokens + s.output
+            n = min(len(ctx), len(tokens))
+            k = 0
+            while k < n and ctx[k] == tokens[k]:
+                k += 1
+            lcp = max(lcp, k)
+        return lcp
+
+    def _usage_event(self, n_in: int, n_out: int, t_sched: float, t_first: float, t_last: float) -> dict[str, Any]:
+        """The final usage chunk (``stream_options.include_usage``), with vLLM's per-request ``metrics`` when
+        enabled (times in seconds on the server's monotonic clock, reported in ms)."""
+        final: dict[str, Any] = {
+            "id": "cmpl-fake",
+            "choices": [],
+            "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out},
+        }
+        if self.per_request_metrics:
+            final["metrics"] = {
+                "queue_time_ms": 0.0,
+                "time_to_first_token_ms": (t_first - t_sched) * 1e3,
+                "generation_time_ms": (t_last - t_first) * 1e3,
+            }
+        return final
 
     @staticmethod
     def _event(writer: asyncio.StreamWriter, obj: object) -> None:
