@@ -57,7 +57,8 @@ def _errors(label: str, predicted_us: np.ndarray, measured_us: np.ndarray) -> di
 
 def vllm_run() -> None:
     """The RTX 4090 vLLM run with both rooflines, mixed attention priced apart and as one kernel."""
-    from validation import e2e
+    from validation.catalog import PACKAGED
+    from validation.e2e.vllm import vllm_run
     from validation.measured import load
 
     tables = load(kinds=("end-to-end",)).tables
@@ -66,7 +67,7 @@ def vllm_run() -> None:
     metrics = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "throughput_output_tok_s")
     for kind in ("roofline", "refined"):
         for mixed in MIXED_ATTENTION:
-            rows, _ = e2e.vllm_run(cell, tables, None, pricer=f"{kind}:{mixed}")  # e2e.E2E_PRICERS naming
+            rows, _ = vllm_run(cell, tables, PACKAGED, pricer=f"{kind}:{mixed}")  # e2e.common.E2E_PRICERS naming
             print(
                 f"RTX 4090 vLLM run, {kind}, mixed attention {mixed}: "
                 + ", ".join(

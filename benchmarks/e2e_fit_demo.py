@@ -23,8 +23,8 @@ from agentreplay.perf import PerfModel, load_gpu, load_model
 from agentreplay.perf.stepcost import StepCost
 from agentreplay.sim.config import SimConfig
 from agentreplay.sim.run import simulate
-from validation.e2e_common import single_turn_trace
-from validation.e2e_fit import write_vllm_run
+from validation.e2e.common import single_turn_trace
+from validation.e2e.fit import write_vllm_run
 
 CELLS = (
     ("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", 2, 1, False),

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from agentreplay import bands as B
-from validation import bands as VB
+from validation.report import bands as VB
 
 
 def _r(cell: str, gpu_class: str, model_class: str, family: str, err: float) -> dict[str, object]:

@@ -1,5 +1,5 @@
 """``calibrate --calibration``: the end-to-end fit of the per-step engine cost (thin shell over
-:mod:`validation.e2e_fit`)."""
+:mod:`validation.e2e.fit`)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ def calibrate_end_to_end(measured: list[Path], globs: list[str], out: Path | Non
     ../shared sources are not read); print every cell's error before / after and the held-out MAPE; write the
     fitted values as JSON to ``out`` if given (the packaged catalogue is never rewritten by this mode); ``as_json``:
     print that JSON instead of the tables (notes go to stderr). A cell collected from under ../shared/measurements
-    cannot be a calibration cell (validation/calibrate.py SPLIT)."""
-    from validation.e2e_fit import (
+    cannot be a calibration cell (validation/calibration/calibrate.py SPLIT)."""
+    from validation.e2e.fit import (
         FIT_METRICS,
         FitError,
         fit,
@@ -39,7 +39,7 @@ def calibrate_end_to_end(measured: list[Path], globs: list[str], out: Path | Non
     if not measured:
         raise fail(
             "--calibration fits on your own measured runs: pass them with --measured RUN (repeatable); the "
-            "project's ../shared end-to-end cells are validation cells (validation/calibrate.py SPLIT) and are "
+            "project's ../shared end-to-end cells are validation cells (validation/protocol/rules.py SPLIT) and are "
             "not read in this mode"
         )
     note = err.print if as_json else console.print

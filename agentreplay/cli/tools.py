@@ -1,4 +1,4 @@
-"""``fit-tools`` and ``synth`` commands: thin shells over ``validation.toolmodel`` and ``agentreplay.synth``."""
+"""``fit-tools`` and ``synth`` commands: thin shells over ``validation.tools.model`` and ``agentreplay.synth``."""
 
 from __future__ import annotations
 
@@ -33,14 +33,14 @@ def fit_tools(
 ) -> None:
     """Fit per-class tool-duration distributions (MLE, chosen by AIC) and write a tool-model file.
 
-    A class with fewer than validation.toolfit.MIN_CLASS_N (10) durations gets no model of its own: it is
+    A class with fewer than validation.tools.fit.MIN_CLASS_N (10) durations gets no model of its own: it is
     reported as too few samples, with its count, and the simulator draws its gaps from the pooled overall fit.
 
     Example: agentreplay fit-tools /tmp/cc --kind measured --out models/tools-cc.json --report reports/tools-cc
     """
     from agentreplay.trace.io import TraceError
-    from validation.toolfit import MIN_CLASS_N
-    from validation.toolmodel import (
+    from validation.tools.fit import MIN_CLASS_N
+    from validation.tools.model import (
         compare_sources,
         fit_table,
         load_durations,
@@ -48,7 +48,7 @@ def fit_tools(
         write_model,
         write_report,
     )
-    from validation.toolmodel import fit_tools as run_fit
+    from validation.tools.model import fit_tools as run_fit
 
     if unit not in ("turn", "call"):
         raise fail(f"--unit {unit!r}: expected turn or call")

@@ -1,4 +1,5 @@
-"""``calibrate`` and ``validate``: thin shells over :mod:`validation.calibrate` and :mod:`validation.validate`."""
+"""``calibrate`` and ``validate``: thin shells over :mod:`validation.calibration.calibrate` and
+:mod:`validation.validate`."""
 
 from __future__ import annotations
 
@@ -36,7 +37,9 @@ def calibrate(
         typer.Option(
             "--out",
             "-o",
-            help="Write the calibrated gpus.toml here (and calibration.json beside it). Default: the packaged catalog.",
+            help="Catalog folder to write: gpus.toml, roofline.toml, tables.toml and calibration.json (with "
+            "--engine-cost: engine_cost.json). Default: the packaged catalog, rewritten in place. With "
+            "--calibration: the JSON file of the fit.",
         ),
     ] = None,
     measured: Measured = None,
@@ -58,7 +61,7 @@ def calibrate(
             help="End-to-end mode for inference-perf runs: fit the engine cost beyond the kernels and the client "
             "path on every replayable inference-perf run of --measured (default: ../shared/measurements/"
             "serving-vllm-inference-sim), once on all and once per left-out (GPU, model, TP) configuration; write "
-            "catalog/engine_cost.json (or --out). Minutes on 2 cores.",
+            "engine_cost.json into the catalog (the packaged one, or the --out folder). Minutes on 2 cores.",
         ),
     ] = False,
     max_evals: Annotated[
@@ -69,7 +72,7 @@ def calibrate(
 
     With ``--calibration``, fit the per-step engine cost end to end on measured runs with a declared split.
 
-    Example: agentreplay calibrate            (rewrites agentreplay/perf/catalog/gpus.toml efficiency tables)
+    Example: agentreplay calibrate            (rewrites the packaged catalog: agentreplay/perf/catalog)
     Example: agentreplay calibrate --measured runs/ --calibration 'vllm-run/*/1rps'
     """
     if engine_cost:
@@ -80,12 +83,13 @@ def calibrate(
 
         calibrate_end_to_end(measured or [], calibration, out, as_json=as_json)
         return
-    from validation.calibrate import mape_table, run
+    from validation.calibration.calibrate import mape_table, run
+    from validation.catalog import Catalog
     from validation.measured import load
 
     try:
         data = load([str(p) for p in measured or []], defaults=not no_defaults, kinds=("component",))
-        summary = run(data, out)
+        summary = run(data, Catalog.create(out) if out is not None else None)
     except ValueError as exc:
         raise fail(str(exc)) from None
     if as_json:
@@ -114,12 +118,14 @@ def calibrate(
     for row in ops.itertuples(index=False):
         t2.add_row(*(_pct(x) if isinstance(x, float) or x is None else str(x) for x in row))
     show(t2)
-    console.print(f"wrote {out or 'the packaged catalog'} and calibration.json")
+    console.print(f"wrote {out or 'the packaged catalog'}: gpus.toml, roofline.toml, tables.toml, calibration.json")
 
 
 def _calibrate_engine_cost(measured: list[Path], out: Path | None, max_evals: int, *, as_json: bool) -> None:
-    """``calibrate --engine-cost`` (validation/e2e_ip_fit.py): fit, leave one configuration out, write, print."""
-    from validation import e2e_ip_fit
+    """``calibrate --engine-cost`` (validation/e2e/inference_perf_fit.py): fit, leave one configuration out,
+    write, print."""
+    from validation.catalog import PACKAGED, Catalog
+    from validation.e2e import inference_perf_fit
     from validation.measured import Measured, collect_path, default_root
 
     paths = measured or [default_root() / "serving-vllm-inference-sim"]
@@ -127,10 +133,10 @@ def _calibrate_engine_cost(measured: list[Path], out: Path | None, max_evals: in
     try:
         for p in paths:
             collect_path(p, data)
-        target = out if out is not None else e2e_ip_fit.CATALOG_FILE
+        target = Catalog.create(out) if out is not None else PACKAGED
         say = (lambda _s: None) if as_json else console.print
-        full, loo = e2e_ip_fit.calibrate(
-            data.tables, path=target, max_evals=max_evals, log=say, sources=[str(p) for p in paths]
+        full, loo = inference_perf_fit.calibrate(
+            data.tables, catalog=target, max_evals=max_evals, log=say, sources=[str(p) for p in paths]
         )
     except (ValueError, OSError) as exc:
         raise fail(str(exc)) from None
@@ -149,7 +155,7 @@ def _calibrate_engine_cost(measured: list[Path], out: Path | None, max_evals: in
     for name, o in [("all configurations", full), *((f"without {k}", v) for k, v in loo.items())]:
         table.add_row(name, *("tied" if x is None else f"{x:.4g}" for x in o.cost.as_dict().values()))
     show(table)
-    console.print(f"wrote {target}")
+    console.print(f"wrote {target.folder / inference_perf_fit.ENGINE_COST}")
 
 
 @app.command()
@@ -167,7 +173,14 @@ def validate(
     ] = None,
     no_defaults: NoDefaults = False,
     quick: Annotated[bool, typer.Option(help="Skip the agent-JCT replay (the slowest cell).")] = False,
-    catalog: Annotated[Path | None, typer.Option(help="GPU catalog TOML to validate (default: packaged).")] = None,
+    catalog: Annotated[
+        Path | None,
+        typer.Option(
+            help="Catalog folder to validate (gpus.toml, and roofline.toml, tables.toml, calibration.json, "
+            "engine_cost.json where it holds them; the packaged ones otherwise), e.g. one `agentreplay calibrate "
+            "--out` wrote. Default: the packaged catalog.",
+        ),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the summary (summary.json) as JSON instead of the tables.")
     ] = False,
@@ -187,6 +200,7 @@ def validate(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from agentreplay.outdir import staged
+    from validation.catalog import Catalog
     from validation.validate import STEPS, run
 
     try:  # staged: a run that fails (e.g. no measured cell) leaves no folder behind, a rerun no stale figure
@@ -215,7 +229,7 @@ def validate(
                 [str(p) for p in measured or []],
                 defaults=not no_defaults,
                 quick=quick,
-                catalog=catalog,
+                catalog=Catalog.open(catalog),
                 live_paths=live,
                 progress=progress,
                 bundled_only=bundled_only,

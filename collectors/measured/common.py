@@ -376,6 +376,18 @@ def validate_measured(tables: Mapping[str, pd.DataFrame], *, where: str = "<memo
     """
     if "cells" not in tables or tables["cells"].empty:
         raise MeasuredError(f"{where}: no cells to write")
+    _check_required(tables, where)
+    cells = tables["cells"]
+    dup = cells["cell_id"].duplicated()
+    if dup.any():
+        raise MeasuredError(f"{where}: cells.cell_id duplicated: {cells.loc[dup, 'cell_id'].iloc[0]!r}")
+    _check_vocabularies(tables, where)
+    _check_cell_ids(tables, where)
+    _check_seconds(tables.get("component"), where)
+
+
+def _check_required(tables: Mapping[str, pd.DataFrame], where: str) -> None:
+    """Every table is a known one and its required (non-nullable) columns are present and hold no null."""
     for name, df in tables.items():
         if name not in TABLES:
             raise MeasuredError(f"{where}: unknown measured table {name!r}")
@@ -389,10 +401,10 @@ def validate_measured(tables: Mapping[str, pd.DataFrame], *, where: str = "<memo
                 i = int(np.flatnonzero(nulls.to_numpy())[0])
                 cid = df["cell_id"].iloc[i] if "cell_id" in df.columns else "?"
                 raise MeasuredError(f"{where}: {name}.{f.name} is null in row {i} (cell {cid!r})")
-    cells = tables["cells"]
-    dup = cells["cell_id"].duplicated()
-    if dup.any():
-        raise MeasuredError(f"{where}: cells.cell_id duplicated: {cells.loc[dup, 'cell_id'].iloc[0]!r}")
+
+
+def _check_vocabularies(tables: Mapping[str, pd.DataFrame], where: str) -> None:
+    """``cells.kind`` and the component table's ``scope``, ``phase`` and ``stat`` hold only their vocabulary."""
     vocab = {
         ("cells", "kind"): KINDS,
         ("component", "scope"): SCOPES,
@@ -406,20 +418,28 @@ def validate_measured(tables: Mapping[str, pd.DataFrame], *, where: str = "<memo
         bad = df[col].notna() & ~df[col].isin(allowed)
         if bad.any():
             raise MeasuredError(f"{where}: {name}.{col} = {df.loc[bad, col].iloc[0]!r} not in {list(allowed)}")
-    known = set(cells["cell_id"])
+
+
+def _check_cell_ids(tables: Mapping[str, pd.DataFrame], where: str) -> None:
+    """Every other table's ``cell_id`` has a ``cells`` row."""
+    known = set(tables["cells"]["cell_id"])
     for name, df in tables.items():
         if name == "cells" or "cell_id" not in df.columns:
             continue
         orphan = ~df["cell_id"].isin(known)
         if orphan.any():
             raise MeasuredError(f"{where}: {name}.cell_id {df.loc[orphan, 'cell_id'].iloc[0]!r} has no cells row")
-    comp = tables.get("component")
-    if comp is not None and len(comp):
-        s = comp["seconds"].to_numpy(dtype=float)
-        bad = ~np.isfinite(s) | (s < 0)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise MeasuredError(f"{where}: component.seconds = {s[i]!r} in row {i} (cell {comp['cell_id'].iloc[i]!r})")
+
+
+def _check_seconds(comp: pd.DataFrame | None, where: str) -> None:
+    """The component table's ``seconds`` are finite and >= 0."""
+    if comp is None or not len(comp):
+        return
+    s = comp["seconds"].to_numpy(dtype=float)
+    bad = ~np.isfinite(s) | (s < 0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise MeasuredError(f"{where}: component.seconds = {s[i]!r} in row {i} (cell {comp['cell_id'].iloc[i]!r})")
 
 
 def write_measured(

@@ -11,7 +11,7 @@ from agentreplay.cli import app
 from agentreplay.sim.tools_generative import load_tool_model
 from agentreplay.trace.io import write_trace
 from tests.factories import make_trace
-from validation.toolfit import MIN_CLASS_N
+from validation.tools.fit import MIN_CLASS_N
 
 runner = CliRunner()
 

@@ -193,15 +193,16 @@ def validation_digest() -> dict[str, Any]:
     measured operators, layers, Splitwise iterations and all-reduce curves) and the RTX 4090 vLLM run replayed
     with each end-to-end pricer (``validation.e2e_vllm.vllm_run``). The whole report is compared by regenerating
     ``reports/validation`` (``agentreplay validate --out reports/validation``) and diffing it."""
-    from validation import calibrate as K
-    from validation.e2e_common import E2E_PRICERS
-    from validation.e2e_vllm import vllm_run
+    from validation.calibration import calibrate as K
+    from validation.catalog import PACKAGED
+    from validation.e2e.common import E2E_PRICERS
+    from validation.e2e.vllm import vllm_run
     from validation.measured import load
     from validation.validate import component_rows
 
     measured = load(None, defaults=True)
     tables = {n: measured.table(n) for n in ("cells", "component", "requests", "programs", "metrics")}
-    comp, ops, skipped = component_rows(measured, None, K.component_data(measured))
+    comp, ops, skipped = component_rows(measured, PACKAGED, K.component_data(measured))
     out: dict[str, Any] = {
         # rows sorted by every input column (all but the computed ones)
         "component_errors": digest_table(comp, sorted(set(comp.columns) - {"simulated"})),
@@ -211,6 +212,6 @@ def validation_digest() -> dict[str, Any]:
     cells = tables["cells"]
     for _, cell in cells[cells["source"] == "vllm-run"].sort_values("cell_id").iterrows():
         for pricer in E2E_PRICERS:
-            rows, _ = vllm_run(cell, tables, None, pricer)
+            rows, _ = vllm_run(cell, tables, PACKAGED, pricer)
             out[f"{cell['cell_id']} [{pricer}]"] = {r["metric"]: [r["measured"], r["simulated"]] for r in rows}
     return json.loads(json.dumps(out, default=str))

@@ -136,10 +136,11 @@ def test_table_of_another_gpu_or_tp_is_refused() -> None:
 
 
 def test_tables_toml_round_trip_and_errors(tmp_path: Path) -> None:
-    from validation.calibrate import write_tables
+    from validation.calibration.calibrate import write_tables
+    from validation.catalog import Catalog
 
     dst = tmp_path / "tables.toml"
-    write_tables({}, dst, {"unit/tp4": table()})
+    write_tables({}, Catalog.create(dst.parent), {"unit/tp4": table()})
     got = load_allreduce_tables(dst)["unit/tp4"]
     assert (got.gpu, got.tp, list(got.nbytes)) == ("unit", 4, NBYTES)
     assert list(got.seconds) == pytest.approx(SECONDS, rel=1e-4)

@@ -7,7 +7,7 @@ import pytest
 from agentreplay.perf import load_gpu
 from agentreplay.perf.registry import pricer_from_names
 from agentreplay.perf.stepcost import StepCost, overlapped
-from validation.deployment import from_config
+from validation.e2e.deployment import from_config
 
 
 def test_overlapped_zeroes_only_the_step_cost() -> None:

@@ -115,12 +115,16 @@ def test_auto_picks_the_table_only_for_the_exact_deployment(
 
 
 def _write(dst: Path, origin: TableOrigin | None, dtype: str = "bf16") -> None:
-    from validation.calibrate import write_tables
+    from validation.calibration.calibrate import write_tables
+    from validation.catalog import Catalog
 
     key = "rtx4090/llama-3.1-8b/tp1"
     t = load_tables()[key]
     write_tables(
-        {key: MeasuredTable(t.name, t.gpu, t.model, t.tp, dtype, t.ops)}, dst, None, {key: origin} if origin else None
+        {key: MeasuredTable(t.name, t.gpu, t.model, t.tp, dtype, t.ops)},
+        Catalog.create(dst.parent),
+        None,
+        {key: origin} if origin else None,
     )
 
 
@@ -190,7 +194,7 @@ def test_simulate_writes_the_pricer_into_the_summary(tmp_path: Path) -> None:
 
 
 def test_variant_dtypes() -> None:
-    from validation.calibrate_tables import variant_dtypes
+    from validation.calibration.tables import variant_dtypes
 
     assert variant_dtypes("bf16") == ("bf16", "bf16")
     assert variant_dtypes("bf16-kvfp8") == ("bf16", "fp8")
@@ -204,7 +208,7 @@ def test_calibrate_ships_every_tp_of_a_deployment_profile_only() -> None:
     """``agentreplay calibrate`` ships LLMServingSim's vLLM profiles at every TP (with their engine), the kernel
     profiles (v0: HF-transformers modules) at TP=1 only, as calibration cells; the packaged file is what it wrote."""
     from tests.conftest import shared_path
-    from validation import calibrate as K
+    from validation.calibration import calibrate as K
     from validation.measured import collect_path
 
     data = K.component_data(collect_path(shared_path("measurements", "profiles-llmservingsim")))

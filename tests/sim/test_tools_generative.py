@@ -154,7 +154,7 @@ def test_each_family_draws_agree_with_its_cdf_quantile_and_mean(family) -> None:
 
 @pytest.fixture(scope="module")
 def bundled():
-    from validation.toolmodel import fit_tools
+    from validation.tools.model import fit_tools
 
     path = ROOT / "datasets" / "swebench-verified"
     return compile_trace(read_trace(path)), fit_tools([path]).model

@@ -16,9 +16,10 @@ import agentreplay.cli.validate  # noqa: F401  (registers the commands)
 from agentreplay.cli.app import app
 from agentreplay.perf import list_gpus, load_gpu
 from tests.conftest import shared_path
-from validation import report_data as R
 from validation import validate as V
+from validation.catalog import PACKAGED
 from validation.measured import collect_path
+from validation.report import data as R
 
 VLLM_RUN = ("measurements", "serving-vllm-llmservingsim")
 RTX4090_PROFILE = ("measurements", "profiles-llmservingsim", "profiler", "perf", "RTX4090")
@@ -83,7 +84,7 @@ def test_vllm_report_files(vllm_report: tuple[Path, Path, object]) -> None:
 
 
 def test_component_subset_is_one_calibration_cell(tmp_path: Path) -> None:
-    """The RTX 4090's only profile cell calibrates as a whole (validation.protocol): no component row of it
+    """The RTX 4090's only profile cell calibrates as a whole (validation.protocol.rules): no component row of it
     validates; the table pricer's in-cell rows are table fidelity, not validation."""
     src = shared_path(*RTX4090_PROFILE)
     summary = V.run(tmp_path, [str(src)], defaults=False, quick=True)
@@ -182,3 +183,35 @@ def test_bundled_only_validates_the_committed_live_comparisons(tmp_path: Path, m
     s = V.run(tmp_path / "report", quick=True, bundled_only=True)
     cells = {c["cell_id"].split("/")[0] for c in s["end_to_end"]["cells_table"]}
     assert cells == {"live-vllm-cpu"}
+
+
+def test_validate_prices_with_the_catalog_folder_given(tmp_path: Path) -> None:
+    """``--catalog DIR``: the folder's gpus.toml prices the cells (here the H100's, made slower; the A100's is
+    the packaged one); a gpus.toml file instead of its folder is refused, naming the folder to pass."""
+    src = shared_path("measurements", "profiles-splitwise", "perf_model.csv")
+    cat = tmp_path / "catalog"
+    cat.mkdir()
+    text = PACKAGED.gpus_file.read_text()
+    start = text.index('[gpu."h100-sxm".efficiency]\n')
+    block = text[start : text.index("\n\n", start)]
+    slower = "\n".join(
+        "kernel_overhead_us = 50.0" if ln.startswith("kernel_overhead_us") else ln for ln in block.split("\n")
+    )
+    assert slower != block
+    (cat / "gpus.toml").write_text(text.replace(block, slower))
+    runs = {}
+    for name, extra in (("packaged", []), ("own", ["--catalog", str(cat)])):
+        out = tmp_path / name
+        args = ["validate", "--out", str(out), "--measured", str(src), "--no-default-sources", "--quick", *extra]
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 0, res.output
+        runs[name] = pd.read_parquet(out / "errors.parquet")
+    a, b = runs["packaged"], runs["own"]
+    assert a.drop(columns=["simulated", "rel_error"]).equals(b.drop(columns=["simulated", "rel_error"]))
+    h100 = (a["gpu"] == "h100-sxm").to_numpy()
+    assert h100.any() and (~h100).any()
+    assert (b["simulated"].to_numpy()[h100] > a["simulated"].to_numpy()[h100]).all()
+    assert (b["simulated"].to_numpy()[~h100] == a["simulated"].to_numpy()[~h100]).all()
+    bad = CliRunner().invoke(app, ["validate", "--out", str(tmp_path / "x"), "--catalog", str(cat / "gpus.toml")])
+    assert bad.exit_code == 1
+    assert "pass its folder" in " ".join(bad.output.replace("│", " ").split())

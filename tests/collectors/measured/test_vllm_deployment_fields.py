@@ -10,7 +10,7 @@ import pytest
 
 from collectors.measured.vllm_run import VllmRunCollector
 from tests.conftest import shared_path
-from tests.validation.test_deployment import DP_EP_META, OLD_META, write_run
+from tests.validation.e2e.test_deployment import DP_EP_META, OLD_META, write_run
 
 
 def only_cell(tmp_path, meta, **kw):
