@@ -1,5 +1,4 @@
-"""A day of synthetic agent programs as a compact :class:`~agentreplay.sim.workload.Workload`, generated in chunks
-(issue 20, "a day of a large fleet").
+"""A day of synthetic agent programs as a compact :class:`~agentreplay.sim.workload.Workload`, generated in chunks.
 
 :func:`agentreplay.synth.synthesize` builds a pandas ``Trace`` (15 columns per turn, a program-id string per
 turn) that :func:`~agentreplay.sim.workload.compile_trace` then flattens: for 1,000,000 programs (40 M turns) the

@@ -1,4 +1,4 @@
-"""The agent-serving policy study of issue 5: routers, presets on the agent-JCT cell, sensitivity, speed.
+"""The agent-serving policy study: routers, presets on the agent-JCT cell, sensitivity, speed.
 
 Run from the project root:  python benchmarks/agent_policies.py [--out reports/policies] [--quick]
 

@@ -9,7 +9,7 @@ Each cell runs in a fresh subprocess so its peak RSS is its own. Cells:
   and the same with 4,000 programs (synth-4k, a quick stand-in for profiling: ``--profile synth-4k``)
 - with --scale: the bundled programs replicated 10x and 100x under new ids, same cluster and concurrency (16 in
   flight, one H100, Llama-3.1-8B), to show how cost grows with the number of turns.
-- with --day: a day of a large fleet (issue 20): ``--programs`` synthetic programs (default 1,000,000, ~40 M
+- with --day: a day of a large fleet: ``--programs`` synthetic programs (default 1,000,000, ~40 M
   turns) drawn in chunks (``agentreplay.synth_day``), 32 instances, 2,048 in flight, results streamed to Parquet
   (``simulate(stream_to=...)``, ``agentreplay.sim.stream``); wall time of generation and of the run, turns/s and
   peak RSS, also written as JSON into benchmarks/results/.

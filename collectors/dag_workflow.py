@@ -1,6 +1,6 @@
 """Collector for agent workflows given as DAGs of LLM calls (the AgentServeSim / LLMServingSim DAG workload form).
 
-Native format, as issue 20 gives it: one workflow per JSON line, ``{"workflow_id": ..., "nodes": [...],
+Native format, as its generator gives it: one workflow per JSON line, ``{"workflow_id": ..., "nodes": [...],
 "edges": [{"src": ..., "dst": ..., "delay_ns": ...}]}``; each node is one LLM call ``{"id": ...,
 "input_toks": <tokens>, "output_toks": <tokens>}`` (the token field names of LLMServingSim's request datasets,
 casys-kaist/LLMServingSim ``dataset/README.md``); an edge says ``dst`` starts ``delay_ns`` after ``src`` finished

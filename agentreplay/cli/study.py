@@ -1,4 +1,4 @@
-"""``study``: the design-space study (issue 18). Parses options, calls :mod:`agentreplay.study`, prints the paths."""
+"""``study``: the design-space study. Parses options, calls :mod:`agentreplay.study`, prints the paths."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The design-space study (issue 18): the published agent-serving findings as controlled experiments.
+"""The design-space study: the published agent-serving findings as controlled experiments.
 
 >>> from agentreplay.study import StudyOptions, run_study, write_report
 >>> from agentreplay.sweep import make_executor

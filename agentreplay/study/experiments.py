@@ -4,7 +4,7 @@ Every experiment starts from :func:`base_config` (1 x H100 SXM, Llama-3.1-8B, Po
 0.05 programs/s, the first ``programs`` programs of the bundled SWE-bench Verified trace, trace tool durations,
 vllm's policy) and changes only what its ``varies`` names. ``x`` is the plotted axis, ``group`` the lines.
 
-The finding each experiment tests is the published one of AgentServeSim (issue 18); the loads span the range
+The finding each experiment tests is the published one of AgentServeSim; the loads span the range
 its artifact ran (0.02-0.1 programs/s) and beyond, up to saturation of one instance.
 """
 

@@ -1,4 +1,4 @@
-"""Per-finding tables and verdicts. Each rule is a literal reading of the published statement (issue 18), fixed
+"""Per-finding tables and verdicts. Each rule is a literal reading of the published statement, fixed
 before the results were looked at, and printed beside its verdict.
 """
 

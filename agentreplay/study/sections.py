@@ -375,7 +375,7 @@ def _finding5(run: StudyRun, out: Path, probes: pd.DataFrame | None, summary: li
         "",
         "> Published: JCT within 5% and throughput within 2% of the real system over the 80 cells.",
         "",
-        "Our fidelity is the validation report's (`reports/validation/`, issue 16). Here: which hardware x "
+        "Our fidelity is the validation report's (`reports/validation/`). Here: which hardware x "
         "model x TP cells of the grid have any measured data in `reports/validation/errors.parquet`, and of what "
         "kind. Only `agent-jct` (Continuum authors' vLLM run: 4 x H100, Llama-3.1-70B TP4, 500 SWE-bench "
         "Verified jobs, 64 in flight, closed loop) is an agent workload; its trajectories are not public, so "

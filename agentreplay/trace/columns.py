@@ -1,6 +1,6 @@
 """A canonical trace read as NumPy columns, without pandas: the reader of ``agentreplay simulate``.
 
-Importing pandas costs about 0.3 s, most of a small run's wall time (issue 17, item 14), and the simulator needs
+Importing pandas costs about 0.3 s, most of a small run's wall time, and the simulator needs
 only flat arrays (:func:`agentreplay.sim.workload.compile_columns`). The tables are opened by the same
 :func:`agentreplay.trace.io.open_table` (schema version and column types checked); :func:`columns_valid` then
 checks every invariant :func:`agentreplay.trace.io.validate` checks, on the arrays, and answers only yes or no. On

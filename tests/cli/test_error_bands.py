@@ -1,4 +1,4 @@
-"""``simulate`` prints each headline figure's error band from an error-band file (issue 16: error bands)."""
+"""``simulate`` prints each headline figure's error band from an error-band file."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``fit-tools`` does not fit a class from one sample: it pools it and says so, figure included (issue 17: 8)."""
+"""``fit-tools`` does not fit a class from one sample: it pools it and says so, figure included."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Output folders are written as a whole and never replace a folder agentreplay did not write (issue 17: 4, 7)."""
+"""Output folders are written as a whole and never replace a folder agentreplay did not write."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""``query`` over compare / sweep folders keeps runs apart (issue 17: 5); ``collect`` says why a file failed (6);
-``query`` rounds floats and ``collect`` says which files each format reads (issue 31: 8)."""
+"""``query`` over compare / sweep folders keeps runs apart; ``collect`` says why a file failed;
+``query`` rounds floats and ``collect`` says which files each format reads."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``simulate`` starts without pandas (issue 17, item 14: importing pandas was most of a small run's 0.7 s). No
+"""``simulate`` starts without pandas (importing pandas is most of a small run's start-up). No
 timing here (a loaded CI box); what is guarded is that the simulate path never imports pandas: its modules
 import without it, and a whole ``agentreplay simulate`` run in a fresh process never loads it. The figures:
 ``python benchmarks/startup.py``."""

@@ -1,4 +1,4 @@
-"""``simulate``'s summary: every group of a heterogeneous cluster (issue 17: 3), saturation findings (12)."""
+"""``simulate``'s summary: every group of a heterogeneous cluster, saturation findings (12)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tables never cut a name or a number, piped or on a narrow terminal; table commands have --json (issue 17: 2)."""
+"""Tables never cut a name or a number, piped or on a narrow terminal; table commands have --json."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``plan`` on the console and on disk (issue 31, items 4 and 5): failures explained with the option that fixes
+"""``plan`` on the console and on disk: failures explained with the option that fixes
 them, invalid arguments refused before any folder exists, Ctrl-C ending quietly with the previous output whole
 and the finished cells kept for a rerun."""
 

@@ -1,4 +1,4 @@
-"""Evidence at the decision (issue 31, item 3) and why configurations fail (item 4): every headlined figure names
+"""Evidence at the decision and why configurations fail: every headlined figure names
 the validated cells its band comes from, or the nearest ones and how they err; a margin under the band is
 marginal; failures are grouped with the option that would make them run."""
 

@@ -1,4 +1,4 @@
-"""The plan's choice is robust to noise (issue 31, item 1) and prices what a configuration deploys (item 2):
+"""The plan's choice is robust to noise and prices what a configuration deploys:
 equally cheap configurations whose objective differs by less than the seed spread are a tie, broken by the
 simplest deployment, never by which number came out a few hundredths lower."""
 

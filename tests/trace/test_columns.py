@@ -1,4 +1,4 @@
-"""The pandas-free trace reader of ``simulate`` (issue 17, item 14): the same workload as the pandas path, and
+"""The pandas-free trace reader of ``simulate``: the same workload as the pandas path, and
 every trace ``validate`` rejects is rejected with ``validate``'s own message."""
 
 from __future__ import annotations
