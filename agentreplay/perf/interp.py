@@ -17,7 +17,7 @@ points are made non-decreasing first (isotonic regression in log space), the res
   ``chunk * (prefix + chunk / 2)`` and the prefix KV read), so the query needs no reference call; between token
   rows it is linear in log tokens (``reference_between_rows``: in log reference, as in :class:`Curve`, one
   reference call per query; the validation report compares the two, see
-  :func:`validation.diagnostics.grid_rule_cv`). The rows are combined as a running maximum over rows, which
+  :func:`validation.components.diagnostics.grid_rule_cv`). The rows are combined as a running maximum over rows, which
   keeps the grid non-decreasing along both axes.
 - :func:`fit_decode`: decode attention per layer, ``a_b + c_b * b * ctx`` for each measured batch size ``b``
   (linear in the summed context for a given batch size, as the simulator's decode fast path requires).

@@ -12,7 +12,7 @@ PyTorch (CUDA context growth, NCCL and cuBLAS buffers). What remains is the KV c
     blocks = floor((total * utilization - weights - activation_peak - non_torch) / (block_size * kv_bytes/token))
 
 Here ``activation_reserve_gib`` stands for ``activation_peak + non_torch``. The default,
-:data:`DEFAULT_ACTIVATION_RESERVE_GIB`, is hand-set (validation/protocol.py lists it so). History: it is what the
+:data:`DEFAULT_ACTIVATION_RESERVE_GIB`, is hand-set (validation/protocol/rules.py lists it so). History: it is what the
 measured vLLM 0.19 run (Llama-3.1-8B on an RTX 4090,
 max_num_batched_tokens = 2048, max_num_seqs = 256, CUDA graphs on; ../shared/measurements/serving-vllm-llmservingsim)
 leaves unexplained: 0.9 * 23.516 GiB - 14.957 GiB of weights - 2588 blocks * 2 MiB = 1.153 GiB. The reserve grows

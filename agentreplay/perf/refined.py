@@ -21,7 +21,7 @@
   one-sequence prefill call of the same size (RTX 4090 and RTX PRO 6000 profiles, two or more sequences).
 - prefill attention in FlashAttention-2's tile form (:class:`PerfModel`, ``attn_prefill_tile_efficiency``)
   works here as in the plain roofline; calibration fits it for both where a serving engine's FlashAttention-2
-  prefill was profiled (validation/calibrate.py).
+  prefill was profiled (validation/calibration/calibrate.py).
 
 With every refinement at its default :class:`RefinedPerfModel` prices exactly like :class:`PerfModel`.
 """

@@ -12,7 +12,7 @@ with ``seqs`` the sequences scheduled in the step (prefill chunks + decodes). Th
 (:class:`agentreplay.perf.model.PerfModel`) prices it as its ``framework_overhead`` operator from the GPU
 catalogue's ``framework_overhead_ms`` and ``per_seq_overhead_us`` (``catalog/gpus.toml``); this module names the
 two parameters, computes the term, and swaps them into an :class:`~agentreplay.perf.catalog.Efficiency` so that
-``agentreplay calibrate --measured ... --calibration ...`` (:mod:`validation.e2e_fit`) can fit them end to end.
+``agentreplay calibrate --measured ... --calibration ...`` (:mod:`validation.e2e.fit`) can fit them end to end.
 A per-token term (input preparation scales with tokens too) and CUDA-graph padding to capture sizes are not in
 the form yet: the measured runs we have do not separate them from the per-sequence term.
 """

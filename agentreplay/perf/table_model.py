@@ -68,12 +68,12 @@ _IDX: Final = {op: i for i, op in enumerate(OPERATORS)}
 
 #: Token granularity of the GEMM reference shape of :class:`TablePerfModel` (CUTLASS / cuBLAS bf16 tensor-core
 #: kernels tile M in multiples of 64 rows for these shapes). Chosen by cross-validation inside the calibration
-#: cells among 1, 16, 32, 64 and 128 (validation/crossval.py table_cv: per calibration cell, a table from every
+#: cells among 1, 16, 32, 64 and 128 (validation/protocol/crossval.py table_cv: per calibration cell, a table from every
 #: other point scored on the GEMM points in between; scores in the validation report's constants list).
 #: History: first chosen by comparing candidates on validation points, which the protocol no longer allows.
 GEMM_TILE_TOKENS: Final = 64
 #: Prefill-attention rows of the grid interpolated linearly in the log of the fallback's time (True) instead of
-#: log tokens (False). Chosen by cross-validation inside the calibration cells (validation/crossval.py table_cv,
+#: log tokens (False). Chosen by cross-validation inside the calibration cells (validation/protocol/crossval.py table_cv,
 #: the prefill-attention grid points in between the table's rows and columns).
 ATTENTION_ROWS_IN_REFERENCE: Final = True
 

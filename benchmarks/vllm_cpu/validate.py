@@ -7,7 +7,7 @@ driver (closed loop, tool gaps scaled, token counts scaled); stop it. Fit one
 :class:`collectors.live.engine_profile_pricer.ProfilePricer` on all the session's profiles, simulate the cell with
 it and the engine's KV geometry and batching limits, once per repeat with that repeat's measured client path
 (HTTP, API server, driver) replayed before each turn, and judge the simulator against every repeat with
-:mod:`validation.live`'s protocol (tolerances from the engine's spread over the repeats and the pricer's
+:mod:`validation.e2e.live`'s protocol (tolerances from the engine's spread over the repeats and the pricer's
 leave-one-profile-out spread; logic figures tight). The same check is applied to the simulator with a wrong
 admission rule and a wrong queue order, which must fail it. See ``benchmarks/vllm_cpu/README.md``.
 

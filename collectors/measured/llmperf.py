@@ -21,7 +21,7 @@ requests per minute / 60, ``ttft_*``, ``itl_*``, ``e2e_*`` mean and p50/p90/p95/
 ``output_tokens_mean`` (measured means, not the requested 550/150), ``completed_requests``, ``concurrency``.
 ``config_json`` keeps every recorded distribution whole (``distributions``: min, max, p25..p99, mean, stddev of
 TTFT, ITL, E2E, per-request output throughput, input and output tokens), ``num_requests_started`` and
-``number_errors``, for the client reconstruction (:mod:`validation.llmperf_client`).
+``number_errors``, for the client reconstruction (:mod:`validation.e2e.llmperf_client`).
 
 Caveats (from the fork's ``token_benchmark_ray.py``; also in each cell's ``config_json``):
 
@@ -35,7 +35,7 @@ Caveats (from the fork's ``token_benchmark_ray.py``; also in each cell's ``confi
   summary keeps the **first 64 completions**, and the test time both throughputs divide by (completed / requests
   per second, ~15.8 s for RTX 3090 BF16, about twice the longest request) ends when the last thread's last
   request finishes, unrecorded re-sends included. The thread start times are not recorded (mean TTFTs of
-  0.05-0.5 s say the launch was staggered, not one burst); :mod:`validation.llmperf_client` reconstructs the
+  0.05-0.5 s say the launch was staggered, not one burst); :mod:`validation.e2e.llmperf_client` reconstructs the
   launch from ``test_span_s`` and the recorded distributions.
 - TP and the GPU count are not recorded; ``gpu_info`` names one GPU and an 8B model fits one, so ``tp = n_gpus
   = 1`` is assumed. The engine is a vLLM OpenAI endpoint (PROVENANCE), version not recorded.
@@ -246,7 +246,7 @@ class LLMPerfCollector:
             "num_requests_started": raw.get("results", {}).get("num_requests_started"),
             "number_errors": raw.get("results", {}).get("number_errors"),
             # the whole recorded distributions (min, max, p25..p99, mean, stddev): the client reconstruction
-            # (validation.llmperf_client) reads the E2E and TTFT quantile functions from them
+            # (validation.e2e.llmperf_client) reads the E2E and TTFT quantile functions from them
             "distributions": {
                 k: raw["results"][k] for k in _KEPT_DISTRIBUTIONS if isinstance(raw.get("results", {}).get(k), dict)
             },

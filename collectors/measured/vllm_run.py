@@ -46,7 +46,7 @@ Mapping (times in seconds, relative to the first arrival):
   plus the whole ``quant_config`` / ``speculative_config`` / ``lora_config`` / ``kv_transfer_config``
   (:data:`_RESOLVED_KEYS`), ``meta_file`` (the meta.json path, for error messages), ``meta_schema`` (which
   recorder variant: with or without ``kv_cache`` / ``resolved_config``) and the run's dataset, times and clock
-  facts. :mod:`validation.deployment` reads the deployment from it. A run with a deployment the simulator does
+  facts. :mod:`validation.e2e.deployment` reads the deployment from it. A run with a deployment the simulator does
   not model (data / expert / pipeline parallelism...) is still ingested: it is valid data, refused only when
   replayed.
 
@@ -117,7 +117,7 @@ _CACHE_KEYS = (
     "kv_cache_size_tokens",
     "sliding_window",
 )
-#: What the deployment (validation.deployment) needs from each block of ``resolved_config``; None = the whole block
+#: What the deployment (validation.e2e.deployment) needs from each block of ``resolved_config``; None = the whole block
 _RESOLVED_KEYS: dict[str, tuple[str, ...] | None] = {
     "parallel_config": (
         "tensor_parallel_size",

@@ -191,7 +191,7 @@ def validation_digest() -> dict[str, Any]:
     """Digests of the validation computations that take seconds, not minutes (needs ``../shared``): the component
     error rows of every profile cell (``validation.validate.component_rows``: the performance model against the
     measured operators, layers, Splitwise iterations and all-reduce curves) and the RTX 4090 vLLM run replayed
-    with each end-to-end pricer (``validation.e2e_vllm.vllm_run``). The whole report is compared by regenerating
+    with each end-to-end pricer (``validation.e2e.vllm.vllm_run``). The whole report is compared by regenerating
     ``reports/validation`` (``agentreplay validate --out reports/validation``) and diffing it."""
     from validation.calibration import calibrate as K
     from validation.catalog import PACKAGED

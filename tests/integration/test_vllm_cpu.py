@@ -6,7 +6,7 @@ first time). Without it the test is skipped; without ``-m integration`` too (tes
 Runs ``benchmarks/vllm_cpu/validate.py``'s ``ci`` cell (first 8 SWE-bench Verified programs, tokens x 0.05, tool
 gaps x 0.05, closed loop x6, 80 KV blocks of 32 tokens: KV-bound, so requests queue and some are preempted) in one
 engine session: per repeat, reset the prefix cache, profile the engine, reset, drive the cell; then simulate each
-repeat with the pricer fitted on its own profile, and apply the protocol of :mod:`validation.live` (tolerances from
+repeat with the pricer fitted on its own profile, and apply the protocol of :mod:`validation.e2e.live` (tolerances from
 the engine's spread over the repeats; the constants and the measured numbers they come from are documented there
 and in benchmarks/vllm_cpu/README.md §5):
 
