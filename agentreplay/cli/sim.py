@@ -11,120 +11,7 @@ from rich.table import Table
 
 from agentreplay.cli import options as o
 from agentreplay.cli.app import app, console, fail, print_json, show
-
-
-def build_config(config: Path | None, overrides: dict[str, dict[str, Any]], preset: str | None = None) -> Any:
-    """The TOML file (or defaults), then the preset, then the command-line options that were given; the pricer
-    resolved last (``--perf``, else the file's ``[hardware] perf``, else ``auto``: :mod:`agentreplay.cli.pricer`)."""
-    from agentreplay.cli.pricer import resolve
-    from agentreplay.policy.presets import apply_preset
-    from agentreplay.sim.config import ConfigError, SimConfig, load
-
-    requested = (overrides.get("hardware") or {}).get("perf")
-    try:
-        cfg = load(config) if config else SimConfig()
-        if preset:
-            cfg = apply_preset(cfg, preset)
-        sections = {
-            k: {f: v for f, v in fields.items() if v is not None and (k, f, v) != ("hardware", "perf", "auto")}
-            for k, fields in overrides.items()
-            if k != "seed"
-        }
-        cfg = cfg.replace(**{k: v for k, v in sections.items() if v})
-        if overrides.get("seed") is not None:
-            cfg = cfg.replace(seed=overrides["seed"])
-        cfg, _ = resolve(cfg, requested, config)
-    except (ConfigError, ValueError) as exc:
-        raise fail(str(exc)) from None
-    return cfg
-
-
-def common_overrides(
-    gpu: str | None,
-    model: str | None,
-    dtype: str | None,
-    tp: int | None,
-    instances: int | None,
-    router: str | None,
-    arrival: str | None,
-    concurrency: int | None,
-    rate: float | None,
-    max_programs: int | None,
-    tools: str | None,
-    tool_scale: float | None,
-    tool_fixed: float | None,
-    tool_model: Path | None,
-    num_gpu_blocks: int | None,
-    max_num_seqs: int | None,
-    max_num_batched_tokens: int | None,
-    queue: str | None,
-    victim: str | None,
-    retention: str | None,
-    ttl: float | None,
-    dram_gib: float | None,
-    cxl_gib: float | None,
-    inter_instance_gbps: float | None,
-    decision_log: bool | None,
-    seed: int | None,
-    groups: list[str] | None = None,
-    perf: str | None = None,
-    mixed_attention: str | None = None,
-    *,
-    max_model_len: int | None = None,
-    kv_cache_dtype: str | None = None,
-    enforce_eager: bool | None = None,
-    deployment_kernels: bool | None = None,
-    dp: int | None = None,
-    ep: bool | None = None,
-    all2all_backend: str | None = None,
-    admission: str | None = None,
-) -> dict[str, Any]:
-    if tool_model is not None and tools is None:
-        tools = "generative"
-    if dp is not None and dp > 1 and router is None:
-        router = "vllm-dp"  # vLLM's own front end balances its DP ranks
-    return {
-        "hardware": {
-            "gpu": gpu,
-            "model": model,
-            "dtype": dtype,
-            "tp": tp,
-            "instances": instances,
-            "groups": tuple(groups) if groups else None,
-            "perf": perf,
-            "mixed_attention": mixed_attention,
-            "kv_cache_dtype": kv_cache_dtype,
-            "enforce_eager": enforce_eager,
-            "deployment_kernels": deployment_kernels,
-            "dp": dp,
-            "ep": ep,
-            "all2all_backend": all2all_backend,
-        },
-        "router": {"policy": router, "inter_instance_gbps": inter_instance_gbps},
-        "workload": {"arrival": arrival, "concurrency": concurrency, "rate_per_s": rate, "max_programs": max_programs},
-        "tools": {
-            "mode": tools,
-            "scale": tool_scale,
-            "fixed_s": tool_fixed,
-            "model_path": str(tool_model) if tool_model else None,
-        },
-        "cache": {"num_gpu_blocks": num_gpu_blocks},
-        "scheduler": {
-            "max_num_seqs": max_num_seqs,
-            "max_num_batched_tokens": max_num_batched_tokens,
-            "max_model_len": max_model_len,
-        },
-        "policy": {
-            "queue": queue,
-            "victim": victim,
-            "retention": retention,
-            "ttl_s": ttl,
-            "decision_log": decision_log,
-        },
-        "tiers": {"dram_gib": dram_gib, "cxl_gib": cxl_gib},
-        "admission": {"policy": admission},
-        "seed": seed,
-    }
+from agentreplay.cli.config_build import build_config, common_overrides
 
 
 def cluster_lines(s: dict[str, Any], plans: list[Any] | None = None) -> list[str]:
@@ -253,7 +140,7 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary", plans: l
             "affinity breaks / KV bytes moved", f"{s['affinity_breaks']:,} / {s['bytes_moved_total'] / 1e9:,.1f} GB"
         )
     d = s.get("disagg")
-    if d is not None:  # (agentreplay.sim.disagg)
+    if d is not None:  # (agentreplay.features.disagg)
         table.add_row(
             "disaggregated prefill / decode",
             f"{d['prefill_instances']}P + {d['decode_instances']}D, session home {d['session_home']}; KV moved "
@@ -262,7 +149,7 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary", plans: l
             f"prefill {d['utilisation']['prefill']:.0%}, decode {d['utilisation']['decode']:.0%}",
         )
     fo = s.get("failover")
-    if fo is not None:  # (agentreplay.sim.failover)
+    if fo is not None:  # (agentreplay.features.failover)
         kinds = [e["event"] for e in fo["events"]]
         table.add_row(
             "replica failures",
@@ -276,35 +163,12 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary", plans: l
     show(table)
 
 
-def error_band_dict(summary: dict[str, Any], source: str) -> dict[str, Any]:
-    """The headline figures' error bands (:mod:`agentreplay.bands`) as summary.json data; {} for 'none'."""
-    from agentreplay.bands import bands_for, load_residuals
-
-    if source == "none":
-        return {}
-    res = load_residuals(None if source == "packaged" else source)
-    return {
-        k: {
-            "mape_pct": round(b.mape_pct, 2),
-            "mean_signed_pct": round(b.mean_signed_pct, 2),
-            "n_cells": b.n_cells,
-            "level": b.level,
-            "text": b.text() if b.comparable else f"no comparable cell; nearest {b.error_text()}",
-            "cells": b.named(),
-            "comparable": b.comparable,
-        }
-        for k, b in bands_for(summary, res).items()
-    }
-
-
-def findings(result: Any, workload: Any) -> list[dict[str, Any]]:
-    """Saturation / reuse findings of a run (:mod:`agentreplay.sim.diagnose`), as dicts for summary.json;
-    ``workload``: the trace as compiled (:class:`agentreplay.sim.workload.Workload`)."""
-    from agentreplay.sim.diagnose import diagnose, reusable_tokens
-
-    turns = result.columns("turns")
-    reusable = reusable_tokens(workload.trace_turns(), turns, result.config.workload.reuse_scale)
-    return [f.as_dict() for f in diagnose(result.summary, turns, reusable)]
+def note_pricer(summary: dict[str, Any], note: Any) -> None:
+    """Which pricer ran, and why (:func:`agentreplay.cli.pricer.resolve`), as the summary's ``pricer``: listed before
+    the notes every run's summary ends with (``findings``, ``error_bands``: :mod:`agentreplay.sim.collect`)."""
+    tail = {k: summary.pop(k) for k in ("findings", "error_bands") if k in summary}
+    summary["pricer"] = note
+    summary.update(tail)
 
 
 @app.command(epilog=o.config_sections())
@@ -447,7 +311,7 @@ def simulate(
         with staged(out, "simulate") as tmp:
             stream_to = tmp if stream else None
             if quiet or as_json:
-                result = run_simulate(tr, cfg, stream_to=stream_to)
+                result = run_simulate(tr, cfg, stream_to=stream_to, error_bands=error_bands)
             else:
                 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -465,11 +329,9 @@ def simulate(
                         cfg,
                         progress=lambda done, total: bar.update(task, completed=done, total=total),
                         stream_to=stream_to,
+                        error_bands=error_bands,
                     )
-            result.summary["pricer"] = resolve_pricer(cfg, perf, config)[1]  # which pricer ran, and why
-            if not stream:  # (the findings read every turn)
-                result.summary["findings"] = findings(result, tr)
-            result.summary["error_bands"] = error_band_dict(result.summary, error_bands)
+            note_pricer(result.summary, resolve_pricer(cfg, perf, config)[1])
             written = [path.name for path in result.write(tmp).values()]
     except (CapacityError, OutputDirError, ValueError, OSError) as exc:
         raise fail(str(exc)) from None

@@ -16,7 +16,11 @@ def __getattr__(name: str) -> Any:
         from agentreplay.sim.config import SimConfig
 
         return SimConfig
-    if name in ("CapacityError", "SimResult", "simulate"):
+    if name == "SimResult":
+        from agentreplay.sim.result import SimResult
+
+        return SimResult
+    if name in ("CapacityError", "simulate"):
         from agentreplay.sim import run
 
         return getattr(run, name)

@@ -1,7 +1,10 @@
 """Simulation configuration: one frozen dataclass per component under :class:`SimConfig`, loadable from TOML.
 
-Every value is checked when the config is built; a bad value fails with the section, field, value and the
-allowed range. Defaults follow vLLM v1 where it has one (cited per field).
+The core sections (hardware, cache, scheduler, workload, tools, router, policy, tiers, metrics) are defined here;
+the optional features' sections (``[disagg]``, ``[failures]``, ...) in their folders, listed by
+:class:`agentreplay.features.registry.FeatureSections`, which gives :class:`SimConfig` one field per section. Every
+value is checked when the config is built (:mod:`agentreplay.sim.config_checks`); a bad value fails with the
+section, field, value and the allowed range. Defaults follow vLLM v1 where it has one (cited per field).
 """
 
 from __future__ import annotations
@@ -9,55 +12,31 @@ from __future__ import annotations
 import dataclasses
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from agentreplay.features.registry import section_types
 from agentreplay.kv.retention import RETENTIONS
-from agentreplay.policy.registry import ParamError, Registry, close_names, did_you_mean
+from agentreplay.policy.registry import ParamError, close_names
 from agentreplay.router.policies import ROUTERS, LoadMetric
 from agentreplay.scheduler.queue import QUEUE_ORDERS
 from agentreplay.scheduler.victim import VICTIMS
-from agentreplay.sim.admission_config import AdmissionConfig, ClassConfig
-from agentreplay.sim.disagg_config import DisaggConfig
+from agentreplay.sim.config_checks import (
+    All2AllName,
+    Arrival,
+    CudagraphMode,
+    Dtype,
+    KvCacheDtype,
+    MixedAttention,
+    PerfName,
+    ToolMode,
+    check,
+    check_hardware,
+    check_literal,
+    check_policy,
+)
 from agentreplay.sim.errors import ConfigError
-from agentreplay.sim.failures import FailureConfig
-from agentreplay.sim.footprint import FootprintConfig
-from agentreplay.sim.speculative import SpeculativeConfig
-from agentreplay.sim.thinking import ThinkingConfig
-
-Arrival = Literal["closed", "poisson", "trace"]
-ToolMode = Literal["replay", "fixed", "scale", "generative"]
-Dtype = Literal["bf16", "fp8"]
-PerfName = Literal["roofline", "refined", "table"]
-#: vLLM ``--kv-cache-dtype`` (``CacheConfig.cache_dtype``, vllm/config/cache.py): "auto" = the activation dtype
-KvCacheDtype = Literal["auto", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2"]
-CudagraphMode = Literal["FULL_AND_PIECEWISE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "NONE"]
-MixedAttention = Literal["apart", "one_kernel"]
-All2AllName = Literal[
-    "allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency", "flashinfer_nvlink_two_sided"
-]
-
-
-def _check(cond: bool, section: str, name: str, value: Any, allowed: str) -> None:
-    if not cond:
-        raise ConfigError(f"[{section}] {name} = {value!r} is invalid: {allowed}")
-
-
-def _literal(section: str, name: str, value: Any, lit: Any) -> None:
-    names = get_args(lit)
-    _check(value in names, section, name, value, f"one of {list(names)}{did_you_mean(value, names)}")
-
-
-def _policy(section: str, name: str, value: Any, registry: Registry[Any], params_from: Any) -> None:
-    """``value`` names a policy of ``registry``; every policy's parameters build from ``params_from`` (the
-    section: each parameter dataclass validates its own fields)."""
-    names = registry.names()
-    _check(value in registry, section, name, value, f"one of {list(names)}{did_you_mean(value, names)}")
-    try:
-        registry.check(params_from)
-    except ParamError as exc:
-        raise ConfigError(f"[{section}] {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +76,7 @@ class HardwareConfig:
     instances: int = 1  #: number of instances (data-parallel replicas)
     groups: tuple[str, ...] = ()  #: heterogeneous cluster; overrides gpu / tp / instances when set
     #: vLLM ``--data-parallel-size``: engines (DP ranks) of one deployment, each ``tp`` GPUs with its own scheduler
-    #: and KV cache. A MoE model's ranks step in lockstep (agentreplay.sim.dp); a dense model's are independent.
+    #: and KV cache. A MoE model's ranks step in lockstep (agentreplay.features.dp); a dense model's are independent.
     #: Requests reach the ranks through the router: ``vllm-dp`` is vLLM's own balancer (any other policy stands
     #: for an external load balancer, vLLM ``--data-parallel-external-lb``).
     dp: int = 1
@@ -107,88 +86,9 @@ class HardwareConfig:
     all2all_backend: All2AllName = "allgather_reducescatter"
 
     def __post_init__(self) -> None:
-        _literal("hardware", "dtype", self.dtype, Dtype)
-        _literal("hardware", "kv_cache_dtype", self.kv_cache_dtype, KvCacheDtype)
-        _check(isinstance(self.enforce_eager, bool), "hardware", "enforce_eager", self.enforce_eager, "true or false")
-        _literal("hardware", "cudagraph_mode", self.cudagraph_mode, CudagraphMode)
-        _check(
-            isinstance(self.disable_custom_all_reduce, bool),
-            "hardware",
-            "disable_custom_all_reduce",
-            self.disable_custom_all_reduce,
-            "true or false",
-        )
         object.__setattr__(self, "cudagraph_capture_sizes", tuple(self.cudagraph_capture_sizes))
-        _check(
-            all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in self.cudagraph_capture_sizes),
-            "hardware",
-            "cudagraph_capture_sizes",
-            list(self.cudagraph_capture_sizes),
-            "integers >= 1",
-        )
-        _check(
-            isinstance(self.deployment_kernels, bool),
-            "hardware",
-            "deployment_kernels",
-            self.deployment_kernels,
-            "true or false",
-        )
-        for name, unset in (
-            ("cudagraph_mode", "FULL_AND_PIECEWISE"),
-            ("cudagraph_capture_sizes", ()),
-            ("disable_custom_all_reduce", False),
-        ):
-            value = getattr(self, name)
-            _check(
-                self.deployment_kernels or value == unset,
-                "hardware",
-                name,
-                list(value) if isinstance(value, tuple) else value,
-                "its default unless deployment_kernels = true (without it no batch is padded and every TP "
-                "all-reduce is NCCL's ring)",
-            )
-        _literal("hardware", "perf", self.perf, PerfName)
-        _literal("hardware", "mixed_attention", self.mixed_attention, MixedAttention)
-        _check(self.tp in (1, 2, 4, 8, 16), "hardware", "tp", self.tp, "1, 2, 4, 8 or 16")
-        _check(
-            isinstance(self.instances, int) and 1 <= self.instances <= 4096,
-            "hardware",
-            "instances",
-            self.instances,
-            "an integer in [1, 4096]",
-        )
-        _check(isinstance(self.dp, int) and 1 <= self.dp <= 64, "hardware", "dp", self.dp, "an integer in [1, 64]")
-        _check(isinstance(self.ep, bool), "hardware", "ep", self.ep, "true or false")
-        _literal("hardware", "all2all_backend", self.all2all_backend, All2AllName)
-        _check(
-            self.dp == 1 or (self.instances == 1 and not self.groups),
-            "hardware",
-            "dp",
-            self.dp,
-            "dp > 1 describes one deployment: use it with instances = 1 and no groups",
-        )
-        _check(
-            not self.ep or self.dp > 1,
-            "hardware",
-            "ep",
-            self.ep,
-            "expert parallelism is modelled with dp >= 2 "
-            "(vLLM --data-parallel-size); EP over the TP group alone is not",
-        )
         object.__setattr__(self, "groups", tuple(self.groups))
-        for g in self.groups:
-            parts = str(g).split(":")
-            ok = (
-                len(parts) in (3, 4)
-                and parts[1].isdigit()
-                and int(parts[1]) in (1, 2, 4, 8, 16)
-                and parts[2].isdigit()
-                and int(parts[2]) >= 1
-                and (len(parts) == 3 or parts[3] in get_args(Dtype))
-            )
-            _check(
-                ok, "hardware", "groups", g, "entries 'GPU:TP:COUNT[:DTYPE]' with TP in 1, 2, 4, 8, 16 and COUNT >= 1"
-            )
+        check_hardware(self)
 
     def instance_specs(self) -> list[tuple[str, int, str]]:
         """``(gpu, tp, dtype)`` of every instance, in index order."""
@@ -212,21 +112,21 @@ class CacheConfig:
     enable_prefix_caching: bool = True  #: vLLM v1 default
 
     def __post_init__(self) -> None:
-        _check(
+        check(
             self.block_size in (1, 8, 16, 32, 64, 128),
             "cache",
             "block_size",
             self.block_size,
             "one of 1, 8, 16, 32, 64, 128",
         )
-        _check(
+        check(
             0.0 < self.gpu_memory_utilization <= 1.0,
             "cache",
             "gpu_memory_utilization",
             self.gpu_memory_utilization,
             "in (0, 1]",
         )
-        _check(
+        check(
             self.num_gpu_blocks is None or self.num_gpu_blocks >= 1,
             "cache",
             "num_gpu_blocks",
@@ -259,21 +159,21 @@ class SchedulerConfig:
     max_model_len: int | None = None
 
     def __post_init__(self) -> None:
-        _check(
+        check(
             self.max_model_len is None or self.max_model_len >= 2,
             "scheduler",
             "max_model_len",
             self.max_model_len,
             ">= 2 tokens or unset",
         )
-        _check(
+        check(
             self.max_num_seqs is None or self.max_num_seqs >= 1,
             "scheduler",
             "max_num_seqs",
             self.max_num_seqs,
             ">= 1 or unset",
         )
-        _check(
+        check(
             self.max_num_batched_tokens is None or self.max_num_batched_tokens >= 1,
             "scheduler",
             "max_num_batched_tokens",
@@ -302,17 +202,17 @@ class WorkloadConfig:
     reuse_scale: float = 1.0  #: counterfactual: each turn reuses this fraction of what the trace says it reuses
 
     def __post_init__(self) -> None:
-        _literal("workload", "arrival", self.arrival, Arrival)
-        _check(self.concurrency >= 1, "workload", "concurrency", self.concurrency, ">= 1")
-        _check(self.rate_per_s > 0, "workload", "rate_per_s", self.rate_per_s, "> 0")
-        _check(
+        check_literal("workload", "arrival", self.arrival, Arrival)
+        check(self.concurrency >= 1, "workload", "concurrency", self.concurrency, ">= 1")
+        check(self.rate_per_s > 0, "workload", "rate_per_s", self.rate_per_s, "> 0")
+        check(
             self.max_programs is None or self.max_programs >= 1,
             "workload",
             "max_programs",
             self.max_programs,
             ">= 1 or unset",
         )
-        _check(0.0 <= self.reuse_scale <= 1.0, "workload", "reuse_scale", self.reuse_scale, "in [0, 1]")
+        check(0.0 <= self.reuse_scale <= 1.0, "workload", "reuse_scale", self.reuse_scale, "in [0, 1]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,10 +228,10 @@ class ToolConfig:
     class_scale: dict[str, float] | None = None  #: per-class multipliers in generative mode, e.g. {test = 2.0}
 
     def __post_init__(self) -> None:
-        _literal("tools", "mode", self.mode, ToolMode)
-        _check(self.fixed_s >= 0, "tools", "fixed_s", self.fixed_s, ">= 0")
-        _check(self.scale >= 0, "tools", "scale", self.scale, ">= 0")
-        _check(
+        check_literal("tools", "mode", self.mode, ToolMode)
+        check(self.fixed_s >= 0, "tools", "fixed_s", self.fixed_s, ">= 0")
+        check(self.scale >= 0, "tools", "scale", self.scale, ">= 0")
+        check(
             self.mode != "generative" or bool(self.model_path),
             "tools",
             "model_path",
@@ -339,7 +239,7 @@ class ToolConfig:
             "a tool-model JSON path when mode = 'generative'",
         )
         for cls, k in (self.class_scale or {}).items():
-            _check(isinstance(k, int | float) and k >= 0, "tools", f"class_scale.{cls}", k, ">= 0")
+            check(isinstance(k, int | float) and k >= 0, "tools", f"class_scale.{cls}", k, ">= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,7 +264,7 @@ class RouterConfig:
     autellix_long_tokens: int = 2048  #: autellix: new (uncached) prompt tokens above which a call goes home
 
     def __post_init__(self) -> None:
-        _policy("router", "policy", self.policy, ROUTERS, self)
+        check_policy("router", "policy", self.policy, ROUTERS, self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,9 +296,9 @@ class PolicyConfig:
             object.__setattr__(self, "plas_quanta_tokens", tuple(self.plas_quanta_tokens))
         if isinstance(self.priority_order, list):  # a TOML array
             object.__setattr__(self, "priority_order", tuple(self.priority_order))
-        _policy("policy", "queue", self.queue, QUEUE_ORDERS, self)
-        _policy("policy", "victim", self.victim, VICTIMS, self)
-        _policy("policy", "retention", self.retention, RETENTIONS, self)
+        check_policy("policy", "queue", self.queue, QUEUE_ORDERS, self)
+        check_policy("policy", "victim", self.victim, VICTIMS, self)
+        check_policy("policy", "retention", self.retention, RETENTIONS, self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,9 +317,9 @@ class TierConfig:
 
     def __post_init__(self) -> None:
         for name in ("dram_gib", "cxl_gib", "dram_latency_us", "cxl_latency_us"):
-            _check(getattr(self, name) >= 0, "tiers", name, getattr(self, name), ">= 0")
+            check(getattr(self, name) >= 0, "tiers", name, getattr(self, name), ">= 0")
         for name in ("dram_gbps", "cxl_gbps"):
-            _check(getattr(self, name) > 0, "tiers", name, getattr(self, name), "> 0")
+            check(getattr(self, name) > 0, "tiers", name, getattr(self, name), "> 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,11 +327,13 @@ class MetricsConfig:
     timeseries_interval_s: float = 1.0  #: minimum simulated time between instance time-series samples
 
     def __post_init__(self) -> None:
-        _check(self.timeseries_interval_s > 0, "metrics", "timeseries_interval_s", self.timeseries_interval_s, "> 0")
+        check(self.timeseries_interval_s > 0, "metrics", "timeseries_interval_s", self.timeseries_interval_s, "> 0")
 
 
 @dataclass(frozen=True, slots=True)
-class SimConfig:
+class CoreConfig:
+    """The core sections of a :class:`SimConfig` (the features' sections and ``seed`` follow them)."""
+
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
@@ -441,14 +343,6 @@ class SimConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     tiers: TierConfig = field(default_factory=TierConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    disagg: DisaggConfig = field(default_factory=DisaggConfig)
-    footprint: FootprintConfig = field(default_factory=FootprintConfig)
-    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
-    classes: ClassConfig = field(default_factory=ClassConfig)
-    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
-    thinking: ThinkingConfig = field(default_factory=ThinkingConfig)
-    failures: FailureConfig = field(default_factory=FailureConfig)
-    seed: int = 0
 
     def replace(self, **sections: dict[str, Any]) -> SimConfig:
         """A copy with some fields of some sections replaced: ``cfg.replace(hardware={"tp": 4})``."""
@@ -459,10 +353,33 @@ class SimConfig:
                 continue
             current = getattr(self, name)
             updates[name] = _build(type(current), name, {**dataclasses.asdict(current), **changes})
-        return dataclasses.replace(self, **updates)
+        return dataclasses.replace(self, **updates)  # type: ignore[return-value]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+# SimConfig: CoreConfig's sections, then one field per feature section (agentreplay.features.registry), then the
+# seed. Built from the registry at import; mypy reads the declaration below, where FeatureSections types each
+# feature section (its annotations name classes it imports for mypy only, so the runtime class leaves it out).
+if TYPE_CHECKING:
+    from agentreplay.features.registry import FeatureSections
+
+    @dataclass(frozen=True, slots=True)
+    class SimConfig(CoreConfig, FeatureSections):
+        """The whole configuration: the core sections, one field per feature section, and the run's seed."""
+
+        seed: int = 0
+
+else:
+    SimConfig = make_dataclass(
+        "SimConfig",
+        [*((name, cls, field(default_factory=cls)) for name, cls in section_types().items()), ("seed", int, 0)],
+        bases=(CoreConfig,),
+        namespace={"__module__": __name__, "__doc__": "The whole configuration (see the module docstring)."},
+        frozen=True,
+        slots=True,
+    )
 
 
 def _unknown(what: str, names: set[str], known: set[str]) -> str:
@@ -508,7 +425,7 @@ def from_dict(data: dict[str, Any]) -> SimConfig:
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         if name == "seed":
-            _check(isinstance(value, int) and value >= 0, "root", "seed", value, "a non-negative integer")
+            check(isinstance(value, int) and value >= 0, "root", "seed", value, "a non-negative integer")
             kwargs["seed"] = value
         else:
             if not isinstance(value, dict):

@@ -46,7 +46,7 @@ def reusable_tokens(trace_turns: Any, sim_turns: Any, reuse_scale: float = 1.0) 
     """Prompt tokens of the simulated turns that the trace says extend the previous turn's context.
 
     Both tables are anything whose ``[column]`` gives an array (DataFrames, or the column dicts of
-    :meth:`agentreplay.sim.run.SimResult.columns` and :meth:`agentreplay.sim.workload.Workload.trace_turns`):
+    :meth:`agentreplay.sim.result.SimResult.columns` and :meth:`agentreplay.sim.workload.Workload.trace_turns`):
     ``program_id``, ``turn_idx`` and ``reused_tokens`` of the trace, ``program_id``, ``turn_idx`` and
     ``input_tokens`` of the run. A simulated turn the trace lacks counts 0."""
     reused = dict(

@@ -1,5 +1,5 @@
-"""The configuration error type, apart so that configuration sections defined in their own modules
-(:mod:`agentreplay.sim.admission_config`) raise it without importing :mod:`agentreplay.sim.config`."""
+"""The configuration error type, apart so that configuration sections defined in their own modules (the features'
+sections, e.g. :mod:`agentreplay.features.classes.config`) raise it without importing :mod:`agentreplay.sim.config`."""
 
 from __future__ import annotations
 

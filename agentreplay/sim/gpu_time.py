@@ -13,7 +13,7 @@ same share ``dt * G / T`` each step, so the cohort keeps their running sum ``gpu
 (nothing else in the batch) adds ``(t_k - t_0) * G / n``: the closed form of its per-step shares. Prefill chunks
 and decodes outside the cohort are charged directly, O(items) per step, as the step itself already costs.
 
-Lockstep DP groups (:mod:`agentreplay.sim.dp`): each rank that scheduled work is charged its own tokens of the
+Lockstep DP groups (:mod:`agentreplay.features.dp`): each rank that scheduled work is charged its own tokens of the
 group step over the group step's duration; a rank running vLLM's dummy batch is idle here (no request to charge,
 and it counts no busy time either).
 

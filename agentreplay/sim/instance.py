@@ -139,7 +139,7 @@ class Instance(InstanceView):
         self._plan: StepPlan | None = None
         self._run: _Run | None = None
         self._t_start = 0.0
-        #: the DP group this instance steps in lockstep with (agentreplay.sim.dp.LockstepGroup), or None: the
+        #: the DP group this instance steps in lockstep with (features.dp.lockstep.LockstepGroup), or None: the
         #: group then schedules and prices every step, and this instance only plans and applies its part
         self.lockstep: Any = None
         self.up = True  #: takes new calls (InstanceView; False while down or draining)
@@ -231,7 +231,7 @@ class Instance(InstanceView):
         self._done = self.engine.at(now + dt, PHASE_COMPLETE, self._complete)
 
     def begin_lockstep(self) -> tuple[list[tuple[int, int, bool]], list[int]] | None:
-        """Lockstep hook (:mod:`agentreplay.sim.dp`): run the scheduler for this rank's part of a group step and
+        """Lockstep hook (:mod:`agentreplay.features.dp`): run the scheduler for this rank's part of a group step and
         return its batch (prefill items, decode contexts), or None when it scheduled nothing (the rank then runs
         vLLM's dummy batch). The group prices the step and calls :meth:`complete_lockstep` when it ends."""
         if self._busy:
@@ -347,7 +347,7 @@ class Instance(InstanceView):
         self.pool.check(held_by_requests=expected)
 
     def reset(self, scheduler: Scheduler) -> list[Request]:
-        """Failover hook (:mod:`agentreplay.sim.failover`): the instance lost its GPU. The step in flight is
+        """Failover hook (:mod:`agentreplay.features.failover`): the instance lost its GPU. The step in flight is
         abandoned; the running and waiting requests are returned (with their computed / generated tokens as of
         the last step completed by now) for the caller to re-submit elsewhere; the instance goes on with ``scheduler``,
         a fresh one over an empty KV stack (HBM, pins, host tiers lost). The old stack's pending callbacks (KV

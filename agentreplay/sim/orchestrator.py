@@ -10,7 +10,7 @@ trace's ``arrival_s``, shifted so the first program arrives at 0).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from agentreplay.sim.instance import Instance
 from agentreplay.sim.metrics import Recorder
 from agentreplay.sim.tools import ToolModel
 from agentreplay.sim.workload import Workload
+
+#: a placement hook's answer (:meth:`Orchestrator.install`): hold the call until an instance can take it
+HOLD: Final = -2
 
 
 class Orchestrator:
@@ -84,8 +87,12 @@ class Orchestrator:
         self.affinity_breaks = 0
         #: the segment a request names until it is routed (the router reads only its tokens and program)
         self._unrouted = Segment(("unrouted",), 0, 0)
-        #: called with each routed call before it is submitted (disaggregated prefill: agentreplay.sim.disagg)
-        self.on_route: Callable[[Request], None] | None = None
+        #: the mechanisms' hooks (:meth:`install`; agentreplay.features.mechanism.Hooks), in registry order: each
+        #: routed call before it is submitted (disaggregated prefill); a call's placement before it is routed, -1 =
+        #: the router picks (failover); each finished call (failover). Empty unless a mechanism is on: no call then
+        self._on_route: tuple[Callable[[Request], None], ...] = ()
+        self._place: tuple[Callable[[Request, tuple[int, ...] | None], int], ...] = ()
+        self._on_turn_done: tuple[Callable[[Request], None], ...] = ()
         #: fan-out joins (:mod:`agentreplay.sim.dag`); None for independent programs (no per-call work then)
         self.fan: FanOut | None = None
         self._roots: list[int] = list(range(workload.n_programs))
@@ -94,8 +101,16 @@ class Orchestrator:
                 workload.dag, engine, self._arrive, self._release, workload.turn_start, workload.prefix_tokens
             )
             self._roots = self.fan.roots
-        #: replica failures and drains (agentreplay.sim.failover.Failover), None when off: no call per turn
-        self.failover: Any = None
+
+    def install(
+        self,
+        on_route: tuple[Callable[[Request], None], ...],
+        place: tuple[Callable[[Request, tuple[int, ...] | None], int], ...],
+        on_turn_done: tuple[Callable[[Request], None], ...],
+    ) -> None:
+        """The mechanisms' hooks, before :meth:`start` (agentreplay.sim.build: built once the mechanisms, which may
+        need this orchestrator, are attached)."""
+        self._on_route, self._place, self._on_turn_done = on_route, place, on_turn_done
 
     def start(self) -> None:
         roots = self._roots
@@ -238,10 +253,13 @@ class Orchestrator:
         now = self.engine.now
         info = r.info
         p = r.program
-        fo = self.failover
-        i: int = -1 if fo is None else fo.place(r, ids)  # -2: held (no instance up); >= 0: placed after a failure
+        i = -1
+        for place in self._place:  # (failover: HOLD when no instance is up; >= 0: placed after a failure)
+            i = place(r, ids)
+            if i != -1:
+                break
         if i < 0:
-            if i == -2:
+            if i == HOLD:
                 return
             i = self.router.pick(r, self.instances, now)
         if info.home >= 0 and i != info.home:
@@ -268,8 +286,8 @@ class Orchestrator:
             r.chain, r.prog, r.base = self.fan.segments(inst.pool, p, self.bs, self.w.prefix_ids[p])
         else:
             r.pfx, r.prog, r.base = self._segments(inst, p)
-        if self.on_route is not None:
-            self.on_route(r)
+        for hook in self._on_route:
+            hook(r)
         inst.submit(r)
 
     def _offer_deferred(self) -> None:
@@ -288,8 +306,8 @@ class Orchestrator:
     def on_turn_done(self, r: Request) -> None:
         if self._gated:
             self.admission.finished(r, self.engine.now)
-        if self.failover is not None:
-            self.failover.on_turn_done(r)
+        for hook in self._on_turn_done:
+            hook(r)
         if self.deferred:
             self._offer_deferred()
         self.rec.record_turn(r)

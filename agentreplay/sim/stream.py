@@ -143,6 +143,11 @@ class ResultStream:
         self.closed = False
 
     # ---- the recorder's calls (it writes each finished turn's row into the buffer itself) --------------------
+    def bind(self, infos: list[Any], pools: list[Any], home_pools: bool) -> None:
+        """The run's kernel, once built (:mod:`agentreplay.sim.build`): the orchestrator's ``infos``, the
+        instances' pools and whether a program's history is only in its home pools (:attr:`home_pools`)."""
+        self.infos, self.pools, self.home_pools = infos, pools, home_pools
+
     def program_arrived(self, p: int, now: float) -> None:
         self.live_rows[p] = []
         self._arrival[p] = now

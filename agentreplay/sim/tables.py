@@ -1,8 +1,8 @@
-"""The run's output tables as NumPy columns and Arrow tables, built without pandas (issue 17, item 14: importing
-pandas is most of a small ``simulate``'s wall time).
+"""The run's output tables as NumPy columns and Arrow tables, built without pandas (importing pandas is most of a
+small ``simulate``'s start-up).
 
 The columns are those of :meth:`agentreplay.sim.metrics.Recorder.turns_frame`, ``programs_frame`` and
-``instances_frame`` (which :class:`agentreplay.sim.run.SimResult` still uses for its DataFrames), value for
+``instances_frame`` (which :class:`agentreplay.sim.result.SimResult` still uses for its DataFrames), value for
 value and type for type, and the Arrow tables are those ``pyarrow.Table.from_pandas(frame,
 preserve_index=False)`` gives for those frames, schema metadata included, so the Parquet files are the same
 bytes. ``tests/sim/test_tables.py`` holds both to that. The Arrow arrays are built from buffers:
@@ -113,7 +113,7 @@ def program_columns(rec: Any, turns: Columns, migrations: list[int]) -> Columns:
 
 def instance_columns(rec: Any) -> Columns | None:
     """:meth:`Recorder.instances_frame`'s columns; None without samples (pandas gives that frame object
-    columns: :class:`~agentreplay.sim.run.SimResult` then takes the pandas path)."""
+    columns: :class:`~agentreplay.sim.result.SimResult` then takes the pandas path)."""
     if not rec.samples:
         return None
     names = ("time_s", "instance", "kv_used_blocks", "kv_total_blocks", "running", "waiting")

@@ -37,7 +37,7 @@ class Workload:
     seg_bounds: np.ndarray | None = None  #: int64 [n_segments, 2]: (start, end) token of each chain segment
     dag: Dag | None = None  #: fan-out links (:mod:`.dag`); None for a workload of independent programs
     #: float64 [n_turns]: the trace's reasoning tokens per turn (part of output_tokens), NaN where not recorded;
-    #: None when unknown altogether (read by the thinking budget, agentreplay.sim.thinking)
+    #: None when unknown altogether (read by the thinking budget, agentreplay.features.thinking)
     reasoning_tokens: np.ndarray | None = None
 
     @property

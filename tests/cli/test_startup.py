@@ -81,5 +81,5 @@ def test_one_command_imports_only_its_module(tmp_path) -> None:
     res = run(code)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().splitlines()[-1] == str(
-        ["agentreplay.cli.app", "agentreplay.cli.options", "agentreplay.cli.sim"]
+        ["agentreplay.cli.app", "agentreplay.cli.config_build", "agentreplay.cli.options", "agentreplay.cli.sim"]
     )

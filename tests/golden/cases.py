@@ -58,7 +58,7 @@ BASE: Final = [
 ]
 
 #: Cases beyond the presets: (extra CLI arguments, TOML configuration text or None). The configuration file is
-#: read first, the preset and the options override it (``agentreplay.cli.sim.build_config``).
+#: read first, the preset and the options override it (``agentreplay.cli.config_build.build_config``).
 EXTRA: Final[dict[str, tuple[list[str], str | None]]] = {
     # KV pulled from the previous instance over the fabric when affinity breaks (Continuum + migration)
     "migrate": (

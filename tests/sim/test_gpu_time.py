@@ -7,9 +7,9 @@ import pytest
 
 from agentreplay.sim import SimConfig, simulate
 from tests.factories import make_trace
+from tests.features.dp.test_dp import _cfg as dp_cfg
+from tests.features.dp.test_dp import _trace as dp_trace
 from tests.sim.fakes import LinearPerf
-from tests.sim.test_dp import _cfg as dp_cfg
-from tests.sim.test_dp import _trace as dp_trace
 
 
 def _two_programs():

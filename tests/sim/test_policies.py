@@ -284,7 +284,7 @@ def test_tool_stats_quantiles_equal_a_sorted_list(events) -> None:
 def test_least_loaded_picks_the_first_least_loaded_up_instance(loads, metric) -> None:
     """The lowest load among instances that are up, ties to the lowest index; with none up, instance 0."""
     from agentreplay.router.policies import least_loaded
-    from tests.sim.test_failover import _instance, _request
+    from tests.features.failover.test_failover import _instance, _request
 
     views = []
     for waiting, prompt, up in loads:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from agentreplay.features.classes.config import AdmissionConfig
 from agentreplay.request import ProgramInfo, Request
 from agentreplay.router.admission import ADMISSIONS
 from agentreplay.router.thunderagent import ThunderAgent, ThunderParams
 from agentreplay.router.thunderagent_released import ThunderAgentReleased, bfd_resume
 from agentreplay.sim import SimConfig, simulate
-from agentreplay.sim.admission_config import AdmissionConfig
 from agentreplay.sim.config import ConfigError
 from tests.factories import make_trace
 from tests.sim.fakes import LinearPerf

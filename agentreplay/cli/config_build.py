@@ -1,0 +1,123 @@
+"""From command-line options to a simulate configuration: the TOML file, then the preset, then the options given,
+then the pricer. Shared by ``simulate``, ``compare`` and ``fleet``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agentreplay.cli.app import fail
+
+
+def build_config(config: Path | None, overrides: dict[str, dict[str, Any]], preset: str | None = None) -> Any:
+    """The TOML file (or defaults), then the preset, then the command-line options that were given; the pricer
+    resolved last (``--perf``, else the file's ``[hardware] perf``, else ``auto``: :mod:`agentreplay.cli.pricer`)."""
+    from agentreplay.cli.pricer import resolve
+    from agentreplay.policy.presets import apply_preset
+    from agentreplay.sim.config import ConfigError, SimConfig, load
+
+    requested = (overrides.get("hardware") or {}).get("perf")
+    try:
+        cfg = load(config) if config else SimConfig()
+        if preset:
+            cfg = apply_preset(cfg, preset)
+        sections = {
+            k: {f: v for f, v in fields.items() if v is not None and (k, f, v) != ("hardware", "perf", "auto")}
+            for k, fields in overrides.items()
+            if k != "seed"
+        }
+        cfg = cfg.replace(**{k: v for k, v in sections.items() if v})
+        if overrides.get("seed") is not None:
+            cfg = cfg.replace(seed=overrides["seed"])
+        cfg, _ = resolve(cfg, requested, config)
+    except (ConfigError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    return cfg
+
+
+def common_overrides(
+    gpu: str | None,
+    model: str | None,
+    dtype: str | None,
+    tp: int | None,
+    instances: int | None,
+    router: str | None,
+    arrival: str | None,
+    concurrency: int | None,
+    rate: float | None,
+    max_programs: int | None,
+    tools: str | None,
+    tool_scale: float | None,
+    tool_fixed: float | None,
+    tool_model: Path | None,
+    num_gpu_blocks: int | None,
+    max_num_seqs: int | None,
+    max_num_batched_tokens: int | None,
+    queue: str | None,
+    victim: str | None,
+    retention: str | None,
+    ttl: float | None,
+    dram_gib: float | None,
+    cxl_gib: float | None,
+    inter_instance_gbps: float | None,
+    decision_log: bool | None,
+    seed: int | None,
+    groups: list[str] | None = None,
+    perf: str | None = None,
+    mixed_attention: str | None = None,
+    *,
+    max_model_len: int | None = None,
+    kv_cache_dtype: str | None = None,
+    enforce_eager: bool | None = None,
+    deployment_kernels: bool | None = None,
+    dp: int | None = None,
+    ep: bool | None = None,
+    all2all_backend: str | None = None,
+    admission: str | None = None,
+) -> dict[str, Any]:
+    if tool_model is not None and tools is None:
+        tools = "generative"
+    if dp is not None and dp > 1 and router is None:
+        router = "vllm-dp"  # vLLM's own front end balances its DP ranks
+    return {
+        "hardware": {
+            "gpu": gpu,
+            "model": model,
+            "dtype": dtype,
+            "tp": tp,
+            "instances": instances,
+            "groups": tuple(groups) if groups else None,
+            "perf": perf,
+            "mixed_attention": mixed_attention,
+            "kv_cache_dtype": kv_cache_dtype,
+            "enforce_eager": enforce_eager,
+            "deployment_kernels": deployment_kernels,
+            "dp": dp,
+            "ep": ep,
+            "all2all_backend": all2all_backend,
+        },
+        "router": {"policy": router, "inter_instance_gbps": inter_instance_gbps},
+        "workload": {"arrival": arrival, "concurrency": concurrency, "rate_per_s": rate, "max_programs": max_programs},
+        "tools": {
+            "mode": tools,
+            "scale": tool_scale,
+            "fixed_s": tool_fixed,
+            "model_path": str(tool_model) if tool_model else None,
+        },
+        "cache": {"num_gpu_blocks": num_gpu_blocks},
+        "scheduler": {
+            "max_num_seqs": max_num_seqs,
+            "max_num_batched_tokens": max_num_batched_tokens,
+            "max_model_len": max_model_len,
+        },
+        "policy": {
+            "queue": queue,
+            "victim": victim,
+            "retention": retention,
+            "ttl_s": ttl,
+            "decision_log": decision_log,
+        },
+        "tiers": {"dram_gib": dram_gib, "cxl_gib": cxl_gib},
+        "admission": {"policy": admission},
+        "seed": seed,
+    }
