@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from agentreplay.compare import compare, row
+from agentreplay.experiment.compare import compare, row
 from agentreplay.policy.presets import PRESETS, apply_preset
 from agentreplay.sim import SimConfig, simulate
 from agentreplay.sim.workload import compile_trace

@@ -308,15 +308,7 @@ COMMANDS = {
     "calibrate": "validate",
     "validate": "validate",
     "plan": "plan",
-    "fleet-admission": "fleet_admission",
-    "fleet-day": "fleet_day",
-    "fleet-disagg": "fleet_disagg",
-    "fleet-failover": "fleet_failover",
-    "fleet-fanout": "fleet_fanout",
-    "fleet-footprint": "fleet_footprint",
-    "fleet-priority": "fleet_priority",
-    "fleet-spec": "fleet_spec",
-    "fleet-thinking": "fleet_thinking",
+    "fleet": "fleet_group",
 }
 
 
@@ -344,15 +336,7 @@ def _register() -> None:
     from agentreplay.cli import (  # noqa: F401
         compare,
         drive,
-        fleet_admission,
-        fleet_day,
-        fleet_disagg,
-        fleet_failover,
-        fleet_fanout,
-        fleet_footprint,
-        fleet_priority,
-        fleet_spec,
-        fleet_thinking,
+        fleet_group,
         plan,
         sim,
         study,

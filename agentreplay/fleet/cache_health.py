@@ -18,8 +18,8 @@ it could reuse is computed again); the earliest collapse is therefore at step 3.
 that holds (what the outputs can tell):
 
 0. ``replica fail`` / ``replica drain``: the failover ledger of a run with ``[failures]``
-   (``failover.parquet``, :mod:`agentreplay.sim.failover`) lists this call: its instance failed (or was drained)
-   while the call ran or waited there, or while the program was in a tool call with its KV there.
+   (``failover.parquet``, :mod:`agentreplay.features.failover.failover`) lists this call: its instance failed (or
+   was drained) while the call ran or waited there, or while the program was in a tool call with its KV there.
 1. ``routing miss``: the turn ran on another instance than the previous turn.
 2. ``reload from lower tier``: part of the prompt came back from DRAM / CXL / another instance.
 3. With ``decisions.jsonl`` (``simulate --decision-log``), the retention decision logged when the previous turn

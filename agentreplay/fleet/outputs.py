@@ -64,7 +64,8 @@ class SimOutput:
     summary: dict[str, Any]
     config: SimConfig
     decisions: pd.DataFrame | None  #: one row per logged decision, with ``program_id``; None without the log
-    #: the failover ledger (``failover.parquet``, a run with ``[failures]``: agentreplay.sim.failover); None without
+    #: the failover ledger (``failover.parquet``, a run with ``[failures]``:
+    #: :mod:`agentreplay.features.failover.failover`); None without
     failover: pd.DataFrame | None = None
 
     @property

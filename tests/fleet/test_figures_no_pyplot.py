@@ -1,4 +1,5 @@
-"""The fleet figures draw on figures of their own: no backend switch, nothing left in pyplot's registry."""
+"""The fleet and experiment figures draw on figures of their own: no backend switch, nothing left in pyplot's
+registry."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ from pathlib import Path
 
 from agentreplay.fleet.figures import subplots
 
-FLEET = Path(__file__).resolve().parents[2] / "agentreplay" / "fleet"
+PKG = Path(__file__).resolve().parents[2] / "agentreplay"
+#: the modules that draw: the task report's, the experiment runner's, every experiment's
+DRAWING = [
+    *sorted((PKG / "fleet").glob("*.py")),
+    *sorted((PKG / "experiment").glob("*.py")),
+    *sorted(PKG.glob("features/*/experiment*.py")),
+]
 
 
 def test_subplots_makes_a_figure_of_its_own(tmp_path: Path) -> None:
@@ -21,8 +28,9 @@ def test_subplots_makes_a_figure_of_its_own(tmp_path: Path) -> None:
     assert plt.get_fignums() == before and len(axes) == 2
 
 
-def test_no_fleet_module_uses_pyplot_or_switches_the_backend() -> None:
-    for path in sorted(FLEET.glob("*.py")):
+def test_no_drawing_module_uses_pyplot_or_switches_the_backend() -> None:
+    assert len(DRAWING) > 20
+    for path in DRAWING:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import | ast.ImportFrom):
                 names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
