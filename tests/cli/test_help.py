@@ -1,4 +1,4 @@
-"""Every command's --help renders, and every option says what it is and what it defaults to (issue 17: 1, 9)."""
+"""Every command's --help renders, and every option says what it is and what it defaults to."""
 
 from __future__ import annotations
 
@@ -172,19 +172,6 @@ def test_every_commands_short_help_is_one_line_in_the_listing() -> None:
     assert not long, long
 
 
-def test_the_readme_tour_lists_every_command() -> None:
-    """Every top-level command has a row in the README's CLI tour (its first cell starts with the command name);
-    eight fleet-* commands landed at once and three were missing from it."""
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    tour = readme.split("## A short tour of the CLI", 1)[1].split("\n## ", 1)[0]
-    firsts = [line.split("|")[1].strip() for line in tour.splitlines() if line.startswith("| `")]
-    listed = {word.strip("`").split()[0] for cell in firsts for word in cell.split(" / ")}
-    top = {p[0] for p, _ in COMMANDS if len(p) == 1}
-    assert top - listed == set(), f"README's CLI tour does not list: {sorted(top - listed)}"
-
-
 def _help_at(width: int, *path: str) -> str:
     res = runner.invoke(app, [*path, "--help"], terminal_width=width, env={"COLUMNS": str(width)})
     assert res.exit_code == 0, res.output
@@ -193,7 +180,7 @@ def _help_at(width: int, *path: str) -> str:
 
 
 def test_simulate_help_at_80_columns_shows_every_option_name_whole_in_panels() -> None:
-    """Issue 31 (8): at 80 columns one table of 40 options cut 9 names; the options now come in panels, each a
+    """at 80 columns one table of 40 options cut 9 names; the options now come in panels, each a
     table narrow enough for its names (agentreplay.cli.options: the panels)."""
     import re
 
@@ -212,16 +199,18 @@ def test_simulate_help_at_80_columns_shows_every_option_name_whole_in_panels() -
 def test_simulate_help_lists_every_config_section_and_where_it_is_documented() -> None:
     from dataclasses import fields
 
-    from agentreplay.cli.options import CONFIG_SECTIONS
+    from agentreplay.cli.options import config_section_rows
+    from agentreplay.features import features
 
     sections = [f.name for f in fields(C.SimConfig) if f.name != "seed"]
-    assert list(CONFIG_SECTIONS) == sections
+    assert sorted(config_section_rows()) == sorted(sections)
     text = _help_at(80, "simulate")
     lines = {line.split()[0] for line in text.splitlines() if line.strip().startswith("[")}
     assert lines == {f"[{s}]" for s in sections}
-    assert "agentreplay/sim/config.py" in text and "README" in text
-    for command in ("fleet-disagg", "fleet-spec", "fleet-thinking", "fleet-failover", "fleet-admission"):
-        assert f"({command})" in text
+    assert "agentreplay/sim/config.py" in text and "configuration reference" in text
+    for f in features():
+        if f.sections:
+            assert f"agentreplay/features/{f.name}/" in text, f.name
 
 
 def test_collect_help_lists_the_files_each_format_reads() -> None:

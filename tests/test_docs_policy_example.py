@@ -1,5 +1,5 @@
-"""The README's example of a new one-parameter policy runs as written: its class and parameter dataclass, in a
-registry, build from a configuration section and decide."""
+"""The documented example of a new one-parameter policy (docs/how-to/add-a-policy.md) runs as written: its class
+and parameter dataclass, in a registry, build from a configuration section and decide."""
 
 from __future__ import annotations
 
@@ -16,14 +16,16 @@ from agentreplay.policy.registry import Entry, ParamError, Registry, check
 from agentreplay.request import ProgramInfo, Request
 from tests.conftest import ROOT
 
+PAGE = ROOT / "docs" / "how-to" / "add-a-policy.md"
+
 
 def _example() -> str:
-    text = (ROOT / "README.md").read_text()
+    text = PAGE.read_text()
     start = text.index("For example, a retention policy")
     return re.search(r"```python\n(.*?)```", text[start:], re.S).group(1)  # type: ignore[union-attr]
 
 
-def test_the_readme_policy_example_builds_and_decides() -> None:
+def test_the_documented_policy_example_builds_and_decides() -> None:
     ns: dict[str, Any] = {
         "dataclass": dataclass,
         "check": check,
@@ -32,7 +34,7 @@ def test_the_readme_policy_example_builds_and_decides() -> None:
         "GapContext": GapContext,
         "Decision": Decision,
     }
-    exec(compile("from __future__ import annotations\n" + _example(), "README example", "exec"), ns)
+    exec(compile("from __future__ import annotations\n" + _example(), str(PAGE), "exec"), ns)
     reg = Registry(
         "retention",
         [*RETENTIONS.entries(), Entry("mean-fraction", ns["MeanFraction"], ns["MeanFractionParams"], "example")],
