@@ -8,8 +8,9 @@ same model class on any GPU, the same GPU class with any model, then every cell,
 with no residuals at all there is no band (never a made-up one).
 
 The residuals come from ``agentreplay validate`` (``error_bands.json`` in its output folder, built by
-:mod:`validation.report.bands` from the judged end-to-end rows of validation cells only, stand-in workloads excluded); the
-packaged copy (``agentreplay/perf/catalog/error_bands.json``) is the one of the committed validation report.
+:mod:`validation.report.bands` from the judged end-to-end rows of validation cells only, stand-in workloads
+excluded); the packaged copy (``agentreplay/perf/catalog/error_bands.json``) is the one of the committed validation
+report.
 A simulated metric maps onto the measured metric families that measure the same thing (:data:`FAMILIES`):
 a program's JCT onto request E2E latency and agent JCT, TPOT onto TPOT and LLMPerf's ITL.
 

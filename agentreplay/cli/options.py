@@ -309,10 +309,9 @@ Json = Annotated[bool, typer.Option("--json", help=_JSON)]
 #: ``--json`` in the Output panel, for a command whose options are in panels
 OutputJson = Annotated[bool, typer.Option("--json", help=_JSON, rich_help_panel=OUTPUT)]
 
-#: The sections of a ``--config`` file (the fields of :class:`agentreplay.sim.config.SimConfig`, in its order), what
-#: each holds and, for a mechanism that only its section turns on, the fleet-* command whose README section shows
-#: it; tests/cli/test_help.py holds the names to SimConfig's.
-CONFIG_SECTIONS: dict[str, str] = {
+#: the core sections of a --config file (the core of agentreplay.sim.config.SimConfig, in its order); each
+#: feature's sections follow, from the feature registry (:func:`config_section_rows`)
+CORE_SECTIONS: dict[str, str] = {
     "hardware": "GPU, model, dtypes, TP / DP / EP, groups, pricer, CUDA graphs",
     "cache": "KV block size and count, memory utilisation, prefix caching",
     "scheduler": "vLLM batching limits, max_model_len, decode options",
@@ -322,23 +321,29 @@ CONFIG_SECTIONS: dict[str, str] = {
     "policy": "queue order, preemption victim, KV retention, decision log",
     "tiers": "host DRAM / CXL tiers: size, bandwidth, latency",
     "metrics": "instance time-series sampling interval",
-    "disagg": "disaggregated prefill / decode pools (fleet-disagg)",
-    "footprint": "KV-footprint time series (fleet-footprint)",
-    "admission": "front-end admission policies (fleet-admission)",
-    "classes": "priority classes and deadlines (fleet-priority)",
-    "speculative": "speculative decoding (fleet-spec)",
-    "thinking": "reasoning-token budget (fleet-thinking)",
-    "failures": "replica failures and drains (fleet-failover)",
 }
 
 
+def config_section_rows() -> dict[str, str]:
+    """Section name -> what it sets: the core sections, then each registered feature's, named by its feature
+    folder (whose README.md is the feature's page)."""
+    from agentreplay.features import features
+
+    rows = dict(CORE_SECTIONS)
+    for f in features():
+        for section in f.sections:
+            rows[section] = f"the {f.name} feature: agentreplay/features/{f.name}/"
+    return rows
+
+
 def config_sections() -> str:
-    """A help epilog listing :data:`CONFIG_SECTIONS`, one line each (at most 76 characters: whole at 80 columns),
+    """A help epilog listing every config section, one line each (at most 76 characters: whole at 80 columns),
     and where their fields are documented; rich markup escaped."""
-    width = max(map(len, CONFIG_SECTIONS)) + 2
-    rows = "\n".join(f"{f'[{name}]':<{width}}  {what}" for name, what in CONFIG_SECTIONS.items())
+    sections = config_section_rows()
+    width = max(map(len, sections)) + 2
+    rows = "\n".join(f"{f'[{name}]':<{width}}  {what}" for name, what in sections.items())
     return escape(
-        "Sections of a --config TOML file (seed = N goes at its top). Each field, with its unit and default, is "
-        "documented in agentreplay/sim/config.py (SimConfig: one dataclass per section); a mechanism that only its "
-        f"section turns on, in the README under the fleet-* command named.\n{rows}"
+        "Sections of a --config TOML file (seed = N goes at its top). Every field, with its unit and default, is in "
+        "the configuration reference of the docs (generated from agentreplay/sim/config.py and each feature's "
+        f"config.py).\n{rows}"
     )

@@ -73,8 +73,8 @@ _IDX: Final = {op: i for i, op in enumerate(OPERATORS)}
 #: History: first chosen by comparing candidates on validation points, which the protocol no longer allows.
 GEMM_TILE_TOKENS: Final = 64
 #: Prefill-attention rows of the grid interpolated linearly in the log of the fallback's time (True) instead of
-#: log tokens (False). Chosen by cross-validation inside the calibration cells (validation/protocol/crossval.py table_cv,
-#: the prefill-attention grid points in between the table's rows and columns).
+#: log tokens (False). Chosen by cross-validation inside the calibration cells (validation/protocol/crossval.py
+#: table_cv, the prefill-attention grid points in between the table's rows and columns).
 ATTENTION_ROWS_IN_REFERENCE: Final = True
 
 
