@@ -18,7 +18,7 @@ class ProgramInfo:
     prefix_key: Any = None  #: shared-prefix identity (routers matching prefixes use it)
     prefix_tokens: int = 0
     affinity_breaks: int = 0  #: calls sent to another instance than the previous call's
-    priority: int = 0  #: its priority class's rank, 0 = most urgent (agentreplay.sim.admission_config.CLASSES)
+    priority: int = 0  #: its priority class's rank, 0 = most urgent (agentreplay.features.classes.config.CLASSES)
 
     # written out, not left to @dataclass: mypyc compiles this one; the dataclass-generated __init__ runs
     # interpreted (tests/sim/test_native.py checks it against the fields)

@@ -1,5 +1,6 @@
 """One turn alone on an instance, priced by a pricer: the service-time definition that the uncontended JCT
-(:mod:`agentreplay.fleet.uncontended`) and the in-run deadline estimates (:mod:`agentreplay.sim.classes`) share.
+(:mod:`agentreplay.fleet.uncontended`) and the in-run deadline estimates
+(:mod:`agentreplay.features.classes.classes`) share.
 
 Chunked prefill of the uncached tokens (vLLM v1: chunks of at most ``max_num_batched_tokens``), one iteration per
 chunk priced as ``iteration_time_s([(chunk, cached_so_far, emits)], ())``, the last chunk emitting the first

@@ -23,7 +23,7 @@ rejection_sampler.py) keeps the accepted prefix plus one bonus / recovered token
 Decode-only steps keep the linear form ``A + c * sum_ctx`` the simulator's fast-decode runs need
 (:class:`agentreplay.perf.pricer.IterationPricer`), so runs of verification steps stay exact and cheap.
 The draft tokens' share of the token budget is the scheduler's (``Scheduler.decode_tokens``); the lookahead KV
-slots vLLM allocates for the drafts are not modelled; see :mod:`agentreplay.sim.speculative`.
+slots vLLM allocates for the drafts are not modelled; see :mod:`agentreplay.features.speculation.speculative`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Task-level deadline admission (an admission policy, :data:`agentreplay.router.admission.ADMISSIONS`).
 
-Each program has a JCT deadline ``D`` (its priority class's, :mod:`agentreplay.sim.admission_config`: absolute,
+Each program has a JCT deadline ``D`` (its priority class's, :mod:`agentreplay.features.classes.config`: absolute,
 or a multiple of its uncontended JCT as :mod:`agentreplay.fleet.goodput` defines it). When one of its calls is
 released at ``now``, the program can still meet the deadline only if
 
@@ -58,7 +58,7 @@ class DeadlineContext:
 
 class DeadlineAdmission:
     """Defer calls of programs that can no longer meet their deadline (module docstring); ``reject`` acts before
-    the run (:func:`agentreplay.sim.classes.reject_infeasible`)."""
+    the run (:func:`agentreplay.features.classes.classes.reject_infeasible`)."""
 
     name = "deadline"
 

@@ -26,9 +26,10 @@ class InstanceView:
     :class:`agentreplay.sim.instance.Instance` implements it. A (compiled) base class rather than a ``Protocol``:
     the compiled routers then call it directly, as they read the instances of a large cluster on every call.
 
-    ``up``: the instance takes new calls. False while it is down or draining (:mod:`agentreplay.sim.failover`:
-    the front end stops routing to a pod whose readiness probe fails); every router skips such instances, and
-    the orchestrator holds calls while none is up, so a router always has one to pick."""
+    ``up``: the instance takes new calls. False while it is down or draining
+    (:mod:`agentreplay.features.failover.failover`: the front end stops routing to a pod whose readiness probe
+    fails); every router skips such instances, and the orchestrator holds calls while none is up, so a router always
+    has one to pick."""
 
     up: bool = True
 

@@ -138,7 +138,7 @@ class PriorityOrder:
     arrival time), smaller first (``vllm/v1/core/sched/request_queue.py`` ``PriorityRequestQueue``, a heap over
     ``Request.__lt__``; a preempted request goes back by the same key, not to the head). The priority is the
     program's class rank (``ProgramInfo.priority``: interactive 0, background 1, batch 2;
-    :mod:`agentreplay.sim.admission_config`) and the arrival the call's release. Each class may order its own calls
+    :mod:`agentreplay.features.classes.config`) and the arrival the call's release. Each class may order its own calls
     by program arrival instead (``priority_order``; vLLM has no such option: ours). Pair it with the
     ``lowest-priority`` victim, vLLM's preemption rule in that mode (``max(self.running, key=lambda r:
     (r.priority, r.arrival_time))`` in ``vllm/v1/core/sched/scheduler.py``)."""

@@ -110,7 +110,7 @@ class Scheduler:
     speculative tokens ``1 + k`` (vllm/v1/core/sched/scheduler.py ``Scheduler.schedule``: a running request is
     scheduled ``num_tokens_with_spec + num_output_placeholders - num_computed_tokens`` tokens, its emitted token's
     position plus its drafts, capped by the budget left: a request reached when less is left is scheduled with
-    fewer drafts). Its KV still grows one slot per step here (:mod:`agentreplay.sim.speculative`)."""
+    fewer drafts). Its KV still grows one slot per step here (:mod:`agentreplay.features.speculation.speculative`)."""
 
     def __init__(
         self,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from agentreplay.engine import PHASE_COMPLETE, PHASE_SCHEDULE, Engine, Event
 from agentreplay.perf.model import mixed_pricer
@@ -34,6 +34,17 @@ from agentreplay.scheduler.scheduler import Scheduler, StepPlan
 from agentreplay.sim.gpu_time import charge_run, charge_step
 
 _STABLE_STOPS = frozenset({"empty", "max_seqs", "no_budget", "no_blocks"})
+
+
+class LockstepHook(Protocol):
+    """The group an instance steps in lockstep with (:class:`agentreplay.features.dp.lockstep.LockstepGroup`, the DP
+    ranks of a MoE deployment as vLLM's ``DPEngineCoreProc`` runs them). A Protocol, so this module imports
+    nothing from the feature above it."""
+
+    def wake(self) -> None:
+        """Something may have changed what a rank's scheduler would do (a request arrived, KV loaded, a step
+        ended): the group steps at this instant unless a group step is in flight."""
+        ...
 
 
 class _Run:
@@ -139,9 +150,9 @@ class Instance(InstanceView):
         self._plan: StepPlan | None = None
         self._run: _Run | None = None
         self._t_start = 0.0
-        #: the DP group this instance steps in lockstep with (features.dp.lockstep.LockstepGroup), or None: the
-        #: group then schedules and prices every step, and this instance only plans and applies its part
-        self.lockstep: Any = None
+        #: the DP group this instance steps in lockstep with (:class:`LockstepHook`), or None: the group then
+        #: schedules and prices every step, and this instance only plans and applies its part
+        self.lockstep: LockstepHook | None = None
         self.up = True  #: takes new calls (InstanceView; False while down or draining)
 
     def _recompute_s(self, tokens: int) -> float:

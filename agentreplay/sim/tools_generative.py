@@ -1,6 +1,6 @@
 """Generative tool mode: sample tool-gap durations (seconds) from a fitted per-class model file.
 
-The model file is versioned JSON written by ``agentreplay fit-tools`` (``validation.toolfit``)::
+The model file is versioned JSON written by ``agentreplay fit-tools`` (``validation.tools.fit``)::
 
     {"format": "agentreplay-tool-model", "version": 1, "provenance": {...}, "default_source": "...",
      "classes": {cls: {"family", "params", "p_zero", "n", "aic", "bic", "ks", "ks_p", "ad", "median_s",

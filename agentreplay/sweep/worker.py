@@ -5,6 +5,10 @@ The trace is read and compiled once per worker process and kept by path, so a ce
 returned as data (``status`` failed with the error text), so the runner decides about retries.
 
 ``wall_s`` is the host time the simulation took; it describes the run, never enters simulated state.
+
+The figures are the run's own: the headline figures' error bands (the validation's residuals, the same for every
+cell of a deployment) and the saturation / reuse findings (text) that :func:`agentreplay.sim.simulate` adds to
+a summary are not result columns (:data:`NOT_FIGURES`); a cell runs with the bands off.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import numbers
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from agentreplay.sim.config import from_dict
 from agentreplay.sim.run import simulate
@@ -22,6 +26,8 @@ from agentreplay.sim.workload import Workload, compile_trace
 from agentreplay.trace.io import read_trace
 
 _WORKLOADS: dict[str, Workload] = {}
+#: top-level summary sections that are not figures of the cell (module docstring): never result columns
+NOT_FIGURES: Final = frozenset({"error_bands", "findings"})
 
 
 def load_workload(trace: str | Path) -> Workload:
@@ -36,9 +42,12 @@ def load_workload(trace: str | Path) -> Workload:
 def flatten_summary(summary: dict[str, Any], prefix: str = "", unit: str = "") -> dict[str, Any]:
     """Numeric leaves of a summary as flat columns: ``jct_s.mean`` -> ``jct_mean_s`` (the unit suffix moves to
     the end), ``cluster.num_gpu_blocks`` -> ``cluster_num_gpu_blocks``. Strings and lists are left out (the
-    strings are config, which the results already hold as parameters)."""
+    strings are config, which the results already hold as parameters), and so are the top-level sections of
+    :data:`NOT_FIGURES`."""
     out: dict[str, Any] = {}
     for key, value in summary.items():
+        if not prefix and key in NOT_FIGURES:
+            continue
         if isinstance(value, dict):
             stem, u = (key[:-2], "_s") if key.endswith("_s") else (key, unit)
             out.update(flatten_summary(value, f"{prefix}{stem}_", u))
@@ -60,7 +69,7 @@ def run_cell(trace: str, config: dict[str, Any]) -> dict[str, Any]:
     try:
         workload, cfg = load_workload(trace), from_dict(config)
         t0 = time.perf_counter()  # the cell's cost, without the once-per-process trace load
-        result = simulate(workload, cfg)
+        result = simulate(workload, cfg, error_bands="none")
     except Exception as exc:  # a cell's failure is data for the runner (retried, then recorded)
         return failure(exc, time.perf_counter() - t0)
     return {

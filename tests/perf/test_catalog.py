@@ -180,7 +180,7 @@ def test_every_gpu_loads_consistently(name: str) -> None:
     assert g.has_fp8 == (g.architecture != "ampere"), "fp8 tensor cores exist from Ada on"
     assert 0 < g.usable_memory_gib <= g.memory_gib
     assert g.bf16_tflops > 0 and g.mem_bandwidth_gbps > 0 and g.interconnect_bw_gbps > 0
-    # within the bounds `agentreplay calibrate` fits in (validation/calibrate.py)
+    # within the bounds `agentreplay calibrate` fits in (validation/calibration/settings.py BOUNDS)
     assert 0.2 <= g.efficiency.compute_efficiency <= 1.0
     assert 0.3 <= g.efficiency.bandwidth_efficiency <= 1.0
     assert g.sm_count > 0 and g.smem_per_sm_kib >= 100  # every catalog GPU: the tile form of prefill attention

@@ -74,6 +74,7 @@ def test_plan_executor_adds_goodput_and_runs_the_plan_cell(bundled: Path) -> Non
     res = ex.submit(worker.run_cell, str(bundled), cfg).result()
     assert res["status"] == "ok"
     assert res["figures"]["goodput_1e+09s"] == 1.0 and res["figures"]["goodput_0_001s"] == 0.0
+    assert [k for k in res["figures"] if k.startswith(("error_bands", "findings"))] == []  # (worker.NOT_FIGURES)
     plain = worker.run_cell(str(bundled), cfg)
     assert {k: v for k, v in res["figures"].items() if not k.startswith("goodput")} == plain["figures"]
     p90 = res["figures"]["jct_p90_s"]

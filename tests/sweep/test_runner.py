@@ -30,6 +30,7 @@ def test_every_cell_is_ok_and_queryable(local_sweep: tuple[Path, Path]) -> None:
         df.columns
     )
     assert {name for name, _ in CORE_FIGURES} <= set(df.columns)
+    assert [c for c in df.columns if c.startswith(("error_bands", "findings"))] == []  # (worker.NOT_FIGURES)
     assert (df["jct_mean_s"] > 0).all() and (df["jct_p99_s"] >= df["jct_p50_s"]).all()
     assert (df["programs"] == 6).all()
     assert set(df["cell_group"]) == {"concurrency_2", "concurrency_4"}

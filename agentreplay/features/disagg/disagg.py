@@ -75,7 +75,8 @@ def disagg_hardware(dc: DisaggConfig, hw: HardwareConfig) -> HardwareConfig:
 
 
 def link_gbps(dc: DisaggConfig, gpu_name: str, tp: int) -> float:
-    """Bandwidth into one instance of ``tp`` x ``gpu_name``, GB/s (module docstring of disagg_config)."""
+    """Bandwidth into one instance of ``tp`` x ``gpu_name``, GB/s (the links: module docstring of
+    :mod:`agentreplay.features.disagg.config`)."""
     if dc.link == "custom":
         return dc.link_gbps
     if dc.link == "nvlink":
@@ -351,7 +352,11 @@ class Disagg:
                 "p99": _pct(self.transfer_s, 99),
             },
             "decode_admit_wait_s": {"p50": _pct(self.admit_wait_s, 50), "p99": _pct(self.admit_wait_s, 99)},
-            "prefill_ttft_s": {"p50": _pct(self.prefill_ttft_s, 50), "p99": _pct(self.prefill_ttft_s, 99)},
+            "prefill_ttft_s": {
+                "p50": _pct(self.prefill_ttft_s, 50),
+                "p90": _pct(self.prefill_ttft_s, 90),
+                "p99": _pct(self.prefill_ttft_s, 99),
+            },
             "utilisation": {
                 "prefill": busy_p / (len(self.prefill) * span),
                 "decode": busy_d / (len(self.decode) * span),

@@ -4,8 +4,8 @@ For ``gpus`` GPUs (instances of ``tp`` GPUs each) the study runs the colocated c
 decodes, vLLM's default) and every split ``kP + (n - k)D`` (:mod:`agentreplay.features.disagg.disagg`) on the same trace
 at each load (closed loop, programs in flight), and reports per cell: JCT p50 / p90, TTFT p50 / p90 / p99 (the client's
 first token; for disaggregated cells the decode instance's, as vLLM's proxies stream it), the prefill instance's token
-p50 apart, TPOT p50, throughput, GPU-hours per 1,000 tasks (GPUs x makespan / programs), KV bytes moved between the
-pools and each pool's utilisation (busy time / (instances x makespan)).
+p50 / p90 apart, TPOT p50, throughput, GPU-hours per 1,000 tasks (GPUs x makespan / programs), KV bytes moved between
+the pools and each pool's utilisation (busy time / (instances x makespan)).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ COLUMNS = [
     "ttft_p90_s",
     "ttft_p99_s",
     "prefill_token_p50_s",
+    "prefill_token_p90_s",
     "tpot_p50_ms",
     "programs_per_h",
     "gpu_h_per_1k",
@@ -86,6 +87,7 @@ def row(cell: Cell, summary: dict[str, Any], gpus: int) -> dict[str, Any]:
         "ttft_p90_s": s["ttft_s"]["p90"],
         "ttft_p99_s": s["ttft_s"]["p99"],
         "prefill_token_p50_s": d["prefill_ttft_s"]["p50"] if d else s["ttft_s"]["p50"],
+        "prefill_token_p90_s": d["prefill_ttft_s"]["p90"] if d else s["ttft_s"]["p90"],
         "tpot_p50_ms": 1e3 * s["tpot_s"]["p50"],
         "programs_per_h": 3600.0 * s["throughput_programs_per_s"],
         "gpu_h_per_1k": gpus * span / 3600.0 / s["programs"] * 1000.0,
@@ -199,8 +201,8 @@ class Disagg(Experiment):
     description = (
         "Runs the colocated cluster and every split kP+(n-k)D of the same GPUs (agentreplay.features.disagg.disagg: "
         "prefill pool, decode pool, KV moved over the link after prefill) on the trace at each load, and reports JCT "
-        "p50 / p90, TTFT p50 / p90 / p99, TPOT p50, throughput, GPU-hours per 1,000 tasks, KV moved and pool "
-        "utilisation. Writes disagg.md, rows.json and disagg.png."
+        "p50 / p90, TTFT p50 / p90 / p99, the prefill instance's token p50 / p90, TPOT p50, throughput, GPU-hours "
+        "per 1,000 tasks, KV moved and pool utilisation. Writes disagg.md, rows.json and disagg.png."
     )
     example = "agentreplay fleet disagg --gpus 4 --gpu h100-sxm --out reports/fleet/disagg"
     Params = DisaggParams

@@ -54,6 +54,16 @@ def test_prefill_on_p_then_transfer_then_decode_on_d() -> None:
     assert s["cluster"]["instances"] == 2
 
 
+def test_prefill_ttft_quantiles_over_the_calls() -> None:
+    """Ten one-call programs in turn (one in flight) of 100, 200, ..., 1000 prompt tokens: each prefills alone on
+    the prefill instance, its token after 0.01 + 0.001 n s = 0.11, 0.21, ..., 1.01 s. NumPy's linear quantiles:
+    p50 at rank 4.5 (0.56), p90 at rank 8.1 (0.91 + 0.1 x 0.1 = 0.92), p99 at rank 8.91 (1.001)."""
+    res = simulate(make_trace([[(100 * (k + 1), 2, None)] for k in range(10)]), cfg(), perf=perf())
+    q = res.summary["disagg"]["prefill_ttft_s"]
+    assert list(q) == ["p50", "p90", "p99"]
+    assert q["p50"] == pytest.approx(0.56) and q["p90"] == pytest.approx(0.92) and q["p99"] == pytest.approx(1.001)
+
+
 def test_decode_admission_waits_for_free_blocks() -> None:
     """8 blocks per instance. A (arrives at 0): 48 prompt tokens, 60 output; B (arrives at 0.5): 48 prompt, 2 output.
     A: prefill 0.058 s; 3 blocks move (0.006391456 s); first token at 0.058 + xfer(3) + 0.011 = 0.075391456; 59

@@ -25,6 +25,9 @@ def test_command_writes_table_markdown_and_figure(tmp_path: Path) -> None:
     colo, split = rows
     assert colo["kv_moved_tb"] == 0.0 and split["kv_moved_tb"] > 0
     assert split["gpu_h_per_1k"] > 0 and split["ttft_p50_s"] <= split["ttft_p90_s"] <= split["ttft_p99_s"]
+    assert 0 < split["prefill_token_p50_s"] <= split["prefill_token_p90_s"]  # the prefill instance's token
+    assert colo["prefill_token_p90_s"] == colo["ttft_p90_s"]  # colocated: the client's first token
+    assert "prefill_token_p90_s" in (out / "disagg.md").read_text()
     assert (out / "disagg.png").stat().st_size > 0
     assert "| 2 | 1P+1D |" in (out / "disagg.md").read_text()
 

@@ -196,8 +196,8 @@ def test_real_meta_every_field_read():
 
 
 def test_dp_ep_run_replayed_with_dp_and_ep(runs):
-    """DP 2 + EP of a MoE model: two lockstep ranks behind vLLM's balancer (agentreplay.sim.dp), the all-to-all
-    backend vLLM's default (not recorded, so listed)."""
+    """DP 2 + EP of a MoE model: two lockstep ranks behind vLLM's balancer (agentreplay.features.dp.lockstep), the
+    all-to-all backend vLLM's default (not recorded, so listed)."""
     _, _, _, tables = runs
     cell = cell_of(tables, "qwen3-30b-a3b")
     assert cell["n_gpus"] == 2 and cell["tp"] == 1 and "/tp1-dp2/" in cell["cell_id"]  # valid data: ingested
