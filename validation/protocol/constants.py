@@ -123,7 +123,7 @@ def catalog_rows(
                 "value": src,
                 "provenance": "hand-set",
                 "detail": f"the GPU {g} (no profile) borrows from; the declared rule ({NEAREST_RULE}) picks "
-                f"{src} too (tests/validation/test_protocol.py)",
+                f"{src} too (tests/validation/protocol/test_protocol.py)",
             }
         )
     return rows

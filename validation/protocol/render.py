@@ -34,7 +34,7 @@ def _render_e2e_out_of_cell(d: Mapping[str, Any] | None) -> list[str]:
     if not d:
         return ["End to end out of cell: not computed in this run (validate --quick skips it).", ""]
     out = [
-        "End to end out of cell (validation/e2e_outofcell.py): each simulated end-to-end run (vLLM run, "
+        "End to end out of cell (validation/e2e/out_of_cell.py): each simulated end-to-end run (vLLM run, "
         "LLMPerf) replayed with its GPU priced as shipped, as if the GPU had no profile (LOGO: the donor's "
         "kernel-level parameters, the rest at [defaults.efficiency]) and as if its model had no profile on that "
         "GPU (LOMO: the GPU refitted on its other models). MAPE % of the judged metrics per metric family; "
@@ -61,7 +61,8 @@ def render_protocol_markdown(summary: Mapping[str, Any]) -> list[str]:
     out = [
         "## Validation protocol",
         "",
-        "Declared in validation/protocol.py. A cell (profile cell: source, GPU, model, dtype, TP; an all-reduce "
+        "Declared in validation/protocol/constants.py. A cell (profile cell: source, GPU, model, dtype, TP; an "
+        "all-reduce "
         "curve; a Splitwise cell; a measured run) is calibration or validation as a whole, for every pricer.",
         "",
     ]
@@ -100,7 +101,7 @@ def render_protocol_markdown(summary: Mapping[str, Any]) -> list[str]:
     cv = p.get("cv_scores", [])
     if cv:
         out += [
-            "Cross-validation inside the calibration cells (validation/crossval.py; no validation cell read):",
+            "Cross-validation inside the calibration cells (validation/protocol/crossval.py; no validation cell read):",
             "",
             *render_table(cv, ("tunable", "candidate", "folds", "points", "cv_score_pct", "chosen")),
             "",

@@ -77,7 +77,7 @@ def e2e_sections(s: dict[str, Any], df: pd.DataFrame) -> list[tuple[str, str]]:
         f"**{h['line']}.** {h['metrics_met']} of {h['metrics_judged']} judged metrics met; "
         f"{h['metrics_not_judged']} not judged (fixed by construction, listed with their error). Target: "
         f"|signed error| <= {h['target_pct']:.0f}% for every metric (a Splitwise cell: MAPE over its measured "
-        "iterations); a cell is within target when every judged metric is. Rules: validation/headline.py.",
+        "iterations); a cell is within target when every judged metric is. Rules: validation/report/headline.py.",
         "",
     ]
     if len(cells):
@@ -162,7 +162,8 @@ def inference_perf_section(s: dict[str, Any]) -> list[tuple[str, str]]:
         f"{ip['runs']} replayable inference-perf runs (vLLM serving runs driven by inference-perf), each "
         "replayed with its client (shared-prefix prompt pool, constant-rate stages, exactly O output tokens) and "
         "its deployment. Headline: **out of configuration**: every stage cell simulated with the engine cost "
-        "fitted without its (GPU, model, TP) configuration (validation/e2e_ip_fit.py, catalog/engine_cost.json); "
+        "fitted without its (GPU, model, TP) configuration (validation/e2e/inference_perf_fit.py, "
+        "catalog/engine_cost.json); "
         "the in-sample fit beside it, labelled. Per-token time = (E2E - TTFT) / (O - 1), the sources' itl_mean. "
         "MAPE over the stage cells; misses first.",
         "",

@@ -71,7 +71,7 @@ def _pricer_head(s: dict[str, Any]) -> list[str]:
         rows.append(row)
     head = [
         f"- Component MAPE per GPU by pricer (same points and metrics as above; every pricer judged on the "
-        f"validation cells of validation/protocol.py, none of which fitted or chose anything; the table's "
+        f"validation cells of validation/protocol/constants.py, none of which fitted or chose anything; the table's "
         f"in-cell interpolation is its fidelity, not validation):\n\n{_md(pd.DataFrame(rows))}\n"
     ]
     parts = []
@@ -200,7 +200,8 @@ def _pricer_body(
             (
                 "Refined roofline parameters (catalog/roofline.toml)",
                 "Fitted on the calibration split only "
-                "(validation/calibrate.py REFINED_STAGES); empty = not fitted (catalog value or plain-roofline "
+                "(validation/calibration/settings.py REFINED_STAGES); empty = not fitted (catalog value or "
+                "plain-roofline "
                 "default).\n\n" + _md(ref, ".4g"),
             )
         )
@@ -298,7 +299,8 @@ def _sections(
             + (
                 "\n- Operators compared but not fitted: "
                 + ", ".join(sorted({g for _, g in FIT_EXCLUDE}))
-                + " of HF-eager (LLMServingSim v0) profiles (unfused kernels; see validation/calibrate.py FIT_EXCLUDE)."
+                + " of HF-eager (LLMServingSim v0) profiles (unfused kernels; see "
+                + "validation/calibration/settings.py FIT_EXCLUDE)."
                 + "\n- Source operators not compared: "
                 + "; ".join(f"{op} ({why})" for op, why in sorted(C.NOT_MAPPED.items()))
                 + "."
@@ -315,7 +317,7 @@ def _sections(
             "Datasheet peaks from catalog/gpus.toml (each value's "
             "source is commented there); efficiencies fitted by `agentreplay calibrate` on the GPU's own "
             "calibration points (catalog/calibration.json), or, for a GPU without any measured profile, the "
-            "kernel-level efficiencies of the nearest profiled GPU of its class (validation/calibrate.py "
+            "kernel-level efficiencies of the nearest profiled GPU of its class (validation/calibration/settings.py "
             "NEAREST). Operator points: the GPU's operator-profile points by role in calibration.json; "
             "measured cells: the cells of this report on that GPU.\n\n" + _md(prov, ".4g"),
         )
