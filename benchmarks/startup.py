@@ -1,206 +1,201 @@
-"""Start-up cost of the CLI: import time of ``agentreplay.cli.app`` and wall time of a one-request ``simulate``.
+"""Start-up cost of the command line: whole-process wall time of three commands a user runs.
 
-Run from the project root:  python benchmarks/startup.py [--runs 7] [--root PATH ...] [--no-pin]
+Run from the project root:  python benchmarks/startup.py [--runs 10] [--json] [--root PATH ...] [--imports N]
 
-- ``import``: ``python -X importtime -c "import agentreplay.cli.app"``, the cumulative microseconds of that
-  module as Python reports them (min and median over the runs);
-- ``simulate``: wall time and CPU time of ``agentreplay simulate`` (the console script's entry point, in a fresh
-  process) on a one-request trace (the bundled trace's first program, first turn only, no tool gap), pinned to one core
-  with ``taskset -c 0`` where available;
-- CPU seconds per start-up stage of such a process (:data:`STAGES`), and whether it imported pandas (the simulate
-  path does not: ``tests/cli/test_startup.py``);
-- the eight modules with the largest cumulative import time in that simulate process (top-level imports only).
+Each case runs ``--runs`` times as a fresh process of the ``agentreplay`` console script (the entry point
+``pip install`` writes; ``python -c "from agentreplay.cli import main; main()"`` where there is none):
 
-``--root`` measures other checkouts of the project (e.g. a ``git worktree`` of an older commit, with the compiled
-modules copied in), repeatable: the runs alternate between the checkouts, so that before / after see the same
-machine load. Wall times depend on that load: read the minimum. The measured processes keep a bytecode cache
-(in a temporary folder, warmed by one unmeasured run), as an installed package does, even where
-``PYTHONDONTWRITEBYTECODE`` is set: without one every project module is compiled again at each start.
+- ``help``: ``agentreplay --help``;
+- ``simulate-help``: ``agentreplay simulate --help``;
+- ``simulate``: ``agentreplay simulate --quiet`` on a one-request trace (the bundled trace's first program, cut to
+  its first turn, no tool gap), writing its outputs (Parquet tables, summary.json, config.toml) to a fresh folder.
+
+Printed per case: the median and the minimum wall time (seconds), and the heavy third-party packages
+(:data:`HEAVY`) the process imported (one extra, unmeasured run). ``--imports N`` also prints each case's N
+largest top-level imports by cumulative time (``python -X importtime``; that run is slower than the measured ones,
+read the shares). ``--json`` prints all of it as JSON instead.
+
+``--root`` measures other checkouts of the project (e.g. ``git archive HEAD`` unpacked elsewhere, with the compiled
+modules and their ``agentreplay/_native_sources.json`` copied in), repeatable: the runs alternate between the
+checkouts, so that before / after see the same machine load. Wall times depend on that load: read the minimum.
+The measured processes keep a bytecode cache (in a temporary folder, warmed by one unmeasured run of each case),
+as an installed package does, even where ``PYTHONDONTWRITEBYTECODE`` is set: without one every module would be
+compiled again at each start. This is a benchmark, not a test: nothing here asserts a time.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
-import resource
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
+#: third-party packages whose import dominates a start-up; a case reports which of them its process loaded
+HEAVY = ("numpy", "pandas", "pyarrow", "matplotlib", "duckdb", "scipy", "pydantic")
+CASES = ("help", "simulate-help", "simulate")
+IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
+#: run as ``python -c``: the console script's ``main`` with the heavy packages it imported printed at exit
+PROBE = (
+    "import atexit, sys\n"
+    f"HEAVY = {HEAVY!r}\n"
+    "atexit.register(lambda: print('HEAVY ' + ','.join(m for m in HEAVY if m in sys.modules), file=sys.stderr))\n"
+    "sys.argv = ['agentreplay', *sys.argv[1:]]\n"
+    "from agentreplay.cli import main\n"
+    "main()\n"
+)
 
 
-def one_request_trace(root: Path, out: Path) -> Path:
-    """The bundled trace cut to one program of one turn (no tool gap), written with the project's writer."""
-    sys.path.insert(0, str(root))
-    import dataclasses
-
-    from agentreplay.trace.io import read_trace, write_trace
-
-    tr = read_trace(root / "datasets" / "swebench-verified")
-    prog = tr.programs.iloc[:1].assign(n_turns=1)
-    turn = tr.turns[tr.turns["program_id"] == prog["program_id"].iloc[0]].iloc[:1].copy()
-    turn["tool_duration_s"] = None
-    turn["tool_duration_kind"] = None
-    write_trace(out, dataclasses.replace(tr, programs=prog, turns=turn, tool_calls=None))
-    return out
-
-
-#: Bytecode cache for the measured processes (set in main): outside the checkouts, and used even where
-#: PYTHONDONTWRITEBYTECODE is set, since an installed package runs from cached bytecode.
-PYCACHE: dict[str, str] = {}
-
-
-def _env(root: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    if str(root) in PYCACHE:
-        env["PYTHONPYCACHEPREFIX"] = PYCACHE[str(root)]
-    return env
-
-
-def import_us(root: Path, module: str) -> tuple[int, list[tuple[int, str]]]:
-    """Cumulative import time of ``module`` (us) and every top-level import's (us, name)."""
-    res = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
-        cwd=root,
-        env=_env(root),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return parse(res.stderr, module)
-
-
-def parse(stderr: str, module: str) -> tuple[int, list[tuple[int, str]]]:
-    total, top = 0, []
-    for m in LINE.finditer(stderr):
-        cum, indent, name = int(m.group(2)), len(m.group(3)), m.group(4)
-        if name == module:
-            total = cum
-        if indent <= 1:
-            top.append((cum, name))
-    return total, top
-
-
-def simulate_s(root: Path, trace: Path, out: Path, pin: bool, importtime: bool = False) -> tuple[float, float, str]:
-    """Wall time and CPU time (user + system, s) of one ``agentreplay simulate`` process, and its stderr."""
-    cmd = [
-        sys.executable,
-        *(["-X", "importtime"] if importtime else []),
-        "-c",
-        "from agentreplay.cli import main; main()",
-        "simulate",
-        "--trace",
-        str(trace),
-        "--out",
-        str(out),
-        "--quiet",
-        "--gpu",
-        "h100-sxm",
-        "--model",
-        "llama-3.1-8b",
-    ]
-    if pin and shutil.which("taskset"):
-        cmd = ["taskset", "-c", "0", *cmd]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    res = subprocess.run(cmd, cwd=root, env=_env(root), capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if res.returncode != 0:
-        raise SystemExit(f"simulate failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
-    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, res.stderr
-
-
-#: Run in a fresh process: CPU seconds of each start-up stage of a one-request simulate, in order.
-STAGES = """
-import sys, time
-marks = [("interpreter start", time.process_time())]
-def mark(name): marks.append((name, time.process_time()))
-import agentreplay.cli.app; mark("import agentreplay.cli.app (typer, rich; command modules where imported eagerly)")
-import typer._adapters; mark("import typer's pydantic coercion (used to parse options)")
-import numpy, pyarrow.parquet; mark("import numpy, pyarrow")
-import agentreplay.sim.run; mark("import the simulator (agentreplay.sim.run), with pandas if it loads")
-sys.argv = ["agentreplay", *sys.argv[1:]]
-from agentreplay.cli import main
-try:
-    main()
-except SystemExit:
-    pass
-mark("the command's module, parse, read trace, simulate, write, print")
-for (_, a), (name, b) in zip(marks, marks[1:]):
-    print(f"{b - a:.3f} {name}", file=sys.stderr)
-print(f"pandas loaded: {'pandas.core' in sys.modules}", file=sys.stderr)
+#: run as ``python -c SCRIPT OUT``: the bundled trace cut to one program of one turn (no tool gap), written with
+#: the project's writer (pure Python, so that an edited hot-path source does not stop it)
+ONE_REQUEST = """
+import dataclasses, sys
+from pathlib import Path
+from agentreplay.trace.io import read_trace, write_trace
+tr = read_trace(Path("datasets") / "swebench-verified")
+prog = tr.programs.iloc[:1].assign(n_turns=1)
+turn = tr.turns[tr.turns["program_id"] == prog["program_id"].iloc[0]].iloc[:1].copy()
+turn["tool_duration_s"] = None
+turn["tool_duration_kind"] = None
+write_trace(Path(sys.argv[1]), dataclasses.replace(tr, programs=prog, turns=turn, tool_calls=None))
 """
 
 
-def stages(root: Path, trace: Path, out: Path, pin: bool) -> list[tuple[float, str]]:
-    """CPU seconds per start-up stage (:data:`STAGES`) of one fresh simulate process."""
-    cmd = [sys.executable, "-c", STAGES, "simulate", "--trace", str(trace), "--out", str(out), "--quiet"]
-    if pin and shutil.which("taskset"):
-        cmd = ["taskset", "-c", "0", *cmd]
-    res = subprocess.run(cmd, cwd=root, env=_env(root), capture_output=True, text=True, check=True)
-    PANDAS[str(root)] = "pandas loaded: True" in res.stderr
-    return [
-        (float(line.split(" ", 1)[0]), line.split(" ", 1)[1]) for line in res.stderr.splitlines() if line[:1].isdigit()
-    ]
+def one_request_trace(out: Path) -> Path:
+    """Write the one-request trace (:data:`ONE_REQUEST`) to ``out``."""
+    env = {**os.environ, "AGENTREPLAY_PURE_PYTHON": "1", "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-c", ONE_REQUEST, str(out)], cwd=ROOT, env=env, check=True, timeout=600)
+    return out
 
 
-#: Whether the last :func:`stages` process of each checkout imported pandas.
-PANDAS: dict[str, bool] = {}
+def entry_point() -> list[str]:
+    """The command that starts the console script in a fresh process."""
+    script = Path(sys.executable).with_name("agentreplay")
+    if script.is_file():
+        return [sys.executable, str(script)]
+    return [sys.executable, "-c", "import sys; from agentreplay.cli import main; sys.exit(main())"]
+
+
+def case_args(case: str, trace: Path, out: Path) -> list[str]:
+    """The command-line arguments of ``case`` (:data:`CASES`); ``out``: a folder that does not exist yet."""
+    if case == "help":
+        return ["--help"]
+    if case == "simulate-help":
+        return ["simulate", "--help"]
+    return ["simulate", "--trace", str(trace), "--out", str(out), "--quiet"]
+
+
+class Checkout:
+    """One checkout measured: its root (first on ``PYTHONPATH``) and its own bytecode cache."""
+
+    def __init__(self, root: Path, pycache: Path) -> None:
+        self.root, self.pycache = root, pycache
+        self.env = dict(os.environ)
+        self.env["PYTHONPATH"] = str(root) + os.pathsep + self.env.get("PYTHONPATH", "")
+        self.env.pop("PYTHONDONTWRITEBYTECODE", None)
+        self.env["PYTHONPYCACHEPREFIX"] = str(pycache)
+        self.walls: dict[str, list[float]] = {c: [] for c in CASES}
+        self.heavy: dict[str, list[str]] = {}
+        self.imports: dict[str, list[tuple[float, str]]] = {}
+
+    def run(self, cmd: list[str]) -> subprocess.CompletedProcess[str]:
+        res = subprocess.run(cmd, cwd=self.root, env=self.env, capture_output=True, text=True, timeout=600)
+        if res.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed in {self.root} ({res.returncode}):\n{res.stdout}\n{res.stderr}")
+        return res
+
+    def timed(self, case: str, args: list[str]) -> None:
+        """One measured run of ``case``: the wall time of the whole process."""
+        t0 = time.perf_counter()
+        self.run([*entry_point(), *args])
+        self.walls[case].append(time.perf_counter() - t0)
+
+    def probe(self, case: str, args: list[str]) -> None:
+        """Which of :data:`HEAVY` one run of ``case`` imported."""
+        err = self.run([sys.executable, "-c", PROBE, *args]).stderr
+        line = [x for x in err.splitlines() if x.startswith("HEAVY ")][-1]
+        self.heavy[case] = [m for m in line[len("HEAVY ") :].split(",") if m]
+
+    def import_times(self, case: str, args: list[str], n: int) -> None:
+        """The ``n`` largest top-level imports of one run of ``case`` (cumulative seconds, module)."""
+        err = self.run([sys.executable, "-X", "importtime", "-c", PROBE, *args]).stderr
+        top = [(int(m.group(2)) / 1e6, m.group(4)) for m in IMPORT_LINE.finditer(err) if len(m.group(3)) <= 1]
+        self.imports[case] = sorted(top, reverse=True)[:n]
+
+    def result(self) -> dict[str, dict[str, Any]]:
+        """Per case: median and minimum wall time (s), runs, heavy packages imported, largest imports."""
+        return {
+            case: {
+                "median_s": statistics.median(w),
+                "min_s": min(w),
+                "runs": len(w),
+                "heavy_imports": self.heavy.get(case, []),
+                **(
+                    {"largest_imports": [[round(s, 4), m] for s, m in self.imports[case]]}
+                    if case in self.imports
+                    else {}
+                ),
+            }
+            for case, w in self.walls.items()
+        }
+
+
+def measure(roots: list[Path], runs: int, imports: int) -> dict[str, dict[str, dict[str, Any]]]:
+    """Every case of every checkout in ``roots``, ``runs`` times, alternating (:class:`Checkout`)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        trace = one_request_trace(base / "one-request")
+        checkouts = [Checkout(r, base / f"pycache{k}") for k, r in enumerate(roots)]
+        n = 0
+
+        def out() -> Path:
+            nonlocal n
+            n += 1
+            return base / f"out{n}"
+
+        for c in checkouts:  # warm each checkout's bytecode cache; see which heavy packages each case loads
+            for case in CASES:
+                c.run([*entry_point(), *case_args(case, trace, out())])
+                c.probe(case, case_args(case, trace, out()))
+                if imports:
+                    c.import_times(case, case_args(case, trace, out()), imports)
+        for _ in range(runs):
+            for case in CASES:
+                for c in checkouts:  # alternate, so every checkout sees the same load
+                    c.timed(case, case_args(case, trace, out()))
+        return {str(c.root): c.result() for c in checkouts}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--runs", type=int, default=10, help="measured runs of each case (default 10)")
     ap.add_argument("--root", type=Path, action="append", help="checkout to measure, repeatable (default: this one)")
-    ap.add_argument("--no-pin", action="store_true", help="do not pin to one core")
+    ap.add_argument("--imports", type=int, default=0, metavar="N", help="print each case's N largest imports")
+    ap.add_argument("--json", action="store_true", help="print the results as JSON")
     args = ap.parse_args()
-    roots = [r.resolve() for r in args.root or [ROOT]]
-    imports: dict[Path, list[float]] = {r: [] for r in roots}
-    walls: dict[Path, list[float]] = {r: [] for r in roots}
-    cpus: dict[Path, list[float]] = {r: [] for r in roots}
-    tops: dict[Path, list[tuple[int, str]]] = {}
-    stage_runs: dict[Path, list[list[tuple[float, str]]]] = {r: [] for r in roots}
-    with tempfile.TemporaryDirectory() as tmp:
-        trace = one_request_trace(ROOT, Path(tmp) / "one")
-        for k, r in enumerate(roots):  # one bytecode cache per checkout, warmed by one unmeasured run
-            PYCACHE[str(r)] = str(Path(tmp) / f"pycache{k}")
-            simulate_s(r, trace, Path(tmp) / f"warm{k}", not args.no_pin)
-        for i in range(args.runs):
-            for r in roots:  # alternate, so every checkout sees the same load
-                imports[r].append(import_us(r, "agentreplay.cli.app")[0] / 1e6)
-                wall, cpu, _ = simulate_s(r, trace, Path(tmp) / f"out{i}", not args.no_pin)
-                walls[r].append(wall)
-                cpus[r].append(cpu)
-                stage_runs[r].append(stages(r, trace, Path(tmp) / f"stages{i}", not args.no_pin))
-        for r in roots:
-            tops[r] = parse(simulate_s(r, trace, Path(tmp) / "out-imports", not args.no_pin, importtime=True)[2], "")[1]
-    for r in roots:
-        print(f"checkout: {r}")
-        print(
-            f"  import agentreplay.cli.app: min {min(imports[r]):.3f} s, median "
-            f"{statistics.median(imports[r]):.3f} s ({args.runs} runs)"
-        )
-        print(
-            f"  simulate, one request{'' if args.no_pin else ', one core'}: min {min(walls[r]):.3f} s, median "
-            f"{statistics.median(walls[r]):.3f} s; CPU (user + system) min {min(cpus[r]):.3f} s, median "
-            f"{statistics.median(cpus[r]):.3f} s ({args.runs} runs)"
-        )
-        print(f"  CPU seconds per stage (median over the runs; pandas imported: {PANDAS[str(r)]}):")
-        for k, (_, name) in enumerate(stage_runs[r][0]):
-            print(f"    {statistics.median(run[k][0] for run in stage_runs[r]):7.3f} s  {name}")
-        print("  largest top-level imports in one such simulate process (cumulative):")
-        for us, name in sorted(tops[r], reverse=True)[:8]:
-            print(f"    {us / 1e6:7.3f} s  {name}")
+    if args.runs < 1:
+        ap.error(f"--runs {args.runs}: must be >= 1")
+    results = measure([r.resolve() for r in args.root or [ROOT]], args.runs, args.imports)
+    if args.json:
+        print(json.dumps(results, indent=1))
+        return
+    for root, cases in results.items():
+        print(f"checkout: {root}")
+        for case, r in cases.items():
+            heavy = ", ".join(r["heavy_imports"]) or "none"
+            print(
+                f"  {case:<14} median {r['median_s']:.3f} s, min {r['min_s']:.3f} s ({r['runs']} runs); "
+                f"heavy packages imported: {heavy}"
+            )
+            for s, m in r.get("largest_imports", []):
+                print(f"      {s:7.3f} s  {m}")
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ from typing import Annotated
 import typer
 
 from agentreplay.cli import options as o
-from agentreplay.cli.app import app, fail, print_json
 from agentreplay.cli.config_build import build_config, common_overrides
+from agentreplay.cli.groups.sim import sim_app
+from agentreplay.cli.output import fail, print_json
 from agentreplay.policy.presets import PRESETS
 
 #: agentreplay.experiment.compare.RANK_METRICS, spelled out so the help does not import the experiment (tests check
@@ -18,7 +19,7 @@ from agentreplay.policy.presets import PRESETS
 RANK_METRICS = ("jct_mean", "jct_p50", "jct_p90", "jct_p99", "ttft_mean", "makespan")
 
 
-@app.command()
+@sim_app.command()
 def compare(
     trace: o.Trace,
     out: Annotated[
@@ -107,36 +108,30 @@ def compare(
     cfg = build_config(
         config,
         common_overrides(
-            gpu,
-            model,
-            dtype,
-            tp,
-            instances,
-            None,
-            arrival,
-            concurrency,
-            rate,
-            max_programs,
-            tools,
-            tool_scale,
-            tool_fixed,
-            tool_model,
-            num_gpu_blocks,
-            max_num_seqs,
-            max_num_batched_tokens,
-            None,
-            None,
-            None,
-            None,
-            dram_gib,
-            cxl_gib,
-            inter_instance_gbps,
-            None,
-            seed,
-            group,
-            perf,
-            mixed_attention,
+            gpu=gpu,
+            model=model,
+            dtype=dtype,
+            tp=tp,
+            instances=instances,
+            groups=group,
+            perf=perf,
+            mixed_attention=mixed_attention,
+            arrival=arrival,
+            concurrency=concurrency,
+            rate=rate,
+            max_programs=max_programs,
+            tools=tools,
+            tool_scale=tool_scale,
+            tool_fixed=tool_fixed,
+            tool_model=tool_model,
+            seed=seed,
             max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            num_gpu_blocks=num_gpu_blocks,
+            dram_gib=dram_gib,
+            cxl_gib=cxl_gib,
+            inter_instance_gbps=inter_instance_gbps,
         ),
     )
     outcome = execute(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agentreplay.cli.app import fail
+from agentreplay.cli.output import fail
 
 
 def build_config(config: Path | None, overrides: dict[str, dict[str, Any]], preset: str | None = None) -> Any:
@@ -36,45 +36,49 @@ def build_config(config: Path | None, overrides: dict[str, dict[str, Any]], pres
 
 
 def common_overrides(
-    gpu: str | None,
-    model: str | None,
-    dtype: str | None,
-    tp: int | None,
-    instances: int | None,
-    router: str | None,
-    arrival: str | None,
-    concurrency: int | None,
-    rate: float | None,
-    max_programs: int | None,
-    tools: str | None,
-    tool_scale: float | None,
-    tool_fixed: float | None,
-    tool_model: Path | None,
-    num_gpu_blocks: int | None,
-    max_num_seqs: int | None,
-    max_num_batched_tokens: int | None,
-    queue: str | None,
-    victim: str | None,
-    retention: str | None,
-    ttl: float | None,
-    dram_gib: float | None,
-    cxl_gib: float | None,
-    inter_instance_gbps: float | None,
-    decision_log: bool | None,
-    seed: int | None,
-    groups: list[str] | None = None,
-    perf: str | None = None,
-    mixed_attention: str | None = None,
     *,
-    max_model_len: int | None = None,
+    gpu: str | None = None,
+    model: str | None = None,
+    dtype: str | None = None,
     kv_cache_dtype: str | None = None,
-    enforce_eager: bool | None = None,
-    deployment_kernels: bool | None = None,
+    tp: int | None = None,
+    instances: int | None = None,
     dp: int | None = None,
     ep: bool | None = None,
     all2all_backend: str | None = None,
+    groups: list[str] | None = None,
+    perf: str | None = None,
+    mixed_attention: str | None = None,
+    deployment_kernels: bool | None = None,
+    enforce_eager: bool | None = None,
+    arrival: str | None = None,
+    concurrency: int | None = None,
+    rate: float | None = None,
+    max_programs: int | None = None,
+    tools: str | None = None,
+    tool_scale: float | None = None,
+    tool_fixed: float | None = None,
+    tool_model: Path | None = None,
+    seed: int | None = None,
+    router: str | None = None,
+    queue: str | None = None,
+    victim: str | None = None,
+    retention: str | None = None,
+    ttl: float | None = None,
     admission: str | None = None,
+    max_model_len: int | None = None,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    num_gpu_blocks: int | None = None,
+    dram_gib: float | None = None,
+    cxl_gib: float | None = None,
+    inter_instance_gbps: float | None = None,
+    decision_log: bool | None = None,
 ) -> dict[str, Any]:
+    """The configuration sections the command-line options of ``simulate``, ``compare`` and ``fleet`` set, in the
+    layout of a ``--config`` file; an option left unset (None) keeps the file's value (:func:`build_config`).
+    Keyword-only: the options are many and alike (a swapped pair would still type-check). ``--tool-model`` alone
+    implies ``--tools generative``; ``--dp`` above 1 without ``--router`` means vLLM's own DP balancer."""
     if tool_model is not None and tools is None:
         tools = "generative"
     if dp is not None and dp > 1 and router is None:

@@ -14,7 +14,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
-from agentreplay.cli.app import app, console, err, fail, print_json, show
+from agentreplay.cli.groups.drive import drive_app
+from agentreplay.cli.output import console, err, fail, print_json, show
 
 
 def _ints(text: str | None, name: str) -> tuple[int, ...] | None:
@@ -42,7 +43,7 @@ def _interrupted(exc: BaseException, out: Path) -> typer.Exit:
     return typer.Exit(130)
 
 
-@app.command()
+@drive_app.command()
 def drive(
     endpoint: Annotated[str, typer.Option(help="Server base URL, e.g. http://localhost:8000 (no /v1).")],
     trace: Annotated[Path, typer.Option("--trace", "-t", help="Canonical trace folder.")],
@@ -172,7 +173,7 @@ def drive(
     console.print(f"wrote {', '.join(str(p) for p in res.paths.values())}")
 
 
-@app.command("drive-profile")
+@drive_app.command("drive-profile")
 def drive_profile(
     endpoint: Annotated[str, typer.Option(help="Server base URL, e.g. http://localhost:8000 (no /v1).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder (measured cells + component).")],

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from agentreplay.cli.app import console, err, fail, print_json, show
+from agentreplay.cli.output import console, err, fail, print_json, show
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.markup import escape
 
-from agentreplay.cli.app import console, err, fail, print_json, show, table
+from agentreplay.cli.output import console, err, fail, print_json, show, table
 
 if TYPE_CHECKING:
     from agentreplay.experiment import Experiment, Outcome

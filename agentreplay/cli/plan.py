@@ -9,7 +9,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from agentreplay.cli.app import app, console, err, fail, print_json, show
+from agentreplay.cli.groups.sim import sim_app
+from agentreplay.cli.output import console, err, fail, print_json, show
 
 
 def _names(value: str, option: str) -> tuple[str, ...]:
@@ -39,7 +40,7 @@ def _ints(value: str, option: str) -> tuple[int, ...]:
     return out
 
 
-@app.command()
+@sim_app.command()
 def plan(
     trace: Annotated[Path, typer.Option("--trace", "-t", help="Canonical trace folder (the programs replayed).")],
     load: Annotated[
@@ -171,7 +172,18 @@ def plan(
     from agentreplay.sim.config import ConfigError
 
     req = _request(
-        trace, load, slo, gpus, models, tp, presets, max_instances, max_programs, max_model_len, runners_up, config
+        trace=trace,
+        load=load,
+        slo=slo,
+        gpus=gpus,
+        models=models,
+        tp=tp,
+        presets=presets,
+        max_instances=max_instances,
+        max_programs=max_programs,
+        max_model_len=max_model_len,
+        runners_up=runners_up,
+        config=config,
     )
     req = _with(req, seeds=_seeds(seeds), prices=_prices(prices))
     try:
@@ -213,6 +225,7 @@ def plan(
 
 
 def _request(
+    *,
     trace: Path,
     load: float,
     slo: str,

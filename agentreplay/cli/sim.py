@@ -10,8 +10,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from agentreplay.cli import options as o
-from agentreplay.cli.app import app, console, fail, print_json, show
 from agentreplay.cli.config_build import build_config, common_overrides
+from agentreplay.cli.groups.sim import sim_app
+from agentreplay.cli.output import console, fail, print_json, show
 
 
 def cluster_lines(s: dict[str, Any], plans: list[Any] | None = None) -> list[str]:
@@ -171,7 +172,7 @@ def note_pricer(summary: dict[str, Any], note: Any) -> None:
     summary.update(tail)
 
 
-@app.command(epilog=o.config_sections())
+@sim_app.command(epilog=o.config_sections())
 def simulate(
     *,  # keyword-only, so the options are listed panel by panel (the panels come in the order of their first option)
     config: o.Config = None,
@@ -263,43 +264,43 @@ def simulate(
     cfg = build_config(
         config,
         common_overrides(
-            gpu,
-            model,
-            dtype,
-            tp,
-            instances,
-            router,
-            arrival,
-            concurrency,
-            rate,
-            max_programs,
-            tools,
-            tool_scale,
-            tool_fixed,
-            tool_model,
-            num_gpu_blocks,
-            max_num_seqs,
-            max_num_batched_tokens,
-            queue,
-            victim,
-            retention,
-            ttl,
-            dram_gib,
-            cxl_gib,
-            inter_instance_gbps,
-            decision_log,
-            seed,
-            group,
-            perf,
-            mixed_attention,
-            max_model_len=max_model_len,
+            gpu=gpu,
+            model=model,
+            dtype=dtype,
             kv_cache_dtype=kv_cache_dtype,
-            enforce_eager=enforce_eager,
-            deployment_kernels=deployment_kernels,
+            tp=tp,
+            instances=instances,
             dp=dp,
             ep=ep,
             all2all_backend=all2all_backend,
+            groups=group,
+            perf=perf,
+            mixed_attention=mixed_attention,
+            deployment_kernels=deployment_kernels,
+            enforce_eager=enforce_eager,
+            arrival=arrival,
+            concurrency=concurrency,
+            rate=rate,
+            max_programs=max_programs,
+            tools=tools,
+            tool_scale=tool_scale,
+            tool_fixed=tool_fixed,
+            tool_model=tool_model,
+            seed=seed,
+            router=router,
+            queue=queue,
+            victim=victim,
+            retention=retention,
+            ttl=ttl,
             admission=admission,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            num_gpu_blocks=num_gpu_blocks,
+            dram_gib=dram_gib,
+            cxl_gib=cxl_gib,
+            inter_instance_gbps=inter_instance_gbps,
+            decision_log=decision_log,
         ),
         preset,
     )
@@ -342,7 +343,7 @@ def simulate(
     console.print(f"wrote {out}/{', '.join(written)}", markup=False, soft_wrap=True)
 
 
-@app.command()
+@sim_app.command()
 def catalog(as_json: o.Json = False) -> None:
     """List the GPUs and models the performance model knows, with their key numbers.
 

@@ -8,10 +8,11 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from agentreplay.cli.app import app, console, err, fail
+from agentreplay.cli.groups.sim import sim_app
+from agentreplay.cli.output import console, err, fail
 
 
-@app.command()
+@sim_app.command()
 def study(
     out: Annotated[
         Path, typer.Option("--out", "-o", help="Report folder: report.md, figures, results.parquet, probe.parquet.")

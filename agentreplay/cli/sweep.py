@@ -17,17 +17,20 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from agentreplay.cli.app import app, console, err, fail, print_json, show
+from agentreplay.cli.coerce import PlainCommand, PlainGroup
+from agentreplay.cli.groups.sim import sim_app
+from agentreplay.cli.output import console, err, fail, print_json, show
 
 if TYPE_CHECKING:  # the sweep package is imported inside the commands, only when one runs
     from agentreplay.sweep import SweepOutcome, SweepSpec
 
 report_app = typer.Typer(
     name="report",
+    cls=PlainGroup,
     no_args_is_help=True,
     help="Render reports from output folders.\n\nExample: agentreplay report sweep out/sweep-small",
 )
-app.add_typer(report_app, name="report")
+sim_app.add_typer(report_app, name="report", rich_help_panel=sim_app.panel)
 
 
 class _ProgressBar:
@@ -56,7 +59,7 @@ class _ProgressBar:
         self._progress.update(self._task, advance=1, failed=self._failed)
 
 
-@app.command()
+@sim_app.command()
 def sweep(
     spec_path: Annotated[
         Path,
@@ -205,7 +208,7 @@ def _print_outcome(outcome: SweepOutcome, spec_path: Path, out: Path, as_json: b
         raise typer.Exit(1)
 
 
-@report_app.command("sweep")
+@report_app.command("sweep", cls=PlainCommand)
 def report_sweep(
     sweep_dir: Annotated[Path, typer.Argument(help="Output folder of `agentreplay sweep`.")],
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Report folder (default: SWEEP_DIR/report).")] = None,

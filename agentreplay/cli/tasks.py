@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from agentreplay.cli.app import app, console, fail, print_json, show
+from agentreplay.cli.groups.sim import sim_app
+from agentreplay.cli.output import console, fail, print_json, show
 
 
 def _table(title: str, head: list[str], rows: list[list[str]]) -> Table:
@@ -20,7 +21,7 @@ def _table(title: str, head: list[str], rows: list[list[str]]) -> Table:
     return t
 
 
-@app.command()
+@sim_app.command()
 def tasks(
     sim_out: Annotated[Path, typer.Argument(metavar="OUT_DIR", help="The --out folder of agentreplay simulate.")],
     deadline: Annotated[

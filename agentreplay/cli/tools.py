@@ -8,10 +8,11 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from agentreplay.cli.app import app, console, fail, print_json, show
+from agentreplay.cli.groups.trace import trace_app
+from agentreplay.cli.output import console, fail, print_json, show
 
 
-@app.command("fit-tools")
+@trace_app.command("fit-tools")
 def fit_tools(
     trace_dirs: Annotated[list[Path], typer.Argument(metavar="TRACE_DIR...", help="Canonical trace folder(s).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Model file to write (JSON).")],
@@ -117,7 +118,7 @@ def fit_tools(
         console.print(f"wrote {w}", markup=False, soft_wrap=True)
 
 
-@app.command()
+@trace_app.command()
 def synth(
     trace: Annotated[Path, typer.Option("--trace", "-t", help="Source canonical trace folder.")],
     programs: Annotated[int, typer.Option("--programs", "-n", help="Number of synthetic programs.")],

@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from agentreplay.cli.app import app, console, fail, print_json, show
+from agentreplay.cli.groups.validate import validate_app
+from agentreplay.cli.output import console, fail, print_json, show
 
 #: Options both commands take: extra measured sources, and whether ../shared/measurements is read too.
 Measured = Annotated[
@@ -30,7 +31,7 @@ def _pct(v: float | None) -> str:
     return "-" if v is None or v != v else f"{v:.1f}"  # None / NaN -> "-"
 
 
-@app.command()
+@validate_app.command()
 def calibrate(
     out: Annotated[
         Path | None,
@@ -158,7 +159,7 @@ def _calibrate_engine_cost(measured: list[Path], out: Path | None, max_evals: in
     console.print(f"wrote {target.folder / inference_perf_fit.ENGINE_COST}")
 
 
-@app.command()
+@validate_app.command()
 def validate(
     out: Annotated[Path, typer.Option("--out", "-o", help="Report folder.")] = Path("reports/latest"),
     measured: Measured = None,

@@ -27,10 +27,12 @@ as configured).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentreplay.policy.registry import did_you_mean
-from agentreplay.sim.config import SimConfig
+
+if TYPE_CHECKING:  # PRESETS is listed by --help, which needs no configuration class
+    from agentreplay.sim.config import SimConfig
 
 #: Host DRAM given to presets that need a host tier when the configuration has none, GiB per instance.
 DEFAULT_HOST_DRAM_GIB = 256.0

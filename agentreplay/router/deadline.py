@@ -26,13 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
-
-import numpy as np
+from typing import TYPE_CHECKING, Literal
 
 from agentreplay.policy.registry import check
 from agentreplay.request import Request
 from agentreplay.router.policies import InstanceView
+
+if TYPE_CHECKING:  # numpy is imported where an array is made: listing the admission policies (--help) needs none
+    import numpy as np
 
 DeadlineAction = Literal["defer", "reject"]
 #: Seconds of slack in the feasibility test (float sums of many turn prices).
@@ -47,13 +48,20 @@ class DeadlineParams:
         check(self.deadline_action in ("defer", "reject"), "deadline_action", self.deadline_action, "defer or reject")
 
 
+def _no_priority() -> np.ndarray:
+    """No class rank: an empty int64 array."""
+    import numpy as np
+
+    return np.zeros(0, dtype=np.int64)
+
+
 @dataclass(frozen=True, slots=True)
 class DeadlineContext:
     """Per-program deadlines and per-turn remaining uncontended time (built before the run)."""
 
     deadline_s: np.ndarray  #: float64 [n_programs]: JCT deadline, seconds after the program's arrival
     remaining_s: np.ndarray  #: float64 [n_turns]: uncontended seconds from this turn's release to the program's end
-    priority: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  #: class rank per program
+    priority: np.ndarray = field(default_factory=_no_priority)  #: class rank per program
 
 
 class DeadlineAdmission:

@@ -12,7 +12,6 @@ bytes. ``tests/sim/test_tables.py`` holds both to that. The Arrow arrays are bui
 from __future__ import annotations
 
 import json
-from importlib import metadata
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -212,4 +211,6 @@ def _pandas_version() -> str:
         m = re.search(r'^__version__\s*=\s*["\']([^"\']+)["\']', text, re.M)
         if m:
             return m.group(1)
+    from importlib import metadata  # here, where it is read: it imports the email package
+
     return metadata.version("pandas")

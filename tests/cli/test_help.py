@@ -127,16 +127,16 @@ def test_every_command_shows_an_example(path: tuple[str, ...]) -> None:
 def test_main_keeps_only_the_command_it_runs(monkeypatch) -> None:
     app_module = importlib.import_module("agentreplay.cli.app")
     calls = []
-    monkeypatch.setattr(app_module.app, "registered_commands", list(app_module.app.registered_commands))
-    monkeypatch.setattr(app_module.app, "registered_groups", list(app_module.app.registered_groups))
     monkeypatch.setattr("sys.argv", ["agentreplay", "catalog", "--json"])
     monkeypatch.setattr(
-        type(app_module.app),
-        "__call__",
-        lambda self: calls.append([app_module._name(c) for c in self.registered_commands]),
+        typer.Typer, "__call__", lambda self: calls.append(sorted(typer.main.get_command(self).commands))
     )
     app_module.main()
     assert calls == [["catalog"]]
+    calls.clear()
+    monkeypatch.setattr("sys.argv", ["agentreplay", "report", "sweep", "--help"])
+    app_module.main()
+    assert calls == [["report"]]
 
 
 def test_collect_formats_in_help_are_the_collector_registry() -> None:

@@ -36,10 +36,7 @@ def test_catalog_json_lists_every_gpu_and_model() -> None:
 
 
 def test_show_on_a_narrow_terminal_wraps_or_widens_but_never_cuts(monkeypatch) -> None:
-
-    from agentreplay.cli import app as _  # noqa: F401
-
-    mod = importlib.import_module("agentreplay.cli.app")
+    mod = importlib.import_module("agentreplay.cli.output")
     buf = io.StringIO()
     narrow = Console(file=buf, width=30, force_terminal=True, color_system=None)
     monkeypatch.setattr(mod, "console", narrow)

@@ -14,13 +14,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-
 from agentreplay.experiment import Experiment, View, about, about_of, over_seeds, param
 from agentreplay.experiment.params import check
 from agentreplay.experiment.tables import flat
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # numpy is imported where it runs: listing the experiments (fleet --help) needs none
+    import numpy as np
     import pandas as pd
 
     from agentreplay.experiment import Results, Run
@@ -67,6 +66,8 @@ def study_of(runs: dict[str, Run]) -> FailoverStudy:
 
 
 def age_bucket(turns_done: np.ndarray) -> np.ndarray:
+    import numpy as np
+
     idx = np.searchsorted(np.asarray(AGE_EDGES), turns_done, side="right") - 1
     return np.asarray(AGE_LABELS, dtype=object)[np.clip(idx, 0, len(AGE_LABELS) - 1)]
 
@@ -129,6 +130,8 @@ def run_summary(study: FailoverStudy) -> pd.DataFrame:
 def plot_impact(ax_bars: Any, ax_scatter: Any, tables: dict[str, pd.DataFrame]) -> tuple[Any, Any]:
     """Left: mean JCT of the affected programs by age bucket, three runs. Right: each affected program's JCT
     change vs the no-failure run against its age (turns done) at the event, failure and remedy."""
+    import numpy as np
+
     t = flat(tables["by_age"])
     t = t[t["age_turns"] != "all"]
     x = np.arange(len(t))
@@ -194,6 +197,8 @@ _READING = (
 
 
 def _fmt(v: Any) -> str:
+    import numpy as np
+
     if isinstance(v, float):
         return "" if v != v else f"{v:,.1f}"
     if isinstance(v, int | np.integer):

@@ -13,8 +13,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
-import numpy as np
-
 from agentreplay.experiment import Experiment, View, about, about_of, over_seeds, param
 from agentreplay.experiment.params import ParamError, check, command_line
 from agentreplay.experiment.tables import flat
@@ -107,6 +105,7 @@ def build(trace: Path, p: FanoutParams, seed: int) -> tuple[Workload, FanOutStat
 
 def tables_of(runs: dict[str, Run], p: FanoutParams, trace: Path) -> dict[str, pd.DataFrame]:
     """One seed's tables: the figures per router, each workflow's JCT, what the fan-out drew."""
+    import numpy as np
     import pandas as pd
 
     w, stats = build(trace, p, next(iter(runs.values())).seed)
@@ -166,6 +165,8 @@ def markdown(title: str, head: list[str], body: list[list[str]], notes: list[str
 def plot(tables: dict[str, pd.DataFrame], path: Path) -> Path:
     """Three panels: prefill tokens and sibling hit rate per router; workflow JCT CDFs; others' hit rate with and
     without fan-out."""
+    import numpy as np
+
     from agentreplay.fleet.figures import subplots
 
     t = tables["fanout"]

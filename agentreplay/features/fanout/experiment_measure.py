@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where it runs: listing the experiments (fleet --help) needs none
+    import numpy as np
 
-if TYPE_CHECKING:
     from agentreplay.sim.config import SimConfig
     from agentreplay.sim.dag import Dag
     from agentreplay.sim.result import SimResult
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 TURNS = ["input_tokens", "cached_tokens", "computed_prompt_tokens", "release_s"]
 PROGRAMS = ["finish_s", "arrival_s"]
-Columns = dict[str, np.ndarray]
+Columns = dict[str, "np.ndarray"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +48,8 @@ class RunColumns:
 
     @classmethod
     def of(cls, res: SimResult) -> RunColumns:
+        import numpy as np
+
         t, p = res.columns("turns"), res.columns("programs")
         assert t is not None and p is not None
         return cls({c: np.asarray(t[c]) for c in TURNS}, {c: np.asarray(p[c]) for c in PROGRAMS})
@@ -73,6 +75,8 @@ class RouterRow:
 
 def workflow_jct(programs: Columns, dag: Dag | None) -> np.ndarray:
     """Per root program: last finish over its workflow - the root's arrival (seconds)."""
+    import numpy as np
+
     finish, arrival = np.asarray(programs["finish_s"]), np.asarray(programs["arrival_s"])
     if dag is None:
         return finish - arrival
@@ -91,6 +95,8 @@ def _hit_rate(inp: np.ndarray, cached: np.ndarray, mask: np.ndarray) -> float:
 def measure(router: str, fan: RunColumns, w: Workload, base: RunColumns, wb: Workload) -> dict[str, Any]:
     """The per-router figures of one fan-out run and its no-fan-out baseline (module docstring), and the
     workflow JCTs (``workflow_jct_s``, per root)."""
+    import numpy as np
+
     dag = w.dag
     assert dag is not None
     inp, cached = (np.asarray(fan.turns[c], dtype=np.int64) for c in ("input_tokens", "cached_tokens"))
@@ -128,6 +134,8 @@ def measure(router: str, fan: RunColumns, w: Workload, base: RunColumns, wb: Wor
 
 def _in_intervals(t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """``t`` inside the union of the closed intervals ``[start, end]``."""
+    import numpy as np
+
     if not len(start):
         return np.zeros(len(t), dtype=bool)
     order = np.argsort(start, kind="stable")
@@ -138,6 +146,8 @@ def _in_intervals(t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarr
 
 def roots_only(w: Workload) -> Workload:
     """The workload's root programs alone (the no-fan-out baseline)."""
+    import numpy as np
+
     dag = w.dag
     if dag is None:
         return w

@@ -28,11 +28,12 @@ Sampling costs O(running + pins + free-queue runs) per sample, paid only when on
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from agentreplay.kv.manager import held_blocks
+
+if TYPE_CHECKING:  # numpy is imported where the columns are built: the experiment's --help needs none
+    import numpy as np
 
 #: Columns of the ``footprint`` table, in order.
 COLUMNS = (
@@ -108,6 +109,8 @@ class FootprintSampler:
     def columns(self) -> dict[str, np.ndarray] | None:
         if not self.rows:
             return None
+        import numpy as np
+
         cols = list(zip(*self.rows, strict=True))
         return {
             name: np.asarray(c, dtype=np.float64 if name == "time_s" else np.int64)

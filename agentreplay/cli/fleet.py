@@ -16,20 +16,10 @@ import typer
 from rich.markup import escape
 
 from agentreplay.cli import options as o
-from agentreplay.cli.app import app
+from agentreplay.cli.groups.fleet import fleet_app
+from agentreplay.cli.output import fail
 from agentreplay.experiment import Experiment, experiments
 from agentreplay.experiment.params import Spec, build, specs
-
-fleet_app = typer.Typer(
-    name="fleet",
-    no_args_is_help=True,
-    help="Run a study: labelled variants of a configuration on a trace, then its tables and figures.\n\n"
-    "Every study runs its cells (variant x seed) in parallel (--workers, or a Dask cluster with --dask) and keeps "
-    "each finished cell in OUT/sim-runs/, so rerunning the same command resumes. The output folder holds the "
-    "tables (NAME.parquet), the Markdown and the figures of the study.\n\n"
-    "Example: agentreplay fleet thinking --loads 4,64 --workers 2",
-)
-app.add_typer(fleet_app, name="fleet")
 
 PANEL_STUDY, PANEL_RUN = "Study", "Run"
 
@@ -153,7 +143,6 @@ def make_command(exp: Experiment) -> Callable[..., None]:
 
 def run(exp: Experiment, given: dict[str, Any]) -> None:
     """Parse the options, build the base configuration, run the experiment, print."""
-    from agentreplay.cli.app import fail
     from agentreplay.cli.config_build import build_config
     from agentreplay.cli.fleet_run import execute, parse_seeds, report
 
