@@ -161,4 +161,9 @@ def test_ctrl_c_ends_the_local_pool_at_once() -> None:
             time.sleep(0.05)
         procs = list(ex._pool._processes.values())
         raise KeyboardInterrupt
+    # the pool's own manager thread may reap a worker concurrently, and is_alive() reads a reaped-but-not-yet-
+    # recorded worker as alive for an instant; a worker of the 600 s cell left running stays alive for minutes
+    deadline = time.monotonic() + 30
+    while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert procs and not any(p.is_alive() for p in procs)
