@@ -2,12 +2,7 @@
 inside a function (an import moved into a function to dodge a cycle is still a cycle). Imports under ``if
 TYPE_CHECKING:`` (annotations only, never run) are left out of the package-wide graph but counted in the
 simulator's core (engine, request, policy, kv, scheduler, router, perf, sim), which has no cycle even for types.
-Layers, lowest first: engine, request, policy.registry, kv, scheduler, router, perf, sim, the rest.
-
-One declared exception (:data:`REGISTRATION`): the typer application (``agentreplay.cli.app``) imports its command
-modules when its commands are first read, and they import it back for the ``app`` their decorators register on
-(lazy registration keeps the start-up of one command to its own module: ``agentreplay.cli.app._Typer``). Breaking
-it means moving ``app`` and the shared helpers into a module of their own, which every command module imports."""
+Layers, lowest first: engine, request, policy.registry, kv, scheduler, router, perf, sim, the rest."""
 
 from __future__ import annotations
 
@@ -61,9 +56,6 @@ def imports(path: Path, modules: set[str], name: str | None = None, types: bool 
     return out
 
 
-#: (importer, imported package prefix) edges left out of the graph, with the reason in the module docstring.
-REGISTRATION = (("agentreplay.cli.app", "agentreplay.cli."),)
-
 CORE = (
     "agentreplay.engine",
     "agentreplay.request",
@@ -81,11 +73,7 @@ def graph(types: bool = False, only: tuple[str, ...] = ("agentreplay",)) -> dict
     files = sorted(PKG.rglob("*.py"))
     modules = {module_name(f) for f in files}
     mine = {m for m in modules if any(m == p or m.startswith(p + ".") for p in only)}
-    g = {module_name(f): imports(f, modules, types=types) & mine for f in files if module_name(f) in mine}
-    for src, prefix in REGISTRATION:
-        if src in g:
-            g[src] = {m for m in g[src] if not m.startswith(prefix)}
-    return g
+    return {module_name(f): imports(f, modules, types=types) & mine for f in files if module_name(f) in mine}
 
 
 def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
@@ -127,14 +115,6 @@ def test_agentreplay_has_no_import_cycle() -> None:
     assert "agentreplay.sim.run" in g and "agentreplay.engine" in g
     cycle = find_cycle(g)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
-
-
-def test_the_declared_exception_is_the_cli_registration_only() -> None:
-    files = {module_name(f): f for f in PKG.rglob("*.py")}
-    full = imports(files["agentreplay.cli.app"], set(files))
-    left_out = {m for m in full if m.startswith("agentreplay.cli.")}
-    assert left_out and all(m.startswith("agentreplay.cli.") for m in left_out)
-    assert graph()["agentreplay.cli.app"] == full - left_out
 
 
 def test_the_core_has_no_import_cycle_even_for_types() -> None:

@@ -44,7 +44,7 @@ from agentreplay.perf.table import (
 #: The GPU catalog: every other file goes with it.
 GPUS: Final = "gpus.toml"
 #: The files of a catalog folder that validation reads or calibration writes.
-FILES: Final = (GPUS, "roofline.toml", "tables.toml", "calibration.json", "engine_cost.json")
+FILES: Final = (GPUS, "roofline.toml", "tables.toml", "tables_index.json", "calibration.json", "engine_cost.json")
 
 
 def packaged_folder() -> Path:

@@ -11,8 +11,8 @@ from agentreplay.cli.output import fail
 
 def build_config(config: Path | None, overrides: dict[str, dict[str, Any]], preset: str | None = None) -> Any:
     """The TOML file (or defaults), then the preset, then the command-line options that were given; the pricer
-    resolved last (``--perf``, else the file's ``[hardware] perf``, else ``auto``: :mod:`agentreplay.cli.pricer`)."""
-    from agentreplay.cli.pricer import resolve
+    resolved last (``--perf``, else the file's ``[hardware] perf``, else ``auto``: :mod:`agentreplay.perf.auto`)."""
+    from agentreplay.perf.auto import resolve
     from agentreplay.policy.presets import apply_preset
     from agentreplay.sim.config import ConfigError, SimConfig, load
 

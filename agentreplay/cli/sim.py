@@ -165,7 +165,7 @@ def print_summary(s: dict[str, Any], title: str = "simulation summary", plans: l
 
 
 def note_pricer(summary: dict[str, Any], note: Any) -> None:
-    """Which pricer ran, and why (:func:`agentreplay.cli.pricer.resolve`), as the summary's ``pricer``: listed before
+    """Which pricer ran, and why (:func:`agentreplay.perf.auto.resolve`), as the summary's ``pricer``: listed before
     the notes every run's summary ends with (``findings``, ``error_bands``: :mod:`agentreplay.sim.collect`)."""
     tail = {k: summary.pop(k) for k in ("findings", "error_bands") if k in summary}
     summary["pricer"] = note
@@ -253,8 +253,8 @@ def simulate(
     Example: agentreplay simulate --trace datasets/swebench-verified
     --gpu h100-sxm --model llama-3.1-8b --concurrency 64 --out out/sim
     """
-    from agentreplay.cli.pricer import resolve as resolve_pricer
     from agentreplay.outdir import OutputDirError, staged
+    from agentreplay.perf.auto import resolve as resolve_pricer
     from agentreplay.sim import CapacityError
     from agentreplay.sim import simulate as run_simulate
     from agentreplay.sim.run import plan_cluster
@@ -349,41 +349,13 @@ def catalog(as_json: o.Json = False) -> None:
 
     Example: agentreplay catalog --json
     """
-    from agentreplay.perf import list_gpus, list_models, load_gpu, load_model
+    from agentreplay.perf.catalog import catalog_rows
 
-    gpus = []
-    for name in list_gpus():
-        g = load_gpu(name)
-        gpus.append(
-            {
-                "name": name,
-                "memory_gib": g.memory_gib,
-                "hbm_gbps": g.mem_bandwidth_gbps,
-                "bf16_tflops": g.bf16_tflops,
-                "fp8_tflops": g.fp8_tflops if g.has_fp8 else None,
-                "interconnect": g.interconnect,
-                "interconnect_gbps": g.interconnect_bw_gbps,
-            }
-        )
-    models = []
-    for name in list_models():
-        m = load_model(name)
-        models.append(
-            {
-                "name": name,
-                "params_b": m.param_count() / 1e9,
-                "layers": m.num_hidden_layers,
-                "hidden": m.hidden_size,
-                "heads": m.num_attention_heads,
-                "kv_heads": m.num_key_value_heads,
-                "experts": m.num_experts if m.is_moe else None,
-                "experts_per_token": m.experts_per_token if m.is_moe else None,
-                "kv_bytes_per_token_bf16": m.kv_bytes_per_token("bf16"),
-            }
-        )
+    rows = catalog_rows()
     if as_json:
-        print_json({"gpus": gpus, "models": models})
+        print_json(rows)
         return
+    gpus, models = rows["gpus"], rows["models"]
     gt = Table(title="GPUs")
     for col in ("name", "memory GiB", "HBM GB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "interconnect GB/s"):
         gt.add_column(col, justify="left" if col == "name" else "right")

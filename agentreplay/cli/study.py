@@ -55,13 +55,11 @@ def study(
 
     Quick look: agentreplay study --quick --out out/study-quick
     """
-    from agentreplay.sim.workload import compile_trace
-    from agentreplay.study.probes import probe_tool_scale
+    from agentreplay.study.probes import probe_study
     from agentreplay.study.report import write_report
     from agentreplay.study.runner import run_study
     from agentreplay.study.spec import StudyOptions
     from agentreplay.sweep import SpecError, make_executor
-    from agentreplay.trace.io import read_trace
 
     try:
         opts = StudyOptions.make(quick, seeds)
@@ -85,10 +83,7 @@ def study(
     probes = None
     if not no_probes and (not only or "tool-scale" in only):
         console.print("  probes: tool-scale cells with the decision log")
-        w = compile_trace(read_trace(opts.trace))
-        import pandas as pd
-
-        probes = pd.concat([probe_tool_scale(w, opts, rate_per_s=r) for r in (0.05, 0.1)], ignore_index=True)
+        probes = probe_study(opts)
     command = "agentreplay study " + " ".join(
         [f"--out {out}"] + (["--quick"] if quick else []) + ([f"--seeds {seeds}"] if seeds else [])
     )

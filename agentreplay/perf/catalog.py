@@ -408,3 +408,42 @@ def _check_shapes(where: str, spec: ModelSpec) -> None:
             f"{where}: shared_expert_intermediate_size={spec.shared_expert_intermediate_size} needs a MoE model "
             "(num_experts > 0)"
         )
+
+
+def catalog_rows() -> dict[str, list[dict[str, Any]]]:
+    """The packaged GPUs and models with their key numbers, one row each, sorted by name (``agentreplay catalog``):
+    ``gpus``: memory (GiB), HBM bandwidth (GB/s), dense bf16 and fp8 peaks (TFLOP/s; fp8 None without fp8 tensor
+    cores), interconnect and its per-GPU bandwidth (GB/s); ``models``: parameters (billions), layers, hidden size,
+    attention and KV heads, experts and experts per token (None for a dense model), KV-cache bytes per token in
+    bf16."""
+    gpus = []
+    for name in list_gpus():
+        g = load_gpu(name)
+        gpus.append(
+            {
+                "name": name,
+                "memory_gib": g.memory_gib,
+                "hbm_gbps": g.mem_bandwidth_gbps,
+                "bf16_tflops": g.bf16_tflops,
+                "fp8_tflops": g.fp8_tflops if g.has_fp8 else None,
+                "interconnect": g.interconnect,
+                "interconnect_gbps": g.interconnect_bw_gbps,
+            }
+        )
+    models = []
+    for name in list_models():
+        m = load_model(name)
+        models.append(
+            {
+                "name": name,
+                "params_b": m.param_count() / 1e9,
+                "layers": m.num_hidden_layers,
+                "hidden": m.hidden_size,
+                "heads": m.num_attention_heads,
+                "kv_heads": m.num_key_value_heads,
+                "experts": m.num_experts if m.is_moe else None,
+                "experts_per_token": m.experts_per_token if m.is_moe else None,
+                "kv_bytes_per_token_bf16": m.kv_bytes_per_token("bf16"),
+            }
+        )
+    return {"gpus": gpus, "models": models}

@@ -7,18 +7,19 @@ predicts from other GPUs and models)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from agentreplay.perf.catalog import Dtype, GpuSpec, load_gpu, load_model
 from agentreplay.perf.deploy import default_cudagraph_sizes
-from agentreplay.perf.loaders import load_table_origins, load_tables, refinement_path, tables_path
-from agentreplay.perf.measured import MeasuredTable, table_key
+from agentreplay.perf.loaders import refinement_path, tables_path
+from agentreplay.perf.measured import table_key
 from agentreplay.perf.model import PerfModel
 from agentreplay.perf.refined import RefinedPerfModel
 from agentreplay.perf.stepcost import overlapped
+from agentreplay.perf.table_index import TableEntry, table_entries
 from agentreplay.perf.table_model import TablePerfModel
 
 
@@ -119,18 +120,43 @@ def _deployment(gpu: str, model: str, dtype: str, tp: int, kv_dtype: str) -> str
     return f"{gpu} / {model} / {dtype} (KV {kv_dtype}) / TP{tp}"
 
 
-def _why_not(
-    key: str, table: MeasuredTable | None, others: list[int], dtype: str, kv_dtype: str, origin_kv: str | None
-) -> str:
+def _why_not(key: str, entry: TableEntry | None, others: list[int], dtype: str, kv_dtype: str) -> str:
     """Why the shipped table of ``key`` (None: none) is not a deployment profile of the deployment."""
-    if table is None:
+    if entry is None:
         return f"profiled at TP {', '.join(map(str, others))} only" if others else "no per-layer profile of it"
-    if origin_kv is None:
+    if not entry.origin.deployment_profile:
         return (
-            f"the shipped table {key} ({table.name}) is a kernel profile taken outside the serving engine, not a "
-            "profile of the deployment (--perf table prices from it)"
+            f"the shipped table {key} ({entry.origin.source}) is a kernel profile taken outside the serving engine, "
+            "not a profile of the deployment (--perf table prices from it)"
         )
-    return f"profiled in {table.dtype} with a {origin_kv} KV cache, not {dtype} with a {kv_dtype} KV cache"
+    return f"profiled in {entry.dtype} with a {entry.origin.kv_dtype} KV cache, not {dtype} with a {kv_dtype} KV cache"
+
+
+def choose_from(
+    entries: Mapping[str, TableEntry], gpu: str, model: str, dtype: str, tp: int, kv_dtype: str
+) -> PricerChoice:
+    """:func:`choose_pricer` on the tables ``entries`` describes (:func:`agentreplay.perf.table_index.table_entries`
+    of a ``tables.toml``)."""
+    key = table_key(gpu, model, tp)
+    entry = entries.get(key)
+    what = _deployment(gpu, model, dtype, tp, kv_dtype)
+    if (
+        entry is not None
+        and entry.origin.deployment_profile
+        and entry.dtype == dtype
+        and entry.origin.kv_dtype == kv_dtype
+    ):
+        comm = ", TP collectives (none in the profile) added once by the table pricer" if tp > 1 else ""
+        return PricerChoice(
+            "table",
+            f"a {entry.origin.engine} {entry.origin.engine_version} per-layer profile of exactly {what} is shipped "
+            f"({entry.origin.source}): iterations priced from it{comm}",
+            key,
+            entry.origin.source,
+        )
+    others = sorted(e.tp for e in entries.values() if e.gpu == gpu and e.model == model and e.origin.deployment_profile)
+    why = _why_not(key, entry, others, dtype, kv_dtype)
+    return PricerChoice("roofline", f"no deployment profile of {what}: {why}; the roofline predicts it")
 
 
 def choose_pricer(
@@ -149,33 +175,9 @@ def choose_pricer(
     the GPU where one exists, else the roofline's); else ``roofline``, with the reason. A kernel profile of the
     same shapes taken outside the engine (HF-transformers modules, Vidur's operators), another TP's, dtype's or KV
     dtype's profile does not count; ``--perf table`` still prices from those, scaled. Expert parallelism has no
-    profile dimension: the experts of a MoE model are the roofline's in every table."""
-    path = tables_path(catalog)
-    key = table_key(gpu, model, tp)
-    table, origin = load_tables(path).get(key), load_table_origins(path).get(key)
-    what = _deployment(gpu, model, dtype, tp, kv_dtype)
-    if (
-        table is not None
-        and origin is not None
-        and origin.deployment_profile
-        and table.dtype == dtype
-        and origin.kv_dtype == kv_dtype
-    ):
-        comm = ", TP collectives (none in the profile) added once by the table pricer" if tp > 1 else ""
-        return PricerChoice(
-            "table",
-            f"a {origin.engine} {origin.engine_version} per-layer profile of exactly {what} is shipped "
-            f"({origin.source}): iterations priced from it{comm}",
-            key,
-            origin.source,
-        )
-    others = sorted(
-        t.tp
-        for k, t in load_tables(path).items()
-        if t.gpu == gpu and t.model == model and (o := load_table_origins(path).get(k)) and o.deployment_profile
-    )
-    why = _why_not(key, table, others, dtype, kv_dtype, origin.kv_dtype if origin else None)
-    return PricerChoice("roofline", f"no deployment profile of {what}: {why}; the roofline predicts it")
+    profile dimension: the experts of a MoE model are the roofline's in every table. The tables are read from
+    their index where it stands for the file (:mod:`agentreplay.perf.table_index`), else parsed: the same choice."""
+    return choose_from(table_entries(tables_path(catalog)), gpu, model, dtype, tp, kv_dtype)
 
 
 def pricer_from_names(

@@ -9,11 +9,13 @@ The parts, one job each (read the module of a name for its model and invariants)
 - :mod:`agentreplay.perf.measured`: :class:`MeasuredTable` and :class:`AllReduceTable`, measured profiles as data;
 - :mod:`agentreplay.perf.loaders`: the TOML loaders of ``roofline.toml`` and ``tables.toml`` (and
   :class:`TableOrigin`: where a table was measured, a deployment profile or not);
+- :mod:`agentreplay.perf.table_index`: what a ``tables.toml`` holds without its points (its index,
+  ``tables_index.json``), what ``auto`` reads;
 - :mod:`agentreplay.perf.table_model`: :class:`TablePerfModel`, pricing from a measured table (how it
   interpolates, extrapolates and scales);
 - :mod:`agentreplay.perf.registry`: :func:`pricer_from_names`, the pricer of a deployment by kind, and
   :func:`choose_pricer`, what ``auto`` runs (the table of a deployment profile of exactly the deployment, else the
-  roofline) and why.
+  roofline) and why; :mod:`agentreplay.perf.auto`: that choice for a command-line run's cluster.
 """
 
 from agentreplay.perf.kernels import EMITTING, GEMM_OPS, KERNELS, PER_FORWARD

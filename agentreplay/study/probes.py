@@ -9,17 +9,20 @@ once); queueing is ``queued_mean_s``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import pandas as pd
 
 from agentreplay.sim.config import SimConfig, from_dict
 from agentreplay.sim.run import simulate
-from agentreplay.sim.workload import Workload
+from agentreplay.sim.workload import Workload, compile_trace
 from agentreplay.study.experiments import TOOL_SCALES, base_config
 from agentreplay.study.spec import POLICIES, StudyOptions, tool_s_per_program
+from agentreplay.trace.io import read_trace
 
+#: Arrival rates (programs per second) the study's report probes the tool-scale cells at.
+PROBE_RATES: Final = (0.05, 0.1)
 PROBE_POLICIES = ("vllm", "continuum", "continuum-nocap", "continuum-strict", "vllm+program-fcfs", "vllm+continuum-ttl")
 
 
@@ -100,3 +103,13 @@ def probe_tool_scale(
             row.update(retention_breakdown(res.decisions or [], res.turns, workload.program_ids))
             out.append(row)
     return pd.DataFrame(out)
+
+
+def probe_study(
+    opts: StudyOptions, rates: tuple[float, ...] = PROBE_RATES, scales: list[float] | None = None
+) -> pd.DataFrame:
+    """The probes of the study's report: :func:`probe_tool_scale` on the study's trace (``opts.trace``) at every
+    rate of ``rates`` (programs per second) and tool scale of ``scales`` (default: the tool-scale experiment's),
+    one frame, rows in rate order."""
+    workload = compile_trace(read_trace(opts.trace))
+    return pd.concat([probe_tool_scale(workload, opts, scales, rate_per_s=r) for r in rates], ignore_index=True)

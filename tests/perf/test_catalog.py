@@ -239,3 +239,29 @@ def test_efficiency_validation() -> None:
     with pytest.raises(ValueError, match=r"Efficiency.framework_overhead_ms=-1.0 must be >= 0"):
         dataclasses.replace(eff, framework_overhead_ms=-1.0)
     assert isinstance(eff, Efficiency)
+
+
+def test_catalog_rows_list_every_gpu_and_model_with_its_key_numbers() -> None:
+    """What ``agentreplay catalog`` prints (agentreplay.perf.catalog.catalog_rows), checked against the specs."""
+    from agentreplay.perf.catalog import catalog_rows
+
+    rows = catalog_rows()
+    assert [g["name"] for g in rows["gpus"]] == list_gpus() and [m["name"] for m in rows["models"]] == list_models()
+    by_gpu = {g["name"]: g for g in rows["gpus"]}
+    h100, a100 = load_gpu("h100-sxm"), by_gpu["a100-80gb"]
+    assert by_gpu["h100-sxm"] == {
+        "name": "h100-sxm",
+        "memory_gib": h100.memory_gib,
+        "hbm_gbps": h100.mem_bandwidth_gbps,
+        "bf16_tflops": h100.bf16_tflops,
+        "fp8_tflops": h100.fp8_tflops,
+        "interconnect": h100.interconnect,
+        "interconnect_gbps": h100.interconnect_bw_gbps,
+    }
+    assert a100["fp8_tflops"] is None  # Ampere: no fp8 tensor cores
+    by_model = {m["name"]: m for m in rows["models"]}
+    dense, moe = by_model["llama-3.1-8b"], by_model["mixtral-8x7b"]
+    assert dense["experts"] is None and dense["experts_per_token"] is None
+    assert dense["params_b"] == load_model("llama-3.1-8b").param_count() / 1e9
+    assert dense["kv_bytes_per_token_bf16"] == load_model("llama-3.1-8b").kv_bytes_per_token("bf16")
+    assert (moe["experts"], moe["experts_per_token"]) == (8, 2)

@@ -149,7 +149,7 @@ def test_auto_reads_the_tables_beside_the_catalog(tmp_path: Path) -> None:
 
 
 def test_cli_resolves_auto_and_records_why(tmp_path: Path) -> None:
-    from agentreplay.cli.pricer import resolve
+    from agentreplay.perf.auto import resolve
     from agentreplay.sim.config import SimConfig
 
     cfg = SimConfig().replace(hardware={"gpu": "rtx4090", "model": "llama-3.1-8b"})

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from agentreplay.sim.workload import Workload
-from agentreplay.study.probes import probe_tool_scale, retention_breakdown
+from agentreplay.study.probes import PROBE_RATES, probe_study, probe_tool_scale, retention_breakdown
 from agentreplay.study.report import write_report
 from agentreplay.study.runner import run_study
 from agentreplay.study.spec import StudyOptions
@@ -64,3 +64,12 @@ def test_retention_breakdown_counts_pins_and_expired_pins() -> None:
     assert b["decisions"] == 3
     assert b["pin_share"] == 2 / 3 and b["release_above_cap_share"] == 1 / 3
     assert b["pins_expired_share"] == 0.5  # the 1 s pin met a 2 s tool; the 5 s pin held through 3 s
+
+
+def test_probe_study_runs_every_rate_on_the_study_trace(tiny: StudyOptions, workload: Workload) -> None:
+    """What ``agentreplay study`` probes: each rate's cells on the study's trace, one frame in rate order."""
+    assert PROBE_RATES == (0.05, 0.1)
+    got = probe_study(tiny, scales=[8.0])
+    assert list(got.index) == list(range(len(got))) and list(dict.fromkeys(got["rate_per_s"])) == list(PROBE_RATES)
+    want = pd.concat([probe_tool_scale(workload, tiny, [8.0], rate_per_s=r) for r in PROBE_RATES], ignore_index=True)
+    pd.testing.assert_frame_equal(got, want)

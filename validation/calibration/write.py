@@ -1,7 +1,9 @@
 """What ``agentreplay calibrate`` writes into a catalog folder (:class:`validation.catalog.Catalog`): the fitted
 efficiencies into ``gpus.toml`` (everything else kept byte for byte), ``roofline.toml`` (the refined roofline),
-``tables.toml`` (measured tables) and the summary that becomes ``calibration.json``. Each file's text is built
-here and written through :meth:`validation.catalog.Catalog.write` (a temporary name moved into place)."""
+``tables.toml`` (measured tables, with its index ``tables_index.json``: :func:`write_table_index`) and the summary
+that becomes ``calibration.json``. Each file's text is built here and written through
+:meth:`validation.catalog.Catalog.write` (a temporary name moved into place; the index likewise, beside its
+``tables.toml``)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pandas as pd
 
 from agentreplay.perf import Efficiency
 from agentreplay.perf.table import AllReduceTable, MeasuredTable, TableOrigin
+from agentreplay.perf.table_index import index_path, index_text, parse_entries
 from validation.calibration.data import SPLIT, ComponentData, mape, mape_table
 from validation.calibration.fit import GpuFit
 from validation.calibration.refined import RefinedFit
@@ -192,7 +195,7 @@ def write_tables(
     """``dst``'s ``tables.toml``: one ``[table."gpu/model/tpN"]`` per table, seconds per layer (module docstring of
     agentreplay.perf.table), with the engine, its version and the KV dtype of a deployment profile (``origins``,
     :func:`validation.calibration.tables.shipped_origins`), and one ``[allreduce."gpu/tpN"]`` per all-reduce table
-    (seconds per all-reduce)."""
+    (seconds per all-reduce); then its index beside it (:func:`write_table_index`)."""
     lines = [
         "# Measured per-layer tables for agentreplay.perf.table.TablePerfModel, written by `agentreplay calibrate`",
         "# (validation/calibration/tables.py shipped_tables) from the component profiles: seconds per layer of each",
@@ -241,4 +244,20 @@ def write_tables(
                     f"seconds = {_arr(v[2], '.5g')}",
                 ]
         lines.append("")
-    return dst.write("tables.toml", "\n".join(lines))
+    path = dst.write("tables.toml", "\n".join(lines))
+    write_table_index(path)
+    return path
+
+
+def write_table_index(tables: Path) -> Path:
+    """The index of the ``tables.toml`` at ``tables`` (:mod:`agentreplay.perf.table_index`: per table its
+    deployment and origin, and the digest of the file), written beside it: what ``--perf auto`` reads instead of
+    parsing every table. The entries are parsed from the file as written, so the index says what the file says.
+    Written to a temporary name, then moved into place. Returns the index's path."""
+    data = Path(tables).read_bytes()
+    text = index_text(parse_entries(tables), data)
+    dst = index_path(tables)
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(dst)
+    return dst

@@ -5,7 +5,8 @@ given sources whose id matches a ``--calibration`` glob is a *calibration* cell;
 The parameters of the per-step engine cost (:class:`agentreplay.perf.stepcost.StepCost`: ``framework_overhead_ms``
 and ``per_seq_overhead_us``, host work no kernel profile shows) are fitted on the calibration cells only; the
 held-out cells are then replayed with the fitted values and their error is printed. Nothing is chosen by
-looking at a held-out cell: the split is declared before the fit, and the fit reads only calibration cells.
+looking at a held-out cell: the split is declared before the fit, and the fit reads only calibration cells
+(:func:`validation.e2e.fit_measured.fit_measured` collects the given sources and declares the split).
 
 Each cell is replayed as it ran (:func:`runs_from_tables`): its requests at their measured arrivals, its KV block
 count, block size, prefix caching, batching limits, dtype, TP and (``engine_kwargs``) DP / EP. The fit minimises
@@ -82,6 +83,20 @@ class FitResult:
         """Mean absolute % error over the cells of ``role`` ("calibration" / "held-out") and FIT_METRICS."""
         errs = [abs(r[which] / r["measured"] - 1) for r in self.rows if r["role"] == role]
         return 100 * float(np.mean(errs)) if errs else math.nan
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fit as ``calibrate --calibration --out`` writes it: the split, the start and fitted step cost, the
+        MAPE per role before / after and every row."""
+        return {
+            "calibration": self.calibration,
+            "held_out": self.held_out,
+            "start": self.start.as_dict(),
+            "fitted": self.fitted.as_dict(),
+            "mape_pct": {
+                r: {"start": self.mape_pct(r, "start"), "fitted": self.mape_pct(r)} for r in ("calibration", "held-out")
+            },
+            "rows": self.rows,
+        }
 
 
 # ---- reading cells ------------------------------------------------------------------------------------------------

@@ -111,6 +111,42 @@ def test_cli_needs_runs_and_protects_project_cells(run_dirs: list[Path]) -> None
     assert r.exit_code != 0 and "validation cells" in r.output
 
 
+def test_fit_measured_declares_the_split_then_fits_the_calibration_cells(run_dirs: list[Path]) -> None:
+    """The library side of ``calibrate --calibration`` (validation.e2e.fit_measured): the split is announced
+    before the fit, which is :func:`fit` on the declared calibration cells."""
+    from validation.e2e.fit import FIT_METRICS
+    from validation.e2e.fit_measured import fit_measured
+
+    notes: list[str] = []
+    globs = ["*/2rps", "*/20rps"]
+    res = fit_measured(run_dirs, globs, notes.append)
+    cal, held = split(_runs(run_dirs), globs)
+    ids = [r.cell_id for r in cal], [r.cell_id for r in held]
+    assert notes == [
+        f"declared split: 2 calibration cell(s) {ids[0]}, 1 held out {ids[1]}; fitting framework_overhead_ms and "
+        f"per_seq_overhead_us on {', '.join(FIT_METRICS)}"
+    ]
+    assert res.as_dict() == fit(cal, held).as_dict()
+    assert list(res.as_dict()) == ["calibration", "held_out", "start", "fitted", "mape_pct", "rows"]
+    with pytest.raises(FitError, match="no end-to-end cell matches"):
+        fit_measured(run_dirs, ["*/3rps"])
+
+
+def test_cli_prints_and_writes_the_fit(run_dirs: list[Path], tmp_path: Path) -> None:
+    import json
+
+    args = ["calibrate", *(a for d in run_dirs for a in ("--measured", str(d))), "--calibration", "*/20rps"]
+    out = tmp_path / "fit.json"
+    r = CliRunner().invoke(app, [*args, "--json", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    written = json.loads(out.read_text())
+    assert written["calibration"] == ["vllm-run/h100-sxm/llama-3.1-8b/tp1/20rps"] and len(written["held_out"]) == 2
+    assert json.loads(r.stdout[r.stdout.index("{") :]) == written
+    r = CliRunner().invoke(app, args, terminal_width=200)
+    assert r.exit_code == 0, r.output
+    assert "declared split: 1 calibration cell(s)" in r.output and "held-out MAPE over 2 cell(s)" in r.output
+
+
 def _iteration_tables() -> dict:
     """Two Splitwise-style cells (whole-model iterations) made with TRUTH: A100 TP2 and H100 TP4, Llama-2-70B."""
     cells, comp = [], []

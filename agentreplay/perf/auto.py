@@ -27,8 +27,9 @@ def perf_in_file(config: Path | None) -> bool:
         return False
 
 
-def _auto(cfg: Any) -> dict[str, Any]:
-    """``auto`` over the run's instance groups: ``table`` when every group has a deployment profile."""
+def auto_record(cfg: Any) -> dict[str, Any]:
+    """``auto`` over the instance groups of the run ``cfg`` (a :class:`agentreplay.sim.config.SimConfig`): the
+    record of :func:`resolve`; ``table`` when every group has a deployment profile."""
     from agentreplay.perf.deploy import kv_cache_dtype
     from agentreplay.sim.run import cluster_hardware
 
@@ -57,5 +58,5 @@ def resolve(cfg: Any, requested: str | None, config: Path | None) -> tuple[Any, 
     if requested is None and perf_in_file(config):
         kind = cfg.hardware.perf
         return cfg, {"requested": kind, "kind": kind, "reason": f"[hardware] perf in {config}"}
-    record = _auto(cfg)
+    record = auto_record(cfg)
     return cfg.replace(hardware={"perf": record["kind"]}), record
