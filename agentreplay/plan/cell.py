@@ -33,7 +33,7 @@ def run_plan_cell(trace: str, config: dict[str, Any], deadlines_s: tuple[float, 
     try:
         workload, cfg = worker.load_workload(trace), from_dict(config)
         t0 = time.perf_counter()  # the cell's cost, without the once-per-process trace load
-        result = simulate(workload, cfg, error_bands="none")  # (no result column: worker.NOT_FIGURES)
+        result = simulate(workload, cfg, error_bands="none", findings=False)  # (no result column: worker.NOT_FIGURES)
         figures = worker.flatten_summary(result.summary)
         if deadlines_s:
             programs = result.columns("programs")

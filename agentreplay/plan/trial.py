@@ -9,24 +9,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentreplay.plan.rank import Cost, Footprint
+from agentreplay.plan.rank import PRESET_FIELDS, Cost, Footprint
 from agentreplay.plan.slo import Term
 from agentreplay.sweep.spec import RESERVED_COLUMNS
 
-#: the swept config paths (one [[zip]] group; the same in every round, so every round is the same sweep)
-PATHS = (
-    "hardware.gpu",
-    "hardware.model",
-    "hardware.tp",
-    "hardware.instances",
-    "hardware.perf",
-    "router.policy",
-    "policy.queue",
-    "policy.victim",
-    "policy.retention",
-    "admission.policy",
-    "tiers.dram_gib",
-)
+#: the swept config paths (one [[zip]] group; the same in every round, so every round is the same sweep): the
+#: hardware, then what a scheduling preset sets (:data:`agentreplay.plan.rank.PRESET_FIELDS`)
+PATHS = ("hardware.gpu", "hardware.model", "hardware.tp", "hardware.instances", "hardware.perf", *PRESET_FIELDS)
 #: a metric counts as worse at more instances only beyond this relative change (routing ties shift a little)
 MONOTONE_TOLERANCE = 0.01
 

@@ -37,10 +37,12 @@ def collect(
     decisions: list[dict[str, Any]] | None,
     trace: Workload,
     error_bands: str | os.PathLike[str] = "packaged",
+    with_findings: bool = True,
 ) -> SimResult:
     """The result of the run of ``cluster`` (over): ``trace`` is the trace as compiled, before ``max_programs``
     (the findings compare the run with what it could reuse), ``error_bands`` the error-band file, ``"packaged"``
-    or ``"none"`` (:func:`error_band_dict`)."""
+    or ``"none"`` (:func:`error_band_dict`); ``with_findings`` False leaves the findings out (a sweep cell, whose
+    result columns hold figures only)."""
     rec, sink, orch = cluster.recorder, cluster.sink, cluster.orch
     migrations = [0 if info is None else info.affinity_breaks for info in orch.infos] if sink is None else []
     result = SimResult(rec, migrations, {}, cluster.cfg, decisions)
@@ -89,7 +91,7 @@ def collect(
     summary.update(cluster_figures(cluster, program_column))
     summary.update({k: sections.pop(k) for k in SUMMARY_LATE if k in sections})
     summary.update(sections)
-    if sink is None:  # (the findings read every turn)
+    if sink is None and with_findings:  # (the findings read every turn)
         summary["findings"] = findings(result, trace)
     summary["error_bands"] = error_band_dict(summary, error_bands)
     return result

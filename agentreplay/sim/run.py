@@ -129,12 +129,14 @@ def simulate(
     progress: Callable[[int, int], None] | None = None,
     stream_to: str | os.PathLike[str] | None = None,
     error_bands: str | os.PathLike[str] = "packaged",
+    findings: bool = True,
 ) -> SimResult:
     """Replay ``trace`` on the cluster of ``cfg``; ``perf`` overrides the catalog performance model (tests,
     measured profiles). ``progress`` is an optional callable ``(done_programs, total)`` called as programs end.
     ``stream_to``: a folder; the tables are written there as programs finish (:mod:`agentreplay.sim.stream`)
     instead of being kept in memory. ``error_bands``: the error bands of the headline figures in the summary
-    (:func:`agentreplay.sim.collect.error_band_dict`: ``"packaged"``, an ``error_bands.json``, or ``"none"``).
+    (:func:`agentreplay.sim.collect.error_band_dict`: ``"packaged"``, an ``error_bands.json``, or ``"none"``);
+    ``findings``: the saturation / reuse findings in the summary (False: left out, e.g. a sweep cell).
     """
     cfg = cfg or SimConfig()
     mechanisms = enabled(cfg)
@@ -142,7 +144,7 @@ def simulate(
     res, rejections = resolve(trace, compiled, cfg, mechanisms, perf)
     cluster, decisions = build(cfg, res, mechanisms, progress, stream_to)
     run(cluster, attach(cluster, mechanisms))
-    return collect(cluster, mechanisms, rejections, decisions, compiled, error_bands)
+    return collect(cluster, mechanisms, rejections, decisions, compiled, error_bands, findings)
 
 
 def resolve(

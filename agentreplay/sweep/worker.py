@@ -8,7 +8,7 @@ returned as data (``status`` failed with the error text), so the runner decides 
 
 The figures are the run's own: the headline figures' error bands (the validation's residuals, the same for every
 cell of a deployment) and the saturation / reuse findings (text) that :func:`agentreplay.sim.simulate` adds to
-a summary are not result columns (:data:`NOT_FIGURES`); a cell runs with the bands off.
+a summary are not result columns (:data:`NOT_FIGURES`); a cell runs with both off.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def run_cell(trace: str, config: dict[str, Any]) -> dict[str, Any]:
     try:
         workload, cfg = load_workload(trace), from_dict(config)
         t0 = time.perf_counter()  # the cell's cost, without the once-per-process trace load
-        result = simulate(workload, cfg, error_bands="none")
+        result = simulate(workload, cfg, error_bands="none", findings=False)
     except Exception as exc:  # a cell's failure is data for the runner (retried, then recorded)
         return failure(exc, time.perf_counter() - t0)
     return {
