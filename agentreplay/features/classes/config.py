@@ -18,21 +18,16 @@ built (a bad value fails with the section, field, value and the allowed range, l
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from agentreplay.policy.registry import ParamError
 from agentreplay.router.admission import ADMISSIONS
 from agentreplay.router.deadline import DeadlineAction
 from agentreplay.router.thunderagent import ThunderSharedTokens, ThunderVariant
+from agentreplay.sim.config_checks import check as _check
 from agentreplay.sim.errors import ConfigError
 
 #: The priority classes, most urgent first (the index is the class's rank, ``ProgramInfo.priority``).
 CLASSES: tuple[str, ...] = ("interactive", "background", "batch")
-
-
-def _check(cond: bool, section: str, name: str, value: Any, allowed: str) -> None:
-    if not cond:
-        raise ConfigError(f"[{section}] {name} = {value!r} is invalid: {allowed}")
 
 
 @dataclass(frozen=True, slots=True)

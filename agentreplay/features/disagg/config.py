@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from agentreplay.sim.errors import ConfigError
+from agentreplay.sim.config_checks import check
 
 DisaggLink = Literal["rdma", "nvlink", "custom"]
 #: where a session's KV lives across tool gaps: on its decode instance (the next turn's prefill pulls the
@@ -40,8 +40,7 @@ RDMA_GBPS_PER_GPU = 50.0  #: 400 Gb/s ConnectX-7, one per GPU (DGX H100; Mooncak
 
 
 def _check(cond: bool, name: str, value: Any, allowed: str) -> None:
-    if not cond:
-        raise ConfigError(f"[disagg] {name} = {value!r} is invalid: {allowed}")
+    check(cond, "disagg", name, value, allowed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,15 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from agentreplay.sim.errors import ConfigError
+from agentreplay.sim.config_checks import check
 
 Method = Literal["none", "ngram", "draft_model"]
 AcceptanceModel = Literal["expected", "sampled"]
 
 
 def _check(cond: bool, name: str, value: Any, allowed: str) -> None:
-    if not cond:
-        raise ConfigError(f"[speculative] {name} = {value!r} is invalid: {allowed}")
+    check(cond, "speculative", name, value, allowed)
 
 
 @dataclass(frozen=True, slots=True)

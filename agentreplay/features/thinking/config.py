@@ -6,12 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentreplay.sim.errors import ConfigError
+from agentreplay.sim.config_checks import check
 
 
 def _check(cond: bool, name: str, value: Any, allowed: str) -> None:
-    if not cond:
-        raise ConfigError(f"[thinking] {name} = {value!r} is invalid: {allowed}")
+    check(cond, "thinking", name, value, allowed)
 
 
 @dataclass(frozen=True, slots=True)
