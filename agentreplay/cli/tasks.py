@@ -90,7 +90,7 @@ def tasks(
     from agentreplay.fleet.cache_health import Collapse
     from agentreplay.fleet.cost import Prices, PricesError, load_prices
     from agentreplay.fleet.outputs import OutputError, read_output
-    from agentreplay.fleet.report import analyse, plain, write_report
+    from agentreplay.fleet.report import analyse, write_report
     from agentreplay.outdir import OutputDirError, staged
     from agentreplay.trace.io import TraceError, read_trace
 
@@ -117,7 +117,7 @@ def tasks(
     except (OutputError, PricesError, TraceError, OutputDirError, ValueError) as exc:
         raise fail(str(exc)) from None
     if as_json:
-        print_json(plain(rep.summary))
+        print_json(rep.summary)
         return
     pr = rep.summary["cost"]["prices"]
     show(_table(f"provider cost per task ({pr['name']}; prices: {prices or 'defaults'})", *md.cost_rows(rep)))

@@ -22,6 +22,13 @@ def subplots(*args: Any, figsize: tuple[float, float] | None = None, **kw: Any) 
     return fig, fig.subplots(*args, **kw)
 
 
+def save(fig: Any, path: Path) -> Path:
+    """``fig`` laid out and written to ``path`` at the reports' resolution (110 dpi); returns ``path``."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
 def plot_ttft_by_step(ax: Any, rep: TaskReport) -> Any:
     t = rep.ttft_steps
     x = np.arange(len(t))
@@ -111,22 +118,20 @@ def draw_all(rep: TaskReport, folder: Path) -> list[Path]:
 
     paths = []
 
-    def save(fig: Any, name: str) -> None:
-        fig.tight_layout()
-        fig.savefig(folder / name, dpi=110)
-        paths.append(folder / name)
+    def save_as(fig: Any, name: str) -> None:
+        paths.append(save(fig, folder / name))
 
     fig, ax = subplots(figsize=(7, 4.2))
     plot_ttft_by_step(ax, rep)
-    save(fig, "ttft_by_step.png")
+    save_as(fig, "ttft_by_step.png")
     fig, (a1, a2) = subplots(1, 2, figsize=(10, 4), sharey=True)
     plot_goodput(a1, a2, rep)
-    save(fig, "goodput.png")
+    save_as(fig, "goodput.png")
     fig, ax = subplots(figsize=(7, 4.2))
     plot_cost_break_even(ax, rep)
-    save(fig, "cost_ttl.png")
+    save_as(fig, "cost_ttl.png")
     fig, (a1, a2) = subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [3, 2]})
     plot_cache_health(a1, rep)
     plot_collapse_causes(a2, rep)
-    save(fig, "cache_health.png")
+    save_as(fig, "cache_health.png")
     return paths

@@ -269,6 +269,7 @@ def write_report(rep: TaskReport, folder: Path) -> list[Path]:
 
     import pyarrow as pa
 
+    from agentreplay.experiment.results import plain_json
     from agentreplay.fleet.figures import draw_all
     from agentreplay.fleet.markdown import render
     from agentreplay.trace.io import write_tables
@@ -288,19 +289,6 @@ def write_report(rep: TaskReport, folder: Path) -> list[Path]:
         write_tables(folder, {k: pa.Table.from_pandas(v, preserve_index=False) for k, v in tables.items()}).values()
     )
     written += draw_all(rep, folder)
-    (folder / "summary.json").write_text(json.dumps(plain(rep.summary), indent=2, sort_keys=True) + "\n")
+    (folder / "summary.json").write_text(json.dumps(plain_json(rep.summary), indent=2, sort_keys=True) + "\n")
     (folder / "tasks.md").write_text(render(rep))
     return [*written, folder / "summary.json", folder / "tasks.md"]
-
-
-def plain(x: object) -> object:
-    """``x`` with NaN as None and numpy scalars as Python numbers (JSON has no NaN)."""
-    if isinstance(x, dict):
-        return {str(k): plain(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [plain(v) for v in x]
-    if hasattr(x, "item"):
-        x = x.item()  # type: ignore[attr-defined]
-    if isinstance(x, float) and x != x:
-        return None
-    return x

@@ -9,7 +9,7 @@ Subclasses give the variants, the table (:meth:`ClassStudy.rows_of`) and the fig
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -38,21 +38,13 @@ def slim(summary: dict[str, Any]) -> dict[str, Any]:
     return {f: v for f, v in summary.items() if f not in BULKY}
 
 
-def markdown_table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(str(v) for v in r) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
-
-
 def write_figure(path: Path, draw: Callable[[Any, Any, dict[str, pd.DataFrame]], Any], tables: Any, title: str) -> Path:
-    from agentreplay.fleet.figures import subplots
+    from agentreplay.fleet.figures import save, subplots
 
     fig, axes = subplots(1, 2, figsize=(13, 4.8))
     draw(axes[0], axes[1], tables)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return save(fig, path)
 
 
 class ClassStudy(Experiment):
@@ -117,9 +109,10 @@ class ClassStudy(Experiment):
         import json
 
         from agentreplay.experiment.results import plain_json
+        from agentreplay.experiment.tables import markdown
 
         title = about_of(tables)["title"]
-        (out / "table.md").write_text(f"{title}\n\n" + markdown_table(self.head, self.text_rows(tables)))
+        (out / "table.md").write_text(f"{title}\n\n" + markdown(self.head, self.text_rows(tables)))
         summaries = dict(zip(tables["_summaries"].index, tables["_summaries"]["summary"], strict=True))
         (out / "summary.json").write_text(json.dumps(plain_json(summaries), indent=1, sort_keys=True, default=str))
         png = write_figure(out / f"{self.kind}.png", self.draw, tables, title)

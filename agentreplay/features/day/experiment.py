@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from agentreplay.experiment import Experiment, View, about, about_of, over_seeds, param
 from agentreplay.experiment.params import check
 from agentreplay.experiment.tables import flat
+from agentreplay.experiment.tables import markdown as md_table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -156,22 +157,17 @@ def plot_memory(ax: Any, tables: dict[str, pd.DataFrame]) -> Any:
 
 
 def draw(path: Path, tables: dict[str, pd.DataFrame]) -> Path:
-    from agentreplay.fleet.figures import subplots
+    from agentreplay.fleet.figures import save, subplots
 
     fig, ax = subplots(figsize=(7, 4.2))
     plot_memory(ax, tables)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return save(fig, path)
 
 
 def markdown(rows: list[dict[str, Any]], note: str) -> str:
     """The table as Markdown, with a note line under it."""
-    head = list(rows[0])
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        lines.append("| " + " | ".join(cells(r)) + " |")
-    return "\n".join(["# A day of a large fleet, streamed", "", *lines, "", note, ""])
+    table = md_table(list(rows[0]), [cells(r) for r in rows])
+    return "# A day of a large fleet, streamed\n\n" + table + "\n".join(["", note, ""])
 
 
 def cells(row: dict[str, Any]) -> list[str]:

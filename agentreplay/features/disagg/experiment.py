@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agentreplay.experiment import Experiment, View, about, about_of, over_seeds, param
 from agentreplay.experiment.params import check
+from agentreplay.experiment.tables import markdown
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -107,17 +108,15 @@ def to_markdown(rows: list[dict[str, Any]], title: str) -> str:
         "util_decode": "{:.0%}",
         "programs_per_h": "{:.0f}",
     }
-    lines = [f"# {title}", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for r in rows:
-        lines.append("| " + " | ".join(fmt.get(c, "{:.3g}").format(r[c]) for c in COLUMNS) + " |")
-    return "\n".join(lines) + "\n"
+    body = [[fmt.get(c, "{:.3g}").format(r[c]) for c in COLUMNS] for r in rows]
+    return f"# {title}\n\n" + markdown(COLUMNS, body)
 
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
     """JCT p50 / p90 and TTFT p50 / p99 per cluster, one group of bars per load."""
     import numpy as np
 
-    from agentreplay.fleet.figures import subplots
+    from agentreplay.fleet.figures import save, subplots
 
     loads = sorted({r["load"] for r in rows})
     names = list(dict.fromkeys(r["cluster"] for r in rows))
@@ -138,10 +137,8 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
             ax.grid(axis="y", alpha=0.3)
             ax.legend()
     fig.suptitle(title)
-    fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    return path
+    return save(fig, path)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from agentreplay.experiment import Experiment, View, about, about_of, over_seeds, param
 from agentreplay.experiment.params import check
 from agentreplay.experiment.tables import flat
+from agentreplay.experiment.tables import markdown as md_table
 
 if TYPE_CHECKING:  # numpy is imported where it runs: listing the experiments (fleet --help) needs none
     import numpy as np
@@ -160,24 +161,18 @@ def plot_impact(ax_bars: Any, ax_scatter: Any, tables: dict[str, pd.DataFrame]) 
 
 
 def write_figure(path: Path, tables: dict[str, pd.DataFrame]) -> Path:
-    from agentreplay.fleet.figures import subplots
+    from agentreplay.fleet.figures import save, subplots
 
     fig, (a, b) = subplots(1, 2, figsize=(12, 4.5))
     plot_impact(a, b, tables)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return save(fig, path)
 
 
 def markdown(table: pd.DataFrame, runs: pd.DataFrame, setting: str) -> str:
     """The two tables as Markdown, with the setting they came from."""
 
     def md(df: pd.DataFrame) -> str:
-        head = "| " + " | ".join(df.columns) + " |\n|" + "---|" * len(df.columns) + "\n"
-        body = "".join(
-            "| " + " | ".join(_fmt(v) for v in row) + " |\n" for row in df.itertuples(index=False, name=None)
-        )
-        return head + body
+        return md_table(list(df.columns), [[_fmt(v) for v in row] for row in df.itertuples(index=False, name=None)])
 
     return (
         f"# Failover: JCT impact by program age\n\n{setting}\n\n{_READING}\n\n## Runs\n\n{md(flat(runs))}\n"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from agentreplay.experiment import Experiment, View, about, about_of, over_seeds, param
 from agentreplay.experiment.params import ParamError, check, command_line
 from agentreplay.experiment.tables import flat
+from agentreplay.experiment.tables import markdown as md_table
 from agentreplay.features.fanout.experiment_measure import (
     PROGRAMS,
     TURNS,
@@ -157,9 +158,7 @@ def text_rows(table: pd.DataFrame) -> list[list[str]]:
 
 
 def markdown(title: str, head: list[str], body: list[list[str]], notes: list[str]) -> str:
-    lines = [f"# {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(r) + " |" for r in body]
-    return "\n".join([*lines, "", *notes, ""])
+    return f"# {title}\n\n" + md_table(head, body) + "\n".join(["", *notes, ""])
 
 
 def plot(tables: dict[str, pd.DataFrame], path: Path) -> Path:
@@ -167,7 +166,7 @@ def plot(tables: dict[str, pd.DataFrame], path: Path) -> Path:
     without fan-out."""
     import numpy as np
 
-    from agentreplay.fleet.figures import subplots
+    from agentreplay.fleet.figures import save, subplots
 
     t = tables["fanout"]
     fig, axes = subplots(1, 3, figsize=(15, 4.2))
@@ -202,9 +201,7 @@ def plot(tables: dict[str, pd.DataFrame], path: Path) -> Path:
     ax.set_title("programs without sub-agents")
     ax.legend(loc="upper right", ncol=1, fontsize=8)
     ax.set_ylim(0, 1.45)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return save(fig, path)
 
 
 class Fanout(Experiment):

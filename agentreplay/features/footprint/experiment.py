@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentreplay.experiment import Experiment, View, about, about_of, over_seeds, param
 from agentreplay.experiment.params import check
+from agentreplay.experiment.tables import markdown as md_table
 from agentreplay.features.footprint.footprint import STATES
 
 if TYPE_CHECKING:
@@ -221,15 +222,9 @@ def markdown(tables: dict[str, pd.DataFrame], setting: str) -> str:
         "# KV footprint of live sessions (`agentreplay fleet footprint`)\n",
         "HBM KV blocks per state, summed over the cluster's instances, sampled at step starts "
         f"(`agentreplay/features/footprint/footprint.py`); peak and mean over time in GiB. {setting}\n",
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
-        *["| " + " | ".join(r) + " |" for r in rows],
-        "\nGPU time per 1,000 tasks: attributed to programs (their token shares of the iterations) vs GPUs x "
-        "makespan; the difference is idle GPU time.\n",
-        "| " + " | ".join(ghead) + " |",
-        "|" + "---|" * len(ghead),
-        *["| " + " | ".join(r) + " |" for r in grows],
-        "\n![footprint](footprint.png)\n",
+        md_table(head, rows) + "\nGPU time per 1,000 tasks: attributed to programs (their token shares of the "
+        "iterations) vs GPUs x makespan; the difference is idle GPU time.\n",
+        md_table(ghead, grows) + "\n![footprint](footprint.png)\n",
     ]
     return "\n".join(md)
 
@@ -277,13 +272,12 @@ class Footprint(Experiment):
         import json
 
         from agentreplay.experiment.results import plain_json
-        from agentreplay.fleet.figures import subplots
+        from agentreplay.fleet.figures import save, subplots
 
         n = len(DEFAULT_CLUSTERS)
         fig, axes = subplots(n, 1, figsize=(9, 2.6 * n), squeeze=False)
         plot_footprint(axes[:, 0], tables["footprint_series"])
-        fig.tight_layout()
-        fig.savefig(out / "footprint.png", dpi=110)
+        save(fig, out / "footprint.png")
         (out / "footprint.md").write_text(markdown(tables, about_of(tables)["setting"]))
         (out / "summary.json").write_text(
             json.dumps(plain_json(list(tables["_summaries"]["summary"])), indent=2) + "\n"

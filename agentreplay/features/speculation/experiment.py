@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentreplay.experiment import Experiment, Run, View, about, about_of, over_seeds, param
 from agentreplay.experiment.params import check, command_line
+from agentreplay.experiment.tables import markdown as md_table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -174,16 +175,14 @@ def plot_jct(ax: Any, rows: list[dict[str, Any]]) -> Any:
 
 
 def draw(rows: list[dict[str, Any]], curve: list[dict[str, Any]], path: Path) -> Path:
-    from agentreplay.fleet.figures import subplots
+    from agentreplay.fleet.figures import save, subplots
 
     contexts = sorted({r["ctx"] for r in curve}, reverse=True)
     fig, axes = subplots(1, 1 + len(contexts), figsize=(6.5 * (1 + len(contexts)), 4.8))
     plot_jct(axes[0], rows)
     for ax, ctx in zip(axes[1:], contexts, strict=True):
         plot_speedup(ax, curve, ctx)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return save(fig, path)
 
 
 HEAD = ["load", "case", "JCT p50 s", "JCT p90 s", "JCT p99 s", "p50 vs none", "TPOT p50 ms", "TTFT p50 s"]
@@ -216,16 +215,14 @@ def cross_lines(cross: dict[str, Any]) -> list[str]:
 
 
 def markdown(title: str, rows: list[dict[str, Any]], cross: dict[str, Any], notes: Sequence[str]) -> str:
-    lines = [f"# {title}", "", "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
-    lines += ["| " + " | ".join(r) + " |" for r in table_rows(rows)]
-    lines += [
+    lines = [
         "",
         f"Smallest decode batch where speculation costs (priced steps, figure right; up to {BATCHES[-1]}):",
         "",
     ]
     lines += cross_lines(cross)
     lines += ["", *notes, ""]
-    return "\n".join(lines)
+    return f"# {title}\n\n" + md_table(HEAD, table_rows(rows)) + "\n".join(lines)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentreplay.experiment import Experiment, Run, View, about, about_of, over_seeds, param
 from agentreplay.experiment.params import check, command_line
+from agentreplay.experiment.tables import markdown as md_table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -108,13 +109,11 @@ def plot_tail(ax: Any, rows: list[dict[str, Any]]) -> Any:
 
 
 def draw(rows: list[dict[str, Any]], path: Path) -> Path:
-    from agentreplay.fleet.figures import subplots
+    from agentreplay.fleet.figures import save, subplots
 
     fig, ax = subplots(figsize=(7, 4.5))
     plot_tail(ax, rows)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return save(fig, path)
 
 
 HEAD = ["load", "budget", "turns capped", "tokens cut", "output tokens", "JCT p50 s", "JCT p90 s", "JCT p99 s"]
@@ -141,10 +140,7 @@ def table_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
 
 
 def markdown(title: str, rows: list[dict[str, Any]], notes: Sequence[str]) -> str:
-    lines = [f"# {title}", "", "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
-    lines += ["| " + " | ".join(r) + " |" for r in table_rows(rows)]
-    lines += ["", *notes, ""]
-    return "\n".join(lines)
+    return f"# {title}\n\n" + md_table(HEAD, table_rows(rows)) + "\n".join(["", *notes, ""])
 
 
 def _records(tables: dict[str, pd.DataFrame]) -> list[dict[str, Any]]:
