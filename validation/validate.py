@@ -192,6 +192,7 @@ class _Collected:
     e2e_rows: pd.DataFrame = field(default_factory=pd.DataFrame)  #: the end-to-end cells' rows
     dists: dict[str, dict[str, Any]] = field(default_factory=dict)  #: per end-to-end cell: distributions
     summary: dict[str, Any] = field(default_factory=dict)  #: summary entries of the replays apart
+    peers: pd.DataFrame = field(default_factory=pd.DataFrame)  #: inference-perf cells beside the peers' errors
 
 
 def run(
@@ -262,6 +263,7 @@ def run(
         pricer_ops=got.pricer_ops,
         catalog=catalog,
         sensitivity=sensitivity,
+        inference_perf_peers=got.peers,
     )
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
     return summary
@@ -327,6 +329,7 @@ def _end_to_end(
         got.parts.append(ip_out["rows"])
         got.skipped += ip_out["apart"]
         got.summary["inference_perf"] = ip_out["summary"]
+        got.peers = ip_out["peers"]
 
 
 def _write_rows(out: Path, got: _Collected) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -459,7 +462,7 @@ def _inference_perf(tables: dict[str, pd.DataFrame], out: Path, quick: bool, cat
         "runs": int(ooc["cell_id"].str.rsplit("/", n=1).str[0].nunique()) if len(ooc) else 0,
         "in_sample": not quick,
     }
-    return {"rows": rows, "apart": apart, "summary": summary}
+    return {"rows": rows, "apart": apart, "summary": summary, "peers": peer}
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:

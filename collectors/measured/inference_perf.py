@@ -287,13 +287,8 @@ class _Runs:
             for field in ("tp", "max_num_batched_tokens", "max_num_seqs", "total_kv_blocks", "cpu_kv_blocks"):
                 v = row.get(field)
                 self._set(run, field, None if pd.isna(v) else int(v), where)
-            for field, col in (
-                ("gpu_mem_util", "gpu_mem_util"),
-                ("cpu_offload", "cpu_offload"),
-                ("precision", "precision"),
-                ("hardware", "hardware"),
-            ):
-                v = row.get(col)
+            for field in ("gpu_mem_util", "cpu_offload", "precision", "hardware"):
+                v = row.get(field)
                 self._set(run, field, None if pd.isna(v) else v, where)
             self._set(run, "label", row.get("workload_from_folder"), where)
             if "stages" not in run["sources"]:

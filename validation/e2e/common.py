@@ -109,7 +109,10 @@ def dist(prefix: str, values: np.ndarray) -> dict[str, float]:
     return out
 
 
-def _rows(cell: pd.Series, measured: dict[str, float], simulated: dict[str, float], note: str = "") -> list[dict]:
+def _rows(
+    cell: pd.Series, measured: dict[str, float], simulated: dict[str, float], note: str = "", role: str = "validation"
+) -> list[dict]:
+    """One error row per metric both sides have (finite), in ``simulated``'s order."""
     return [
         {
             "source": cell["source"],
@@ -121,7 +124,7 @@ def _rows(cell: pd.Series, measured: dict[str, float], simulated: dict[str, floa
             "metric": m,
             "measured": float(measured[m]),
             "simulated": float(simulated[m]),
-            "role": "validation",
+            "role": role,
             "note": note,
         }
         for m in simulated

@@ -39,7 +39,7 @@ import pandas as pd
 from agentreplay.sim.config import SimConfig
 from agentreplay.sim.run import plan_instance, simulate
 from agentreplay.trace.io import Trace
-from validation.e2e.common import _metrics, single_turn_trace
+from validation.e2e.common import _metrics, _rows, single_turn_trace
 
 SOURCE: Final = "inference-perf"
 METRICS: Final = ("ttft_mean_s", "ttft_p90_s", "ttft_p99_s", "e2e_mean_s", "e2e_p90_s", "e2e_p99_s", "itl_mean_s")
@@ -217,28 +217,12 @@ def replay_run(
 def cell_rows(
     cell: pd.Series, replay: RunReplay, tables: dict[str, pd.DataFrame], client: ClientPath, role: str = "validation"
 ) -> list[dict[str, Any]]:
-    """Error rows of one cell of a replayed run (rows as :func:`validation.e2e.common._rows`)."""
-    cfg = run_config(cell)
+    """Error rows of one cell of a replayed run (:func:`validation.e2e.common._rows`, metrics in :data:`METRICS`
+    order)."""
     meas = _metrics(tables, cell["cell_id"])
-    mask = _window(replay.arrival, replay.stage_of, cfg)
+    mask = _window(replay.arrival, replay.stage_of, run_config(cell))
     sim = simulated_metrics(replay.ttft_s[mask], replay.e2e_s[mask], replay.output_tokens, meas, client)
-    return [
-        {
-            "source": SOURCE,
-            "cell_id": cell["cell_id"],
-            "gpu": cell["gpu"],
-            "model": cell["model"],
-            "dtype": cell["dtype"],
-            "tp": int(cell["tp"]),
-            "metric": m,
-            "measured": float(meas[m]),
-            "simulated": float(sim[m]),
-            "role": role,
-            "note": replay.note,
-        }
-        for m in METRICS
-        if m in meas and np.isfinite(meas[m])
-    ]
+    return _rows(cell, meas, sim, replay.note, role)
 
 
 def configuration(cell: pd.Series) -> str:

@@ -99,12 +99,16 @@ class EngineCost:
         return dataclasses.asdict(self)
 
 
+def _engine_cost_json(catalog: Catalog) -> dict[str, Any] | None:
+    """``catalog``'s ``engine_cost.json`` as written by :func:`write_engine_cost`, None when it has none."""
+    p = catalog.file(ENGINE_COST)
+    return json.loads(p.read_text()) if p.exists() else None
+
+
 def load(catalog: Catalog = PACKAGED) -> EngineCost | None:
     """The fitted engine cost ``catalog`` holds (its ``engine_cost.json``), None when there is none."""
-    p = catalog.file(ENGINE_COST)
-    if not p.exists():
-        return None
-    return _cost(json.loads(p.read_text())["fitted"])
+    data = _engine_cost_json(catalog)
+    return None if data is None else _cost(data["fitted"])
 
 
 def _cost(d: dict[str, Any]) -> EngineCost:
@@ -324,13 +328,17 @@ def _simplex(x0: np.ndarray, names: Sequence[str]) -> np.ndarray:
     return np.array(pts)
 
 
-def leave_one_out(runs: Sequence[Run], tables: dict[str, pd.DataFrame], **kw: Any) -> dict[str, FitOutcome]:
-    """Per configuration: the fit on every other configuration's runs."""
+def leave_one_out(
+    runs: Sequence[Run], tables: dict[str, pd.DataFrame], say: Callable[[str], None] | None = None, **kw: Any
+) -> dict[str, FitOutcome]:
+    """Per configuration: the fit on every other configuration's runs, from the catalogue's values as the in-sample
+    fit (its optimum has seen the left-out configuration); ``say`` hears each fit begin and end."""
+    say = say or (lambda _s: None)
     out = {}
     for conf in sorted({r.configuration for r in runs}):
-        train = [r for r in runs if r.configuration != conf]
-        if train:
-            out[conf] = fit(train, tables, **kw)
+        say(f"fit without {conf}")
+        out[conf] = fit([r for r in runs if r.configuration != conf], tables, **kw)
+        say(f"  {out[conf].cost} loss {out[conf].loss:.5f}")
     return out
 
 
@@ -353,10 +361,7 @@ def write_engine_cost(outcome: FitOutcome, loo: dict[str, FitOutcome], catalog: 
 def load_out_of_configuration(catalog: Catalog = PACKAGED) -> dict[str, EngineCost]:
     """The engine cost fitted without each (GPU, model, TP) configuration, keyed by configuration, that
     ``catalog`` holds ({} when it has none)."""
-    p = catalog.file(ENGINE_COST)
-    if not p.exists():
-        return {}
-    data = json.loads(p.read_text())
+    data = _engine_cost_json(catalog) or {}
     return {k: _cost(v) for k, v in data.get("leave_one_configuration_out", {}).items()}
 
 
@@ -379,14 +384,7 @@ def calibrate(
     say(f"in-sample fit on {len(runs)} runs of {len({r.configuration for r in runs})} configurations")
     full = fit(runs, tables, cap_s=cap_s, processes=processes, max_evals=max_evals)
     say(f"  {full.cost} loss {full.loss:.5f}")
-    loo = {}
-    for conf in sorted({r.configuration for r in runs}):
-        say(f"fit without {conf}")
-        # from the catalogue's values, as the in-sample fit: its optimum has seen the left-out configuration
-        loo[conf] = fit(
-            [r for r in runs if r.configuration != conf], tables, cap_s=cap_s, processes=processes, max_evals=max_evals
-        )
-        say(f"  {loo[conf].cost} loss {loo[conf].loss:.5f}")
+    loo = leave_one_out(runs, tables, say, cap_s=cap_s, processes=processes, max_evals=max_evals)
     write_engine_cost(
         full,
         loo,

@@ -3,9 +3,9 @@
 - :func:`replay` simulates every replayable run twice: with the engine cost fitted *without* the run's (GPU, model,
   TP) configuration (``leave_one_configuration_out`` in ``catalog/engine_cost.json``; a configuration the shipped
   fit never saw, e.g. a held-out run's, uses the shipped fit, which is out of configuration for it by construction),
-  and with the shipped in-sample fit. The out-of-configuration rows are the headline (role ``validation``); the
-  in-sample ones sit beside them, labelled. Runs that cannot be replayed (overloaded) are returned apart with the
-  reason, never averaged in.
+  and with the shipped in-sample fit (a run the first pass already replayed with the shipped fit is reused). The
+  out-of-configuration rows are the headline (role ``validation``); the in-sample ones sit beside them, labelled.
+  Runs that cannot be replayed (overloaded) are returned apart with the reason, never averaged in.
 - :func:`peer_table` puts, for every cell and metric the source measured, our error next to each peer simulator's
   error on the very same measurement (``peers`` table: only predictions scored against the cell's own ``actual``).
 - :func:`targets` judges the issue's targets (MAPE over the stage cells of the replayable runs): E2E mean and
@@ -52,21 +52,26 @@ def replay(
     by_cost: dict[F.EngineCost, list[F.Run]] = {}
     for r in runs:
         by_cost.setdefault(loo.get(r.configuration, shipped), []).append(r)
+    shipped_reps: dict[str, ip.RunReplay] = {}  # runs already replayed with the shipped fit (configuration unseen)
     for cost, group in by_cost.items():
         reps = F.replay_runs(group, cost, processes=processes)
+        if cost == shipped:
+            shipped_reps = reps
         for r in group:
             how = "fit without this configuration" if r.configuration in loo else "shipped fit (configuration unseen)"
             for row in F.rows([r], reps, tables, cost):
                 ooc_rows.append({**row, "fit": how})
     if in_sample:
-        reps = F.replay_runs(runs, shipped, processes=processes)
+        todo = [r for r in runs if r.name not in shipped_reps]
+        reps = {**shipped_reps, **(F.replay_runs(todo, shipped, processes=processes) if todo else {})}
         in_rows = [{**row, "fit": "in sample"} for row in F.rows(runs, reps, tables, shipped, role="in-sample")]
     ooc, ins = pd.DataFrame(ooc_rows), pd.DataFrame(in_rows)
+    stage_flags = _stage_flags(tables)
     for df in (ooc, ins):
         if len(df):
             df["rel_error"] = df["simulated"] / df["measured"] - 1
             df["configuration"] = df["gpu"] + "/" + df["model"] + "/tp" + df["tp"].astype(str)
-            df["stage_cell"] = df["cell_id"].map(_stage_flags(tables))
+            df["stage_cell"] = df["cell_id"].map(stage_flags)
     return ooc, ins, apart
 
 

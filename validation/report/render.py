@@ -352,8 +352,10 @@ def write(
     pricer_ops: pd.DataFrame | None = None,
     catalog: Catalog = PACKAGED,
     sensitivity: pd.DataFrame | None = None,
+    inference_perf_peers: pd.DataFrame | None = None,
 ) -> None:
-    """report.md (images as files beside it) and report.html (images embedded as base64 PNG)."""
+    """report.md (images as files beside it) and report.html (images embedded as base64 PNG).
+    ``inference_perf_peers``: :func:`validation.e2e.peers.peer_table` (as ``inference_perf_peers.parquet``)."""
     files = figures(out, df, dists)
     e2e = e2e_sections(summary, df)
     secs = (
@@ -374,8 +376,7 @@ def write(
     )
     line = (summary.get("end_to_end") or summarise(df, summary.get("skipped", [])))["line"]
     md = ["# agentreplay validation report", "", f"**{line}.**", "", intro, ""]
-    peers_file = out / "inference_perf_peers.parquet"
-    secs += inference_perf_cells_section(pd.read_parquet(peers_file) if peers_file.exists() else pd.DataFrame())
+    secs += inference_perf_cells_section(inference_perf_peers if inference_perf_peers is not None else pd.DataFrame())
     for title, body in secs:
         md += [f"## {title}", "", body, ""]
     md += ["## Figures", ""] + [f"![{f}]({f})" for f in files]
