@@ -27,11 +27,12 @@ import json
 import shutil
 import tomllib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
 from agentreplay.perf import Efficiency, GpuSpec, ModelSpec, PerfModel, list_gpus, load_gpu, load_model
+from agentreplay.perf.catalog import packaged_file
+from agentreplay.perf.loaders import catalog_file
 from agentreplay.perf.table import (
     PricerChoice,
     Refinement,
@@ -49,7 +50,7 @@ FILES: Final = (GPUS, "roofline.toml", "tables.toml", "tables_index.json", "cali
 
 def packaged_folder() -> Path:
     """The catalog folder shipped with :mod:`agentreplay.perf` (``agentreplay/perf/catalog``)."""
-    return Path(str(resources.files("agentreplay.perf").joinpath("catalog")))
+    return packaged_file(GPUS).parent
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +103,7 @@ class Catalog:
         always the folder's)."""
         if name not in FILES:
             raise ValueError(f"catalog file {name!r}; known: {', '.join(FILES)}")
-        own = self.folder / name
-        return own if name == GPUS or own.exists() else packaged_folder() / name
+        return self.gpus_file if name == GPUS else catalog_file(self.gpus_file, name)
 
     def write(self, name: str, text: str) -> Path:
         """Write ``text`` as the folder's ``name`` (one of :data:`FILES`): to a temporary name, then moved into

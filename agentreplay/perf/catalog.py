@@ -232,7 +232,8 @@ class ModelSpec:
 
 
 # ---- loading ------------------------------------------------------------------------------------------------
-def _packaged(filename: str) -> Path:
+def packaged_file(filename: str) -> Path:
+    """The packaged catalog's ``filename`` (``agentreplay/perf/catalog/``)."""
     return Path(str(resources.files("agentreplay.perf").joinpath(_CATALOG_DIR, filename)))
 
 
@@ -280,7 +281,7 @@ def _check_keys(where: str, entry: dict[str, Any], allowed: set[str], required: 
 
 
 def _efficiency(path: Path, entry: dict[str, Any], where: str) -> Efficiency:
-    packaged = _read_toml(str(_packaged("gpus.toml")))["defaults"]["efficiency"]
+    packaged = _read_toml(str(packaged_file("gpus.toml")))["defaults"]["efficiency"]
     user = _read_toml(str(Path(path).resolve())).get("defaults", {}).get("efficiency", {})
     merged = {**packaged, **user, **entry}  # entry over the file's defaults over the packaged defaults
     names = {f.name for f in fields(Efficiency)}
@@ -295,12 +296,12 @@ def _efficiency(path: Path, entry: dict[str, Any], where: str) -> Efficiency:
 
 def list_gpus(path: str | Path | None = None) -> list[str]:
     """Catalog keys of the GPUs in the packaged catalog (or in ``path``), sorted."""
-    return sorted(_table(Path(path) if path else _packaged("gpus.toml"), "gpu"))
+    return sorted(_table(Path(path) if path else packaged_file("gpus.toml"), "gpu"))
 
 
 def list_models(path: str | Path | None = None) -> list[str]:
     """Catalog keys of the models in the packaged catalog (or in ``path``), sorted."""
-    return sorted(_table(Path(path) if path else _packaged("models.toml"), "model"))
+    return sorted(_table(Path(path) if path else packaged_file("models.toml"), "model"))
 
 
 def load_gpu(name: str, path: str | Path | None = None) -> GpuSpec:
@@ -308,7 +309,7 @@ def load_gpu(name: str, path: str | Path | None = None) -> GpuSpec:
 
     Raises ValueError for an unknown name (listing the known ones) or a malformed entry.
     """
-    src = Path(path) if path else _packaged("gpus.toml")
+    src = Path(path) if path else packaged_file("gpus.toml")
     entry = _lookup(src, "gpu", name)
     where = f"{src}: gpu.{name}"
     eff = _efficiency(src, entry.pop("efficiency", {}), where)
@@ -373,7 +374,7 @@ def load_model(name: str, path: str | Path | None = None) -> ModelSpec:
 
     Raises ValueError for an unknown name (listing the known ones) or inconsistent shapes.
     """
-    src = Path(path) if path else _packaged("models.toml")
+    src = Path(path) if path else packaged_file("models.toml")
     entry = _lookup(src, "model", name)
     where = f"{src}: model.{name}"
     allowed = {f.name for f in fields(ModelSpec)} - {"name"}

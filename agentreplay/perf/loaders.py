@@ -9,10 +9,9 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, replace
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
-from agentreplay.perf.catalog import Efficiency, GpuSpec
+from agentreplay.perf.catalog import Efficiency, GpuSpec, packaged_file
 from agentreplay.perf.measured import AllReduceTable, MeasuredTable
 from agentreplay.perf.refinement import EFFICIENCY_FIELDS, REFINEMENT_FIELDS, Refinement
 
@@ -40,37 +39,35 @@ class TableOrigin:
         return self.engine is not None
 
 
-def _packaged(name: str) -> Path:
-    return Path(str(resources.files("agentreplay.perf").joinpath("catalog", name)))
-
-
-def _beside(catalog: str | Path | None, name: str) -> Path:
+def catalog_file(catalog: str | Path | None, name: str) -> Path:
+    """Which ``name`` a catalog reads: the one beside the GPU catalog file ``catalog`` (its ``gpus.toml``) when
+    it exists there, else the packaged one (:func:`agentreplay.perf.catalog.packaged_file`)."""
     if catalog is not None and (Path(catalog).parent / name).exists():
         return Path(catalog).parent / name
-    return _packaged(name)
+    return packaged_file(name)
 
 
 def refinement_path(catalog: str | Path | None = None) -> Path:
     """``roofline.toml`` beside the GPU catalog ``catalog`` when it exists there, else the packaged one."""
-    return _beside(catalog, "roofline.toml")
+    return catalog_file(catalog, "roofline.toml")
 
 
 def tables_path(catalog: str | Path | None = None) -> Path:
     """``tables.toml`` beside the GPU catalog ``catalog`` when it exists there, else the packaged one."""
-    return _beside(catalog, "tables.toml")
+    return catalog_file(catalog, "tables.toml")
 
 
 def calibration_path(catalog: str | Path | None = None) -> Path:
     """``calibration.json`` (what ``agentreplay calibrate`` fitted, on which points, or borrowed from which GPU)
     beside the GPU catalog ``catalog`` when it exists there, else the packaged one."""
-    return _beside(catalog, "calibration.json")
+    return catalog_file(catalog, "calibration.json")
 
 
 def load_refinement(gpu: GpuSpec, path: str | Path | None = None) -> tuple[Efficiency, Refinement]:
     """``(efficiency, refinement)`` of ``gpu`` from a ``roofline.toml`` (``[gpu."name"]`` tables holding
     Efficiency keys, which override the GPU catalog's, and :class:`Refinement` keys). No entry: the catalog
     efficiency and no refinement."""
-    p = Path(path) if path else _packaged("roofline.toml")
+    p = Path(path) if path else packaged_file("roofline.toml")
     if not p.exists():
         return gpu.efficiency, Refinement()
     with open(p, "rb") as fh:
@@ -85,7 +82,7 @@ def load_refinement(gpu: GpuSpec, path: str | Path | None = None) -> tuple[Effic
 def _stamp(path: str | Path | None) -> tuple[str, int, int] | None:
     """(resolved path, modification time, size) of a ``tables.toml`` (default: the packaged one), the key its
     parse is memoised on; None when the file does not exist."""
-    p = Path(path) if path else _packaged("tables.toml")
+    p = Path(path) if path else packaged_file("tables.toml")
     if not p.exists():
         return None
     st = p.stat()
