@@ -380,6 +380,12 @@ def calibrate(
     runs, apart = runs_from(tables)
     if not runs:
         raise ValueError("no replayable inference-perf run in the measured sources")
+    confs = sorted({r.configuration for r in runs})
+    if len(confs) < 2:  # each configuration's headline is the fit without it
+        raise ValueError(
+            f"the engine cost is fitted with each (GPU, model, TP) configuration left out in turn, which needs runs "
+            f"of at least two configurations; the measured sources hold only {confs[0]}"
+        )
     say = log or (lambda _s: None)
     say(f"in-sample fit on {len(runs)} runs of {len({r.configuration for r in runs})} configurations")
     full = fit(runs, tables, cap_s=cap_s, processes=processes, max_evals=max_evals)

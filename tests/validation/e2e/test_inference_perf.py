@@ -204,3 +204,23 @@ def test_a_run_the_simulator_cannot_price_is_listed_not_simulated(tmp_path: Path
     why = dict(apart)["inference-perf/3-acme-foo-9b-tp1-general-1/stage0"]
     assert why.startswith("not simulated:") and "foo-9b" in why
     assert {r.name for r in runs} == {FX.GT, FX.TD}
+
+
+def test_the_engine_cost_fit_refuses_a_single_configuration(campaign: dict[str, pd.DataFrame], tmp_path: Path) -> None:
+    """Each configuration's headline is the fit without it: with one configuration there is none, said plainly
+    (it used to end in an IndexError from fitting no runs)."""
+    from validation.e2e import inference_perf_fit as F
+
+    runs, _ = F.runs_from(campaign)
+    keep = {r.name for r in runs if r.configuration == "h100-sxm/llama-3.1-8b/tp1"}
+    assert keep and len({r.configuration for r in runs}) == 2
+    cells = campaign["cells"]
+    one = {
+        **campaign,
+        "cells": cells[
+            ~cells["source"].eq("inference-perf")
+            | cells["cell_id"].map(lambda c: any(c.startswith(f"inference-perf/{n}/") for n in keep))
+        ],
+    }
+    with pytest.raises(ValueError, match="at least two configurations; the measured sources hold only h100-sxm"):
+        F.calibrate(one, catalog=Catalog.create(tmp_path / "catalog"), max_evals=1)
