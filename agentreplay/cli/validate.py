@@ -67,7 +67,16 @@ def calibrate(
     ] = False,
     max_evals: Annotated[
         int, typer.Option("--max-evals", min=4, help="--engine-cost: simulations per fit (Nelder-Mead budget).")
-    ] = 36,
+    ] = 40,
+    fit_terms: Annotated[
+        str | None,
+        typer.Option(
+            "--fit-terms",
+            help="--engine-cost: comma-separated engine terms to fit (default fixed_ms,per_seq_us,kernel_gap_us); "
+            "attn_decode_efficiency and custom_allreduce_us may be freed on top (the shipped fit ties them to the "
+            "GPU catalogue: see docs/explanation/performance-model.md).",
+        ),
+    ] = None,
 ) -> None:
     """Fit per-GPU efficiencies to the measured component profiles.
 
@@ -76,8 +85,11 @@ def calibrate(
     Example: agentreplay calibrate            (rewrites the packaged catalog: agentreplay/perf/catalog)
     Example: agentreplay calibrate --measured runs/ --calibration 'vllm-run/*/1rps'
     """
+    if fit_terms is not None and not engine_cost:
+        raise fail("--fit-terms applies to --engine-cost only")
     if engine_cost:
-        _calibrate_engine_cost(measured or [], out, max_evals, as_json=as_json)
+        terms = [t.strip() for t in fit_terms.split(",")] if fit_terms is not None else None
+        _calibrate_engine_cost(measured or [], out, max_evals, as_json=as_json, terms=terms)
         return
     if calibration:
         from agentreplay.cli.e2e_fit import calibrate_end_to_end
@@ -122,7 +134,9 @@ def calibrate(
     console.print(f"wrote {out or 'the packaged catalog'}: gpus.toml, roofline.toml, tables.toml, calibration.json")
 
 
-def _calibrate_engine_cost(measured: list[Path], out: Path | None, max_evals: int, *, as_json: bool) -> None:
+def _calibrate_engine_cost(
+    measured: list[Path], out: Path | None, max_evals: int, *, as_json: bool, terms: list[str] | None = None
+) -> None:
     """``calibrate --engine-cost`` (validation/e2e/inference_perf_fit.py): fit, leave one configuration out,
     write, print."""
     from validation.catalog import PACKAGED, Catalog
@@ -134,10 +148,11 @@ def _calibrate_engine_cost(measured: list[Path], out: Path | None, max_evals: in
     try:
         for p in paths:
             collect_path(p, data)
+        terms_ = inference_perf_fit.check_terms(terms) if terms is not None else inference_perf_fit.ENGINE_TERMS
         target = Catalog.create(out) if out is not None else PACKAGED
         say = (lambda _s: None) if as_json else console.print
         full, loo = inference_perf_fit.calibrate(
-            data.tables, catalog=target, max_evals=max_evals, log=say, sources=[str(p) for p in paths]
+            data.tables, catalog=target, max_evals=max_evals, log=say, sources=[str(p) for p in paths], terms=terms_
         )
     except (ValueError, OSError) as exc:
         raise fail(str(exc)) from None

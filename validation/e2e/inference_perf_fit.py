@@ -13,7 +13,10 @@ What is fitted (:class:`EngineCost`), each a term no kernel profile shows:
   ``bandwidth_efficiency`` (``attn_decode_efficiency`` None) instead of fitted here: fitted freely it is identified
   only by the one MHA model's runs (Llama-2-7B: 4x the KV bytes a token of the GQA models) and is then
   extrapolated to it from the others when that model is left out (the in-sample free fit gave 0.85 against the
-  catalogue's 0.866 bandwidth efficiency on H100);
+  catalogue's 0.866 bandwidth efficiency on H100). The custom all-reduce's fixed cost keeps the catalogue's
+  hand-set value (``custom_allreduce_us`` None): freed, it goes to 0 us, absorbing the TP2 configurations' error
+  instead of measuring a collective. Either may be freed (``fit(terms=...)``, :data:`OPTIONAL_TERMS`); what that
+  gave is in docs/explanation/performance-model.md;
 - on the client path, ``client_ttft_ms`` per request before its first token reaches the client (HTTP, the API
   server's tokenisation, the hand-off to the engine core, the first chunk) and ``client_token_us`` per further
   output token (detokenisation and stream delivery), added to TTFT and E2E as inference-perf times them.
@@ -63,8 +66,15 @@ BOUNDS: Final = {
     "client_ttft_ms": (0.0, 200.0),
     "client_token_us": (0.0, 1000.0),
     "client_lag_steps": (0.0, 4.0),
+    "attn_decode_efficiency": (0.3, 1.0),
+    "custom_allreduce_us": (0.0, 30.0),
 }
+#: The engine terms fitted by default.
 ENGINE_TERMS: Final = ("fixed_ms", "per_seq_us", "kernel_gap_us")
+#: Engine terms a fit may free on top (``calibrate --engine-cost --fit-terms``); the shipped fit leaves them at the
+#: GPU catalogue's values (see the module docstring for why, and docs/explanation/performance-model.md for what
+#: freeing them gave on the development runs).
+OPTIONAL_TERMS: Final = ("attn_decode_efficiency", "custom_allreduce_us")
 CLIENT_TERMS: Final = ("client_ttft_ms", "client_token_us", "client_lag_steps")
 #: The catalog file of the fitted engine cost (:class:`validation.catalog.Catalog`).
 ENGINE_COST: Final = "engine_cost.json"
@@ -80,12 +90,24 @@ class EngineCost:
     client_lag_steps: float = 0.0  #: engine steps between a token's step and its delivery to the client
     #: paged decode attention, fraction of HBM bandwidth; None = the GPU's bandwidth_efficiency (tied, not fitted)
     attn_decode_efficiency: float | None = None
+    #: fixed cost of one of vLLM's custom all-reduces, us; None = the GPU catalogue's ``custom_allreduce_latency_us``
+    #: (hand-set from vLLM PR #24111's benchmark, not fitted)
+    custom_allreduce_us: float | None = None
 
     def efficiency(self, eff: Efficiency) -> Efficiency:
         """``eff`` with the fitted engine terms in place."""
         attn = self.attn_decode_efficiency if self.attn_decode_efficiency is not None else eff.bandwidth_efficiency
+        car = self.custom_allreduce_us if self.custom_allreduce_us is not None else eff.custom_allreduce_latency_us
         eff = StepCost(self.fixed_ms, self.per_seq_us).apply(eff)
-        return dataclasses.replace(eff, kernel_overhead_us=self.kernel_gap_us, attn_decode_efficiency=attn)
+        return dataclasses.replace(
+            eff, kernel_overhead_us=self.kernel_gap_us, attn_decode_efficiency=attn, custom_allreduce_latency_us=car
+        )
+
+    def value(self, term: str, eff: Efficiency) -> float:
+        """The value of ``term`` this cost prices with on a GPU of efficiencies ``eff`` (a tied term: the GPU's)."""
+        if term in OPTIONAL_TERMS and getattr(self, term) is None:
+            return eff.bandwidth_efficiency if term == "attn_decode_efficiency" else eff.custom_allreduce_latency_us
+        return float(getattr(self, term))
 
     @classmethod
     def of(cls, eff: Efficiency) -> EngineCost:
@@ -286,12 +308,15 @@ def fit(
     processes: int | None = None,
     max_evals: int = 40,
     log: Callable[[str], None] | None = None,
+    terms: Sequence[str] = ENGINE_TERMS,
 ) -> FitOutcome:
-    """Fit every term of :class:`EngineCost` on ``runs`` (see the module docstring)."""
-    start = start or EngineCost.of(load_gpu(runs[0].cell["gpu"]).efficiency)
+    """Fit the engine ``terms`` and the client terms of :class:`EngineCost` on ``runs`` (see the module docstring);
+    a term not in ``terms`` keeps its value in ``start`` (default: the GPU catalogue's)."""
+    names = check_terms(terms)
+    eff = load_gpu(runs[0].cell["gpu"]).efficiency
+    start = start or EngineCost.of(eff)
     evals = 0
     best: dict[str, Any] = {"loss": math.inf, "cost": start}
-    names = ENGINE_TERMS
 
     def f(x: np.ndarray) -> float:
         nonlocal evals
@@ -307,7 +332,7 @@ def fit(
             log(f"  eval {evals}: {cand} loss {loss:.5f}")
         return loss
 
-    x0 = np.array([getattr(start, k) for k in names])
+    x0 = np.array([start.value(k, eff) for k in names])
     minimize(
         f,
         x0,
@@ -318,12 +343,28 @@ def fit(
     return FitOutcome(best["cost"], best["loss"], evals, sorted({r.configuration for r in runs}))
 
 
+def check_terms(terms: Sequence[str]) -> tuple[str, ...]:
+    """``terms`` as a tuple, each a fittable engine term once; ValueError naming the rest."""
+    allowed = (*ENGINE_TERMS, *OPTIONAL_TERMS)
+    bad = [t for t in terms if t not in allowed]
+    if bad or not terms or len(set(terms)) != len(terms):
+        raise ValueError(f"engine terms to fit {list(terms)!r}: each once, from {list(allowed)}")
+    return tuple(terms)
+
+
 def _simplex(x0: np.ndarray, names: Sequence[str]) -> np.ndarray:
-    steps = {"fixed_ms": 1.0, "per_seq_us": 20.0, "kernel_gap_us": 2.0}
+    steps = {
+        "fixed_ms": 1.0,
+        "per_seq_us": 20.0,
+        "kernel_gap_us": 2.0,
+        "attn_decode_efficiency": -0.1,
+        "custom_allreduce_us": 3.0,
+    }
     pts = [x0]
     for i, k in enumerate(names):
         p = x0.copy()
-        p[i] = p[i] + steps[k] if p[i] + steps[k] <= BOUNDS[k][1] else p[i] - steps[k]
+        lo, hi = BOUNDS[k]
+        p[i] = p[i] + steps[k] if lo <= p[i] + steps[k] <= hi else p[i] - steps[k]
         pts.append(p)
     return np.array(pts)
 
@@ -374,9 +415,11 @@ def calibrate(
     max_evals: int = 40,
     log: Callable[[str], None] | None = None,
     sources: Sequence[str] = (),
+    terms: Sequence[str] = ENGINE_TERMS,
 ) -> tuple[FitOutcome, dict[str, FitOutcome]]:
     """The in-sample fit on every replayable run, one fit per left-out configuration, written into ``catalog``
-    (its ``engine_cost.json``)."""
+    (its ``engine_cost.json``); ``terms``: the engine terms fitted (:func:`check_terms`)."""
+    terms = check_terms(terms)
     runs, apart = runs_from(tables)
     if not runs:
         raise ValueError("no replayable inference-perf run in the measured sources")
@@ -388,9 +431,9 @@ def calibrate(
         )
     say = log or (lambda _s: None)
     say(f"in-sample fit on {len(runs)} runs of {len({r.configuration for r in runs})} configurations")
-    full = fit(runs, tables, cap_s=cap_s, processes=processes, max_evals=max_evals)
+    full = fit(runs, tables, cap_s=cap_s, processes=processes, max_evals=max_evals, terms=terms)
     say(f"  {full.cost} loss {full.loss:.5f}")
-    loo = leave_one_out(runs, tables, say, cap_s=cap_s, processes=processes, max_evals=max_evals)
+    loo = leave_one_out(runs, tables, say, cap_s=cap_s, processes=processes, max_evals=max_evals, terms=terms)
     write_engine_cost(
         full,
         loo,
@@ -401,5 +444,6 @@ def calibrate(
         cap_s=cap_s,
         max_evals=max_evals,
         fit_metrics=list(FIT_METRICS),
+        fit_terms=list(terms),
     )
     return full, loo

@@ -224,3 +224,44 @@ def test_the_engine_cost_fit_refuses_a_single_configuration(campaign: dict[str, 
     }
     with pytest.raises(ValueError, match="at least two configurations; the measured sources hold only h100-sxm"):
         F.calibrate(one, catalog=Catalog.create(tmp_path / "catalog"), max_evals=1)
+
+
+def test_engine_terms_to_fit_are_checked_and_the_tied_ones_priced_at_the_catalogue() -> None:
+    from agentreplay.perf import load_gpu
+
+    assert F.check_terms(["fixed_ms", "custom_allreduce_us"]) == ("fixed_ms", "custom_allreduce_us")
+    for bad in (["fixed_ms", "nosuch"], ["fixed_ms", "fixed_ms"], []):
+        with pytest.raises(ValueError, match="each once, from"):
+            F.check_terms(bad)
+    eff = load_gpu("h100-sxm").efficiency
+    tied = F.EngineCost()
+    assert tied.efficiency(eff).custom_allreduce_latency_us == eff.custom_allreduce_latency_us
+    assert tied.value("custom_allreduce_us", eff) == eff.custom_allreduce_latency_us
+    assert tied.value("attn_decode_efficiency", eff) == eff.bandwidth_efficiency
+    freed = dataclasses.replace(tied, custom_allreduce_us=eff.custom_allreduce_latency_us + 2.0)
+    assert freed.efficiency(eff).custom_allreduce_latency_us == eff.custom_allreduce_latency_us + 2.0
+    assert freed.value("custom_allreduce_us", eff) == eff.custom_allreduce_latency_us + 2.0
+
+
+def test_calibrate_fit_terms_frees_an_optional_term_and_refuses_unknown_ones(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    import agentreplay.cli.validate  # noqa: F401  (registers the commands)
+    from agentreplay.cli.app import app
+
+    root = FX.campaign(tmp_path / "campaign")
+    base = ["calibrate", "--engine-cost", "--measured", str(root), "--max-evals", "4", "--json"]
+    bad = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "no"), "--fit-terms", "fixed_ms,nosuch"])
+    assert bad.exit_code != 0 and "nosuch" in bad.output and "custom_allreduce_us" in bad.output
+    assert not (tmp_path / "no").exists()
+    alone = CliRunner().invoke(app, ["calibrate", "--fit-terms", "fixed_ms"])
+    assert alone.exit_code != 0 and "--engine-cost" in alone.output
+    out = tmp_path / "catalog"
+    res = CliRunner().invoke(app, [*base, "--out", str(out), "--fit-terms", "fixed_ms,custom_allreduce_us"])
+    assert res.exit_code == 0, res.output
+    data = json.loads((out / "engine_cost.json").read_text())
+    assert data["fit_terms"] == ["fixed_ms", "custom_allreduce_us"]
+    # the freed term is fitted (a number) in every fit; a term left out keeps the catalogue's value (tied: null)
+    for cost in [data["fitted"], *data["leave_one_configuration_out"].values()]:
+        assert isinstance(cost["custom_allreduce_us"], float) and cost["attn_decode_efficiency"] is None
+    assert F.load(Catalog(out)) == F.EngineCost(**data["fitted"])
