@@ -65,6 +65,9 @@ class Efficiency:
     #: fixed cost of one of vLLM's custom (P2P) all-reduces, microseconds (agentreplay.perf.deploy); NCCL's ring
     #: pays allreduce_latency_us instead
     custom_allreduce_latency_us: float = 5.0
+    #: sampler traffic per logit of each emitting sequence, bytes at the streaming bandwidth: 8 = the fp32 logits
+    #: read and written once; vLLM v1's ``Sampler`` (vllm/v1/sample/sampler.py) runs several eager passes over them
+    sampler_bytes_per_logit: float = 8.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -288,7 +291,13 @@ def _efficiency(path: Path, entry: dict[str, Any], where: str) -> Efficiency:
     required = {
         f.name
         for f in fields(Efficiency)
-        if f.name not in ("per_seq_overhead_us", "attn_prefill_tile_efficiency", "custom_allreduce_latency_us")
+        if f.name
+        not in (
+            "per_seq_overhead_us",
+            "attn_prefill_tile_efficiency",
+            "custom_allreduce_latency_us",
+            "sampler_bytes_per_logit",
+        )
     }
     _check_keys(f"{where}.efficiency", merged, names, required)
     return Efficiency(**{k: float(v) for k, v in merged.items()})

@@ -96,7 +96,7 @@ class Elementwise(NamedTuple):
     act_tok: float  #: SiLU-and-mul: read gate and up, write the product
     embed_tok: float  #: gather a row, write it
     final_norm_tok: float
-    sampler_tok: float  #: fp32 logits read by softmax and by sampling
+    sampler_tok: float  #: the sampler's passes over the fp32 logits (Efficiency.sampler_bytes_per_logit)
 
 
 def elementwise(gpu: GpuSpec, model: ModelSpec, tp: int, eff: Efficiency) -> Elementwise:
@@ -110,7 +110,7 @@ def elementwise(gpu: GpuSpec, model: ModelSpec, tp: int, eff: Efficiency) -> Ele
         3 * i * fanout * ACT_BYTES / bw,
         2 * h * ACT_BYTES / bw,
         4 * h * ACT_BYTES / bw,
-        2 * model.vocab_size * 4 / bw,
+        model.vocab_size * eff.sampler_bytes_per_logit / bw,
     )
 
 

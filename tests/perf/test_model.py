@@ -281,3 +281,23 @@ def test_sanity_print() -> None:
     per_call = min(timeit.repeat(lambda: pm8.iteration_time_s(*mixed), number=2000, repeat=3)) / 2000
     lines.append(f"iteration_time_s, 2 prefills + 256 decodes: {per_call * 1e6:.1f} us/call")
     print("\n" + "\n".join(lines))
+
+
+def test_the_sampler_streams_its_bytes_per_logit_for_each_emitting_sequence() -> None:
+    """``Efficiency.sampler_bytes_per_logit``: the sampler costs that many bytes per vocabulary entry of each
+    sequence that emits a token, at the streaming bandwidth; nothing else in the iteration changes."""
+    import dataclasses
+
+    from agentreplay.perf import PerfModel, load_gpu, load_model
+
+    gpu, model = load_gpu("h100-sxm"), load_model("llama-3.1-8b")
+    base = PerfModel(gpu, model)
+    assert gpu.efficiency.sampler_bytes_per_logit == 8.0  # the fp32 logits read and written once
+    heavy = PerfModel(gpu, model, efficiency=dataclasses.replace(gpu.efficiency, sampler_bytes_per_logit=400.0))
+    a, b = base.breakdown([], [500] * 16), heavy.breakdown([], [500] * 16)
+    assert b["sampler"] == pytest.approx(50.0 * a["sampler"])
+    bw = gpu.mem_bandwidth_gbps * 1e9 * gpu.efficiency.bandwidth_efficiency
+    assert b["sampler"] == pytest.approx(16 * model.vocab_size * 400.0 / bw)
+    assert {k: v for k, v in a.items() if k != "sampler"} == {k: v for k, v in b.items() if k != "sampler"}
+    # a prefill chunk that does not emit pays no sampler
+    assert heavy.breakdown([(256, 0, False)], [])["sampler"] == 0.0

@@ -3,20 +3,26 @@
 What is fitted (:class:`EngineCost`), each a term no kernel profile shows:
 
 - per engine step, ``fixed_ms`` + ``per_seq_us`` x scheduled sequences (:class:`agentreplay.perf.stepcost.
-  StepCost`: vLLM v1's ``Scheduler.schedule`` / ``update_from_output``, ``GPUModelRunner._prepare_inputs``,
-  sampling and ``OutputProcessor`` bookkeeping);
+  StepCost`: vLLM v1's ``Scheduler.schedule`` / ``update_from_output``, ``GPUModelRunner._prepare_inputs``
+  and ``OutputProcessor`` bookkeeping);
+- the sampler, ``sampler_bytes_per_logit``: per emitting sequence, its passes over the fp32 logits priced as that
+  many bytes per vocabulary entry at the GPU's streaming bandwidth. vLLM v1's ``Sampler`` (vllm/v1/sample/
+  sampler.py, ops/topk_topp_sampler.py) runs eagerly, outside the CUDA graph: ``logits.to(float32)``, the
+  temperature, ``softmax``, exponential noise, the division and ``argmax`` (plus a greedy ``argmax`` in mixed
+  batches), row-wise kernels that stream far below the bandwidth at decode batch sizes. The catalogue's 8 (one
+  read and one write) leaves a per-sequence cost that grows with the vocabulary: without this term every 32k-vocab
+  configuration (Llama-2, CodeLlama, Mixtral) was priced slow and every 128k-202k one (Llama-3.1, Qwen3, Llama-4)
+  fast, in sample and out of configuration;
 - the deployment's kernels as vLLM runs them (``[hardware] deployment_kernels``: batches padded to the CUDA-graph
   capture sizes vLLM derives from the run's limits, TP all-reduces by vLLM's custom P2P all-reduce on NVLink,
   :mod:`agentreplay.perf.deploy`), with ``kernel_gap_us`` per kernel (the gap between kernels of a replayed
   graph; the catalogue's value was fitted on eagerly launched HF modules). vLLM's paged decode attention streams the
   KV cache from HBM as the decode GEMVs stream the weights, so its efficiency is tied to the GPU's fitted
-  ``bandwidth_efficiency`` (``attn_decode_efficiency`` None) instead of fitted here: fitted freely it is identified
-  only by the one MHA model's runs (Llama-2-7B: 4x the KV bytes a token of the GQA models) and is then
-  extrapolated to it from the others when that model is left out (the in-sample free fit gave 0.85 against the
-  catalogue's 0.866 bandwidth efficiency on H100). The custom all-reduce's fixed cost keeps the catalogue's
-  hand-set value (``custom_allreduce_us`` None): freed, it goes to 0 us, absorbing the TP2 configurations' error
-  instead of measuring a collective. Either may be freed (``fit(terms=...)``, :data:`OPTIONAL_TERMS`); what that
-  gave is in docs/explanation/performance-model.md;
+  ``bandwidth_efficiency`` (``attn_decode_efficiency`` None) instead of fitted here: only the one MHA model's runs
+  (Llama-2-7B: 4x the KV bytes a token of the GQA models) identify it, so left out it is extrapolated from the
+  others. The custom all-reduce's fixed cost keeps the catalogue's hand-set value (``custom_allreduce_us`` None).
+  Either may be freed (``fit(terms=...)``, :data:`OPTIONAL_TERMS`); what that gave is in
+  docs/explanation/performance-model.md;
 - on the client path, ``client_ttft_ms`` per request before its first token reaches the client (HTTP, the API
   server's tokenisation, the hand-off to the engine core, the first chunk) and ``client_token_us`` per further
   output token (detokenisation and stream delivery), added to TTFT and E2E as inference-perf times them.
@@ -68,9 +74,10 @@ BOUNDS: Final = {
     "client_lag_steps": (0.0, 4.0),
     "attn_decode_efficiency": (0.3, 1.0),
     "custom_allreduce_us": (0.0, 30.0),
+    "sampler_bytes_per_logit": (0.0, 4000.0),
 }
 #: The engine terms fitted by default.
-ENGINE_TERMS: Final = ("fixed_ms", "per_seq_us", "kernel_gap_us")
+ENGINE_TERMS: Final = ("fixed_ms", "per_seq_us", "kernel_gap_us", "sampler_bytes_per_logit")
 #: Engine terms a fit may free on top (``calibrate --engine-cost --fit-terms``); the shipped fit leaves them at the
 #: GPU catalogue's values (see the module docstring for why, and docs/explanation/performance-model.md for what
 #: freeing them gave on the development runs).
@@ -93,20 +100,31 @@ class EngineCost:
     #: fixed cost of one of vLLM's custom all-reduces, us; None = the GPU catalogue's ``custom_allreduce_latency_us``
     #: (hand-set from vLLM PR #24111's benchmark, not fitted)
     custom_allreduce_us: float | None = None
+    #: the sampler's traffic per logit, bytes; None = the GPU catalogue's ``sampler_bytes_per_logit``
+    sampler_bytes_per_logit: float | None = None
 
     def efficiency(self, eff: Efficiency) -> Efficiency:
         """``eff`` with the fitted engine terms in place."""
         attn = self.attn_decode_efficiency if self.attn_decode_efficiency is not None else eff.bandwidth_efficiency
         car = self.custom_allreduce_us if self.custom_allreduce_us is not None else eff.custom_allreduce_latency_us
+        smp = self.sampler_bytes_per_logit if self.sampler_bytes_per_logit is not None else eff.sampler_bytes_per_logit
         eff = StepCost(self.fixed_ms, self.per_seq_us).apply(eff)
         return dataclasses.replace(
-            eff, kernel_overhead_us=self.kernel_gap_us, attn_decode_efficiency=attn, custom_allreduce_latency_us=car
+            eff,
+            kernel_overhead_us=self.kernel_gap_us,
+            attn_decode_efficiency=attn,
+            custom_allreduce_latency_us=car,
+            sampler_bytes_per_logit=smp,
         )
 
     def value(self, term: str, eff: Efficiency) -> float:
         """The value of ``term`` this cost prices with on a GPU of efficiencies ``eff`` (a tied term: the GPU's)."""
-        if term in OPTIONAL_TERMS and getattr(self, term) is None:
-            return eff.bandwidth_efficiency if term == "attn_decode_efficiency" else eff.custom_allreduce_latency_us
+        if getattr(self, term) is None:
+            tied = {
+                "attn_decode_efficiency": "bandwidth_efficiency",
+                "custom_allreduce_us": "custom_allreduce_latency_us",
+            }
+            return float(getattr(eff, tied.get(term, term)))
         return float(getattr(self, term))
 
     @classmethod
@@ -359,6 +377,7 @@ def _simplex(x0: np.ndarray, names: Sequence[str]) -> np.ndarray:
         "kernel_gap_us": 2.0,
         "attn_decode_efficiency": -0.1,
         "custom_allreduce_us": 3.0,
+        "sampler_bytes_per_logit": 100.0,
     }
     pts = [x0]
     for i, k in enumerate(names):

@@ -241,6 +241,11 @@ def test_engine_terms_to_fit_are_checked_and_the_tied_ones_priced_at_the_catalog
     freed = dataclasses.replace(tied, custom_allreduce_us=eff.custom_allreduce_latency_us + 2.0)
     assert freed.efficiency(eff).custom_allreduce_latency_us == eff.custom_allreduce_latency_us + 2.0
     assert freed.value("custom_allreduce_us", eff) == eff.custom_allreduce_latency_us + 2.0
+    # the sampler's bytes per logit: the catalogue's 8 until fitted
+    assert "sampler_bytes_per_logit" in F.ENGINE_TERMS and tied.value("sampler_bytes_per_logit", eff) == 8.0
+    fitted = dataclasses.replace(tied, sampler_bytes_per_logit=400.0)
+    assert fitted.efficiency(eff).sampler_bytes_per_logit == 400.0
+    assert tied.efficiency(eff).sampler_bytes_per_logit == 8.0
 
 
 def test_calibrate_fit_terms_frees_an_optional_term_and_refuses_unknown_ones(tmp_path: Path) -> None:
