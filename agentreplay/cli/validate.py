@@ -72,10 +72,9 @@ def calibrate(
         str | None,
         typer.Option(
             "--fit-terms",
-            help="--engine-cost: comma-separated engine terms to fit (default "
-            "fixed_ms,per_seq_us,kernel_gap_us,sampler_bytes_per_logit); "
-            "attn_decode_efficiency and custom_allreduce_us may be freed on top (the shipped fit ties them to the "
-            "GPU catalogue: see docs/explanation/performance-model.md).",
+            help="--engine-cost: the engine terms to fit, comma-separated (default: fixed_ms, per_seq_us, "
+            "kernel_gap_us, sampler_bytes_per_logit); attn_decode_efficiency and custom_allreduce_us may be freed "
+            "on top (the shipped fit ties them to the GPU catalogue; the performance-model docs page says why)",
         ),
     ] = None,
 ) -> None:
