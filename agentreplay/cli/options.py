@@ -120,6 +120,17 @@ Perf = Annotated[
         panel=PRICING,
     ),
 ]
+EngineCost = Annotated[
+    str | None,
+    _opt(
+        f"Engine cost beyond the kernels: {choices(C.EngineCostName)}. fitted: the per-step, per-sequence, "
+        f"CUDA-graph gap and sampler costs fitted end to end on measured vLLM runs (the validation's inference-perf "
+        f"replays), on the GPU they were fitted on, with --deployment-kernels and the roofline pricer. "
+        f"{default('hardware', 'engine_cost')}",
+        "--engine-cost",
+        panel=PRICING,
+    ),
+]
 MixedAttention = Annotated[
     str | None,
     _opt(

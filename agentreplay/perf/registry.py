@@ -14,6 +14,7 @@ from typing import Final
 
 from agentreplay.perf.catalog import Dtype, GpuSpec, load_gpu, load_model
 from agentreplay.perf.deploy import default_cudagraph_sizes
+from agentreplay.perf.engine_cost import fitted_efficiency
 from agentreplay.perf.loaders import refinement_path, tables_path
 from agentreplay.perf.measured import table_key
 from agentreplay.perf.model import PerfModel
@@ -194,6 +195,7 @@ def pricer_from_names(
     graph_mixed: bool = True,
     custom_allreduce: bool = False,
     async_scheduling: bool = False,
+    engine_cost: str = "catalog",
 ) -> PerfModel | TablePerfModel:
     """The pricer of a vLLM deployment. ``roofline``: :meth:`PerfModel.from_names` (the default); ``refined``:
     :class:`RefinedPerfModel`; ``table``: :class:`TablePerfModel` (ValueError when no table of the GPU and model
@@ -208,7 +210,9 @@ def pricer_from_names(
     vLLM's custom all-reduce where vLLM uses it; False (the default, as calibrated) = NCCL for every TP all-reduce
     (vLLM ``--disable-custom-all-reduce``). A simulation passes both from ``[hardware] deployment_kernels``
     (:func:`agentreplay.sim.run.graph_sizes`). ``async_scheduling``: vLLM ``--async-scheduling``, the host step
-    cost hidden behind the GPU step (:func:`agentreplay.perf.stepcost.overlapped`; False, as calibrated)."""
+    cost hidden behind the GPU step (:func:`agentreplay.perf.stepcost.overlapped`; False, as calibrated).
+    ``engine_cost``: ``catalog`` (the GPU catalogue's efficiencies) or ``fitted`` (the engine cost fitted end to end
+    on measured vLLM runs, :func:`agentreplay.perf.engine_cost.fitted_efficiency`; the roofline only)."""
     spec = load_gpu(gpu, catalog)
     sizes = default_cudagraph_sizes(spec) if cudagraph_sizes is None else tuple(cudagraph_sizes)
     if kind == AUTO:
@@ -216,6 +220,15 @@ def pricer_from_names(
     build = BUILDERS.get(kind)
     if build is None:
         raise ValueError(f"perf={kind!r}; allowed: {list(PERF_CHOICES)}")
+    if engine_cost == "fitted":
+        if kind != "roofline":
+            raise ValueError(
+                f"engine_cost = 'fitted' prices with the roofline; this deployment runs the {kind!r} pricer "
+                "(pass perf = 'roofline', or engine_cost = 'catalog')"
+            )
+        spec = dataclasses.replace(spec, efficiency=fitted_efficiency(spec, catalog))
+    elif engine_cost != "catalog":
+        raise ValueError(f"engine_cost={engine_cost!r}; allowed: ['catalog', 'fitted']")
     return build(
         PricerRequest(
             spec,

@@ -27,6 +27,7 @@ from agentreplay.sim.config_checks import (
     Arrival,
     CudagraphMode,
     Dtype,
+    EngineCostName,
     KvCacheDtype,
     MixedAttention,
     PerfName,
@@ -69,6 +70,11 @@ class HardwareConfig:
     #: (VllmConfig._set_cudagraph_sizes; agentreplay.perf.deploy.cudagraph_capture_sizes)
     cudagraph_capture_sizes: tuple[int, ...] = ()
     perf: PerfName = "roofline"  #: iteration pricer: calibrated roofline, refined roofline, or measured table
+    #: the engine cost beyond the kernels (per-step host cost, per-sequence cost, CUDA-graph replay gap, the
+    #: sampler's passes over the logits): "catalog" = the GPU catalogue's efficiencies; "fitted" = the values fitted
+    #: end to end on measured vLLM runs (catalog engine_cost.json, `calibrate --engine-cost`; the validation's
+    #: inference-perf replays use them), only on the GPU they were fitted on and with deployment_kernels = true
+    engine_cost: EngineCostName = "catalog"
     #: a mixed prefill + decode iteration's attention: as the one FlashAttention-2 kernel vLLM runs (on GPUs with
     #: the tile form of prefill attention; agentreplay.perf.model docstring), or its two parts priced apart
     mixed_attention: MixedAttention = "one_kernel"

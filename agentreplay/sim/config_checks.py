@@ -16,6 +16,7 @@ PerfName = Literal["roofline", "refined", "table"]
 KvCacheDtype = Literal["auto", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2"]
 CudagraphMode = Literal["FULL_AND_PIECEWISE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "NONE"]
 MixedAttention = Literal["apart", "one_kernel"]
+EngineCostName = Literal["catalog", "fitted"]
 All2AllName = Literal[
     "allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency", "flashinfer_nvlink_two_sided"
 ]
@@ -85,6 +86,15 @@ def check_hardware(hw: Any) -> None:
             "all-reduce is NCCL's ring)",
         )
     check_literal("hardware", "perf", hw.perf, PerfName)
+    check_literal("hardware", "engine_cost", hw.engine_cost, EngineCostName)
+    check(
+        hw.engine_cost == "catalog" or hw.deployment_kernels,
+        "hardware",
+        "engine_cost",
+        hw.engine_cost,
+        "'catalog' unless deployment_kernels = true (the engine cost was fitted on runs priced with vLLM's "
+        "deployment kernels)",
+    )
     check_literal("hardware", "mixed_attention", hw.mixed_attention, MixedAttention)
     check(hw.tp in (1, 2, 4, 8, 16), "hardware", "tp", hw.tp, "1, 2, 4, 8 or 16")
     check(

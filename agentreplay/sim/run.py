@@ -201,6 +201,7 @@ def instance_pricer(
         cudagraph_sizes=graph_sizes(cfg, spec[0], plan),
         graph_mixed=graph_padding(hw.cudagraph_mode)[1],
         custom_allreduce=hw.deployment_kernels and not hw.disable_custom_all_reduce,
+        engine_cost=hw.engine_cost,
     )
 
 

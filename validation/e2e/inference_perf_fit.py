@@ -58,7 +58,7 @@ from scipy.optimize import minimize
 from agentreplay.perf import PerfModel, load_gpu, load_model
 from agentreplay.perf.catalog import Efficiency
 from agentreplay.perf.deploy import default_cudagraph_sizes
-from agentreplay.perf.stepcost import StepCost
+from agentreplay.perf.engine_cost import ENGINE_COST, apply_terms
 from validation.catalog import PACKAGED, Catalog
 from validation.e2e import inference_perf as ip
 
@@ -83,8 +83,6 @@ ENGINE_TERMS: Final = ("fixed_ms", "per_seq_us", "kernel_gap_us", "sampler_bytes
 #: freeing them gave on the development runs).
 OPTIONAL_TERMS: Final = ("attn_decode_efficiency", "custom_allreduce_us")
 CLIENT_TERMS: Final = ("client_ttft_ms", "client_token_us", "client_lag_steps")
-#: The catalog file of the fitted engine cost (:class:`validation.catalog.Catalog`).
-ENGINE_COST: Final = "engine_cost.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,18 +102,9 @@ class EngineCost:
     sampler_bytes_per_logit: float | None = None
 
     def efficiency(self, eff: Efficiency) -> Efficiency:
-        """``eff`` with the fitted engine terms in place."""
-        attn = self.attn_decode_efficiency if self.attn_decode_efficiency is not None else eff.bandwidth_efficiency
-        car = self.custom_allreduce_us if self.custom_allreduce_us is not None else eff.custom_allreduce_latency_us
-        smp = self.sampler_bytes_per_logit if self.sampler_bytes_per_logit is not None else eff.sampler_bytes_per_logit
-        eff = StepCost(self.fixed_ms, self.per_seq_us).apply(eff)
-        return dataclasses.replace(
-            eff,
-            kernel_overhead_us=self.kernel_gap_us,
-            attn_decode_efficiency=attn,
-            custom_allreduce_latency_us=car,
-            sampler_bytes_per_logit=smp,
-        )
+        """``eff`` with the fitted engine terms in place (:func:`agentreplay.perf.engine_cost.apply_terms`, the
+        mapping a simulation with ``[hardware] engine_cost = "fitted"`` uses)."""
+        return apply_terms(eff, self.as_dict())
 
     def value(self, term: str, eff: Efficiency) -> float:
         """The value of ``term`` this cost prices with on a GPU of efficiencies ``eff`` (a tied term: the GPU's)."""
