@@ -29,24 +29,27 @@ from agentreplay.perf.loaders import catalog_file
 ENGINE_COST: Final = "engine_cost.json"
 
 
+#: Engine-cost term -> the :class:`~agentreplay.perf.catalog.Efficiency` field it sets.
+TERM_FIELDS: Final = {
+    "fixed_ms": "framework_overhead_ms",
+    "per_seq_us": "per_seq_overhead_us",
+    "kernel_gap_us": "kernel_overhead_us",
+    "attn_decode_efficiency": "attn_decode_efficiency",
+    "custom_allreduce_us": "custom_allreduce_latency_us",
+    "sampler_bytes_per_logit": "sampler_bytes_per_logit",
+}
+#: A term whose None ties it to another field of the GPU's efficiencies, not to its own field's value.
+_TIED: Final = {"attn_decode_efficiency": "bandwidth_efficiency"}
+
+
 def apply_terms(eff: Efficiency, terms: Mapping[str, float | None]) -> Efficiency:
     """``eff`` with the engine-cost ``terms`` in place (a missing or None term keeps ``eff``'s value; a None
     ``attn_decode_efficiency`` is the GPU's ``bandwidth_efficiency``)."""
-
-    def pick(term: str, field: str) -> float:
+    values = {}
+    for term, field in TERM_FIELDS.items():
         v = terms.get(term)
-        return float(getattr(eff, field)) if v is None else float(v)
-
-    attn = terms.get("attn_decode_efficiency")
-    return dataclasses.replace(
-        eff,
-        framework_overhead_ms=pick("fixed_ms", "framework_overhead_ms"),
-        per_seq_overhead_us=pick("per_seq_us", "per_seq_overhead_us"),
-        kernel_overhead_us=pick("kernel_gap_us", "kernel_overhead_us"),
-        attn_decode_efficiency=eff.bandwidth_efficiency if attn is None else float(attn),
-        custom_allreduce_latency_us=pick("custom_allreduce_us", "custom_allreduce_latency_us"),
-        sampler_bytes_per_logit=pick("sampler_bytes_per_logit", "sampler_bytes_per_logit"),
-    )
+        values[field] = float(getattr(eff, _TIED.get(term, field))) if v is None else float(v)
+    return dataclasses.replace(eff, **values)
 
 
 def read(catalog: str | Path | None = None) -> tuple[dict[str, Any], Path]:

@@ -58,7 +58,7 @@ from scipy.optimize import minimize
 from agentreplay.perf import PerfModel, load_gpu, load_model
 from agentreplay.perf.catalog import Efficiency
 from agentreplay.perf.deploy import default_cudagraph_sizes
-from agentreplay.perf.engine_cost import ENGINE_COST, apply_terms
+from agentreplay.perf.engine_cost import ENGINE_COST, TERM_FIELDS, apply_terms
 from validation.catalog import PACKAGED, Catalog
 from validation.e2e import inference_perf as ip
 
@@ -108,13 +108,7 @@ class EngineCost:
 
     def value(self, term: str, eff: Efficiency) -> float:
         """The value of ``term`` this cost prices with on a GPU of efficiencies ``eff`` (a tied term: the GPU's)."""
-        if getattr(self, term) is None:
-            tied = {
-                "attn_decode_efficiency": "bandwidth_efficiency",
-                "custom_allreduce_us": "custom_allreduce_latency_us",
-            }
-            return float(getattr(eff, tied.get(term, term)))
-        return float(getattr(self, term))
+        return float(getattr(self.efficiency(eff), TERM_FIELDS[term]))
 
     @classmethod
     def of(cls, eff: Efficiency) -> EngineCost:
