@@ -13,6 +13,7 @@ admission rule and a wrong queue order, which must fail it. See ``benchmarks/vll
 
     python benchmarks/vllm_cpu/validate.py --preset ci --out /tmp/vci          # the integration test's session
     python benchmarks/vllm_cpu/validate.py --preset full --repeats 3 --out /tmp/vf  # the larger, slower cell
+    python benchmarks/vllm_cpu/validate.py --refresh reports/live/vllm-cpu-ci.json  # re-judge a recorded session
 
 Writes ``OUT/report.json`` and ``OUT/report.md`` (engine repeats, simulator, spread, checks), ``OUT/repN/profile/``
 (measured component tables), ``OUT/repN/live/`` (measured runs), ``OUT/sim/repN/`` (simulator output) and
@@ -231,6 +232,60 @@ def resimulate(
     return simulate_repeats(report, pricer, reserve_full_isl=reserve_full_isl, queue=queue, out=out)
 
 
+def judge_session(report: dict[str, Any], out: Path | None, timings: dict[str, float], t1: float) -> None:
+    """The simulator with the session's scaled pricer, with the engine's rule and with each wrong scheduler, judged
+    against every repeat (``report`` gains ``sim``, ``check``, ``broken_rule``, ``broken_order`` and the rest);
+    ``timings`` gains the simulations' wall time since ``t1``."""
+    reps = report["repeats"]
+    sims = resimulate(report, out=out)
+    report["sim_repeats"], report["sim"] = sims, median_figures(sims)
+    cell = Cell(**report["cell"])
+    wrong = not cell.reserve_full_isl
+    broken = resimulate(report, reserve_full_isl=wrong)
+    broken_order = resimulate(report, queue=WRONG_QUEUE)
+    timings["simulate"] = time.monotonic() - t1
+    timings["total"] = timings.get("engine", 0.0) + timings["simulate"]
+    check = judge_sim(report, sims)
+    report["check_unscaled"] = {
+        **judge_sim(report, report["sim_unscaled"], tol=check["tolerances"], fixed=()),
+        "label": "for information: the simulator at the profile's speed (speed factor 1)",
+    }
+    report["spread"] = {
+        k: live_check.spread([r["real"][k] for r in reps]) for k, _ in live_check.ROWS if k in reps[0]["real"]
+    }
+    per_rep = sims if len(sims) == len(reps) else sims * len(reps)
+    report["comparison"] = {
+        "rows": live_check.summary_rows([{"real": r["real"], "sim": f} for r, f in zip(reps, per_rep, strict=True)])
+    }
+    report["check"] = {**check, "label": f"simulator with the engine's rule (reserve_full_isl={cell.reserve_full_isl})"}
+    report["broken_rule"] = {
+        **judge_sim(report, broken, tol=check["tolerances"]),
+        "sim": median_figures(broken),
+        "sim_repeats": broken,
+        "label": f"simulator with the wrong admission rule (reserve_full_isl={wrong})",
+    }
+    report["broken_order"] = {
+        **judge_sim(report, broken_order, tol=check["tolerances"]),
+        "sim": median_figures(broken_order),
+        "sim_repeats": broken_order,
+        "label": f"simulator with the wrong queue order ([policy] queue={WRONG_QUEUE})",
+    }
+
+
+def refresh(report: dict[str, Any]) -> dict[str, Any]:
+    """A recorded session re-judged with the current simulator, no engine: the simulator side is re-derived from
+    the recorded repeats and session pricer (speed factor included); the leave-one-profile-out simulations
+    (``profile_sims``, part of the tolerances) stay as recorded, since their pricers' coefficients were not kept."""
+    report = json.loads(json.dumps(report))
+    pricer = ProfilePricer(PricerCoeffs(**report["pricer"]["coeffs"]))
+    report["sim_unscaled"] = median_figures(simulate_repeats(report, pricer))
+    report["speed_factor"] = speed_factor(report["repeats"], report["sim_unscaled"])
+    timings = dict(report.get("timings_s", {}))
+    judge_session(report, None, timings, time.monotonic())
+    report["timings_s"] = {k: round(v, 1) for k, v in timings.items()}
+    return report
+
+
 def judge_sim(
     report: dict[str, Any],
     sim: list[Figures] | Figures,
@@ -351,38 +406,7 @@ def assemble(
     for p in loo:
         k = speed_factor(reps, median_figures(simulate_repeats(report, p)))
         report["profile_sims"].append(median_figures(simulate_repeats(report, scaled(p, k))))
-    sims = resimulate(report, out=out / "sim")
-    report["sim_repeats"], report["sim"] = sims, median_figures(sims)
-    wrong = not cell.reserve_full_isl
-    broken = resimulate(report, reserve_full_isl=wrong)
-    broken_order = resimulate(report, queue=WRONG_QUEUE)
-    timings["simulate"] = time.monotonic() - t1
-    timings["total"] = timings.get("engine", 0.0) + timings["simulate"]
-    check = judge_sim(report, sims)
-    report["check_unscaled"] = {
-        **judge_sim(report, report["sim_unscaled"], tol=check["tolerances"], fixed=()),
-        "label": "for information: the simulator at the profile's speed (speed factor 1)",
-    }
-    report["spread"] = {
-        k: live_check.spread([r["real"][k] for r in reps]) for k, _ in live_check.ROWS if k in reps[0]["real"]
-    }
-    per_rep = sims if len(sims) == len(reps) else sims * len(reps)
-    report["comparison"] = {
-        "rows": live_check.summary_rows([{"real": r["real"], "sim": f} for r, f in zip(reps, per_rep, strict=True)])
-    }
-    report["check"] = {**check, "label": f"simulator with the engine's rule (reserve_full_isl={cell.reserve_full_isl})"}
-    report["broken_rule"] = {
-        **judge_sim(report, broken, tol=check["tolerances"]),
-        "sim": median_figures(broken),
-        "sim_repeats": broken,
-        "label": f"simulator with the wrong admission rule (reserve_full_isl={wrong})",
-    }
-    report["broken_order"] = {
-        **judge_sim(report, broken_order, tol=check["tolerances"]),
-        "sim": median_figures(broken_order),
-        "sim_repeats": broken_order,
-        "label": f"simulator with the wrong queue order ([policy] queue={WRONG_QUEUE})",
-    }
+    judge_session(report, out / "sim", timings, t1)
     report["timings_s"] = {k: round(v, 1) for k, v in timings.items()}
     (out / "report.json").write_text(dumps(report))
     (out / "report.md").write_text(markdown(report))
@@ -391,7 +415,14 @@ def assemble(
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path, default=None, help="the session's folder (report.json, report.md, ...)")
+    ap.add_argument(
+        "--refresh",
+        type=Path,
+        default=None,
+        metavar="REPORT",
+        help="re-judge a recorded session's report.json with the current simulator (no engine; written back)",
+    )
     ap.add_argument("--preset", choices=sorted(PRESETS), default="ci")
     ap.add_argument("--repeats", type=int, default=3, help="drives of the cell in the one engine session (>= 3)")
     ap.add_argument(
@@ -409,6 +440,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             ap.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=None)
     a = ap.parse_args(argv)
+    if a.refresh is not None:
+        report = refresh(json.loads(a.refresh.read_text()))
+        a.refresh.write_text(dumps(report))
+        print(markdown(report))
+        return 0 if report["check"]["verdict"] == "pass" else 1
+    if a.out is None:
+        ap.error("--out is required (or --refresh REPORT)")
     cell = dataclasses.replace(
         PRESETS[a.preset],
         **{f.name: getattr(a, f.name) for f in dataclasses.fields(Cell) if getattr(a, f.name) is not None},
