@@ -29,9 +29,8 @@ it are visited; otherwise the cohort is dissolved and vLLM's loop runs request b
 against ``lazy_decode=False``).
 
 The decision is returned as data (:class:`StepPlan`); :class:`~agentreplay.sim.instance.Instance` prices it and
-schedules its end, and the scheduler applies it then (:meth:`Scheduler.update_from_output`, vLLM
-``Scheduler.update_from_output``: tokens computed and emitted, finished requests freed through the retention
-policy).
+schedules its end, and the scheduler applies it then (:meth:`Scheduler.update_from_output`, as vLLM's: tokens
+computed and emitted, finished requests freed in the running list's order through the retention policy).
 """
 
 from __future__ import annotations
@@ -437,7 +436,8 @@ class Scheduler:
         computed, a token emitted by every request whose computed tokens reach its stream, finished requests taken
         out of the running list and their KV through the retention policy. ``decode_steps`` > 0: the step was a
         fast-forwarded run of that many cohort decode steps (blocks allocated by :meth:`allocate_decode_steps`).
-        Returns the finished requests, in order."""
+        Returns the finished requests in vLLM's order, its running list's (``update_from_output`` walks
+        ``num_scheduled_tokens``; a prompt completing in a step may have been admitted after a decoder in it)."""
         finished: list[Request] = []
         co = self.cohort
         if decode_steps:
@@ -456,6 +456,8 @@ class Scheduler:
             if self.lazy_decode:
                 for r in joining:
                     co.join(r)
+        if len(finished) > 1:  # vLLM's order decides whose blocks the LRU queue evicts first
+            finished.sort(key=lambda r: r.run_seq)
         for r in finished:
             _remove(self.running, r)
             self._retain(r, now)
