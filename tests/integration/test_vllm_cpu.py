@@ -22,7 +22,9 @@ and in benchmarks/vllm_cpu/README.md §5):
 
 The same repeats re-simulated with the wrong admission rule (first-chunk admission instead of vLLM's default
 ``--scheduler-reserve-full-isl``), or the wrong queue order, must fail a logic check with the same tolerances: the
-check can fail, and load cannot make it fail.
+check can fail, and load cannot make it fail. Those two checks need a machine slow enough for the engine to queue;
+on any machine, ``test_vllm_lockstep.py`` shows the simulator's scheduling identical to vLLM's own scheduler turn by
+turn and each wrong scheduler differing (benchmarks/vllm_cpu/README.md §5e).
 """
 
 from __future__ import annotations
@@ -83,7 +85,8 @@ def _skip_unless_queued(report: dict[str, Any], what: str) -> None:
     if min(queued) < MIN_QUEUED_TURNS:
         pytest.skip(
             f"the engine queued {queued} turns (>= 50 ms) in its repeats, fewer than {MIN_QUEUED_TURNS} in one: "
-            f"the cell ran without KV pressure on this machine, so {what} is not measured"
+            f"the cell ran without KV pressure on this machine, so {what} is not measured here "
+            "(test_vllm_lockstep.py checks the scheduler against vLLM's own on every machine)"
         )
 
 

