@@ -8,7 +8,9 @@ Each case runs ``--runs`` times as a fresh process of the ``agentreplay`` consol
 - ``help``: ``agentreplay --help``;
 - ``simulate-help``: ``agentreplay simulate --help``;
 - ``simulate``: ``agentreplay simulate --quiet`` on a one-request trace (the bundled trace's first program, cut to
-  its first turn, no tool gap), writing its outputs (Parquet tables, summary.json, config.toml) to a fresh folder.
+  its first turn, no tool gap), writing its outputs (Parquet tables, summary.json, config.toml) to a fresh folder;
+- ``floor``: ``python -c "import pyarrow.parquet, typer, rich.console"``, no code of ours: what any command that reads
+  or writes Parquet (pyarrow, which imports numpy itself) behind this CLI framework pays before it starts.
 
 Printed per case: the median and the minimum wall time (seconds), and the heavy third-party packages
 (:data:`HEAVY`) the process imported (one extra, unmeasured run). ``--imports N`` also prints each case's N
@@ -40,7 +42,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 #: third-party packages whose import dominates a start-up; a case reports which of them its process loaded
 HEAVY = ("numpy", "pandas", "pyarrow", "matplotlib", "duckdb", "scipy", "pydantic")
-CASES = ("help", "simulate-help", "simulate")
+CASES = ("help", "simulate-help", "simulate", "floor")
+#: the ``floor`` case: the third-party imports a one-request simulation cannot avoid
+FLOOR = "import pyarrow.parquet, typer, rich.console"
 IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
 #: run as ``python -c``: the console script's ``main`` with the heavy packages it imported printed at exit
 PROBE = (
@@ -113,8 +117,9 @@ class Checkout:
 
     def timed(self, case: str, args: list[str]) -> None:
         """One measured run of ``case``: the wall time of the whole process."""
+        cmd = [sys.executable, "-c", FLOOR] if case == "floor" else [*entry_point(), *args]
         t0 = time.perf_counter()
-        self.run([*entry_point(), *args])
+        self.run(cmd)
         self.walls[case].append(time.perf_counter() - t0)
 
     def probe(self, case: str, args: list[str]) -> None:
@@ -162,6 +167,10 @@ def measure(roots: list[Path], runs: int, imports: int) -> dict[str, dict[str, d
 
         for c in checkouts:  # warm each checkout's bytecode cache; see which heavy packages each case loads
             for case in CASES:
+                if case == "floor":
+                    probe = f"{FLOOR}\nimport sys\nprint(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+                    c.heavy[case] = [m for m in c.run([sys.executable, "-c", probe]).stdout.strip().split(",") if m]
+                    continue
                 c.run([*entry_point(), *case_args(case, trace, out())])
                 c.probe(case, case_args(case, trace, out()))
                 if imports:
