@@ -391,4 +391,7 @@ def _render(data: dict[str, Any]) -> None:
 
 
 def _num(v: Any) -> str:
-    return "-" if v is None else f"{v:.4g}"
+    """Four significant digits, never in exponent form: 611.9, 1078, 20,445."""
+    if v is None:
+        return "-"
+    return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
