@@ -93,7 +93,7 @@ def workload(cell: Cell) -> Any:
     return dataclasses.replace(w, tool_s=np.asarray(w.tool_s, dtype=float) * cell.tool_scale)
 
 
-def script(cell: Cell, step: Step, model_dir: Path) -> dict[str, Any]:
+def script(cell: Cell, step: Step, model_dir: Path, *, async_scheduling: bool = False) -> dict[str, Any]:
     """The engine side's input: every turn's prompt and output ids (outputs fixed in advance, so a turn's prompt
     holds its predecessor's real output ids, as the live driver's does), tool gaps, limits and step formula."""
     w = workload(cell)
@@ -120,6 +120,7 @@ def script(cell: Cell, step: Step, model_dir: Path) -> dict[str, Any]:
             "reserve_full_isl": cell.reserve_full_isl,
             "num_kv_heads": int(TINY_LLAMA["num_key_value_heads"]),
             "head_size": int(TINY_LLAMA["head_dim"]),
+            "async_scheduling": async_scheduling,
         },
         "step": dataclasses.asdict(step),
         "concurrency": cell.concurrency,
@@ -127,15 +128,18 @@ def script(cell: Cell, step: Step, model_dir: Path) -> dict[str, Any]:
     }
 
 
-def run_engine(cells: list[Cell], step: Step | list[Step], python: Path, work: Path) -> list[pd.DataFrame]:
+def run_engine(
+    cells: list[Cell], step: Step | list[Step], python: Path, work: Path, *, async_scheduling: bool = False
+) -> list[pd.DataFrame]:
     """vLLM's scheduler on each cell, with ``step`` (one for all, or one per cell): ``lockstep_vllm.py`` in the vLLM
-    virtualenv, one process for all of them. One row per turn each."""
+    virtualenv, one process for all of them; ``async_scheduling``: vLLM's ``AsyncScheduler`` behind a batch queue,
+    as CUDA runs it by default (the simulator models the sync one). One row per turn each."""
     steps = step if isinstance(step, list) else [step] * len(cells)
     if not python.exists():
         raise FileNotFoundError(f"no vLLM virtualenv python at {python}: run `bash .ci/vllm_cpu.sh`")
     work.mkdir(parents=True, exist_ok=True)
     model = write_model(work / "model", max(c.max_model_len for c in cells))
-    scripts = [script(c, st, model) for c, st in zip(cells, steps, strict=True)]
+    scripts = [script(c, st, model, async_scheduling=async_scheduling) for c, st in zip(cells, steps, strict=True)]
     (work / "script.json").write_text(json.dumps({"cells": scripts}))
     res = subprocess.run(
         [str(python), str(HARNESS), str(work / "script.json"), str(work / "engine.json")],
@@ -251,6 +255,33 @@ def sweep(python: Path, out: Path | None) -> int:
     return 0 if ok else 1
 
 
+def _jct(turns: pd.DataFrame) -> pd.Series:
+    g = turns.groupby("program")
+    return g["last_token_s"].max() - g["release_s"].min()
+
+
+def async_effect(python: Path, out: Path | None) -> None:
+    """What vLLM's async scheduling (CUDA's default) changes against its sync scheduler (the CPU platform's, the
+    one the simulator models) on every :data:`SWEEP` cell, both vLLM's own on the same virtual clock; prints a
+    Markdown table (error = async / sync - 1)."""
+    step, cells = Step(), list(SWEEP.values())
+    with tempfile.TemporaryDirectory(prefix="lockstep-") as tmp:
+        work = out or Path(tmp)
+        sync = run_engine(cells, step, python, work / "sync")
+        asyn = run_engine(cells, step, python, work / "async", async_scheduling=True)
+    print("| cell | JCT mean, s: sync / async | makespan | TTFT mean | cached tokens | preemptions |")
+    print("|---|---|---|---|---|---|")
+    for name, s, a in zip(SWEEP, sync, asyn, strict=True):
+        pairs = (
+            (_jct(s).mean(), _jct(a).mean(), "{:.2f}"),
+            (s["last_token_s"].max(), a["last_token_s"].max(), "{:.2f}"),
+            ((s["first_token_s"] - s["release_s"]).mean(), (a["first_token_s"] - a["release_s"]).mean(), "{:.3f}"),
+            (s["cached_tokens"].sum(), a["cached_tokens"].sum(), "{:,.0f}"),
+        )
+        cols = [f"{f.format(x)} / {f.format(y)} ({y / x - 1:+.1%})" for x, y, f in pairs]
+        print(f"| {name} | " + " | ".join(cols) + f" | {s['preemptions'].sum()} / {a['preemptions'].sum()} |")
+
+
 def _floats(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x.strip()]
 
@@ -272,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--sim-queue", default=None, help=f"the simulator's queue order (vLLM: fcfs; wrong: {WRONG_QUEUE})")
     ap.add_argument("--sweep", action="store_true", help="every cell of SWEEP, with vLLM's and the wrong schedulers")
+    ap.add_argument(
+        "--async-effect", action="store_true", help="every cell of SWEEP: vLLM's async scheduler against its sync one"
+    )
     for f in dataclasses.fields(Cell):
         kind = type(getattr(PRESETS["ci"], f.name))
         conv = (lambda v: v.lower() in ("1", "true", "yes", "on")) if kind is bool else kind
@@ -279,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.sweep:
         return sweep(a.python or venv_python(), a.out)
+    if a.async_effect:
+        async_effect(a.python or venv_python(), a.out)
+        return 0
     cell = dataclasses.replace(
         PRESETS[a.preset],
         **{f.name: getattr(a, f.name) for f in dataclasses.fields(Cell) if getattr(a, f.name) is not None},

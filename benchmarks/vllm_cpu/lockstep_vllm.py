@@ -28,6 +28,7 @@ token (ends of steps), the cached tokens vLLM reports for it (``PrefillStats.num
 
 from __future__ import annotations
 
+import collections
 import heapq
 import json
 import sys
@@ -71,7 +72,12 @@ def build_scheduler(engine: dict[str, Any]) -> Any:
         num_blocks=engine["num_gpu_blocks"], kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)]
     )
     cfg.cache_config.num_gpu_blocks = engine["num_gpu_blocks"]
-    return Scheduler(
+    cls = Scheduler
+    if engine.get("async_scheduling"):  # the one CUDA runs by default; see AsyncLockstep
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+        cls = AsyncScheduler
+    return cls(
         vllm_config=cfg,
         kv_cache_config=kv,
         structured_output_manager=StructuredOutputManager(cfg),
@@ -182,13 +188,64 @@ class Lockstep:
         return {"steps": self.steps, "turns": list(self.rows.values())}
 
 
+class AsyncLockstep(Lockstep):
+    """The same cell through vLLM's ``AsyncScheduler`` as ``EngineCore.step_with_batch_queue`` drives it (batch queue
+    of 2, vLLM's default on CUDA since async scheduling became the default: ``VllmConfig``), on the same virtual
+    clock: step k+1 is scheduled while step k runs (its outputs still placeholders), the model runs one step at a
+    time, and step k's outputs are applied when it ends. An emulation for measuring what async scheduling changes
+    (README §5e); the simulator models the sync scheduler, which the CPU platform runs."""
+
+    def run(self) -> dict[str, Any]:
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        sched, queue, gpu_free = self.sched, collections.deque(), 0.0
+        while self.releases or sched.has_unfinished_requests() or queue:
+            self.add_due()
+            if sched.has_requests() and len(queue) < 2:
+                so = sched.schedule()
+                start, n = max(self.clock, gpu_free), so.total_num_scheduled_tokens
+                samplers = set()
+                for rid in so.num_scheduled_tokens:
+                    if self.rows[rid]["first_scheduled_s"] is None:
+                        self.rows[rid]["first_scheduled_s"] = start
+                    if not sched.requests[rid].is_prefill_chunk:
+                        samplers.add(rid)
+                end = start + self.step_s["a0"] + self.step_s["per_token"] * n if n else self.clock
+                gpu_free, self.steps = (end, self.steps + 1) if n else (gpu_free, self.steps)
+                queue.appendleft((so, end, samplers))
+                if len(queue) < 2 and (n > 0 or sched.has_requests()):
+                    continue  # fill the batch queue before waiting for a step
+            elif not queue:
+                self.clock = max(self.clock, self.releases[0][0])
+                continue
+            so, end, samplers = queue.pop()
+            self.clock = max(self.clock, end)
+            req_ids = list(so.num_scheduled_tokens)
+            sampled = []
+            for rid in req_ids:
+                row, k = self.rows[rid], self.requests[rid].num_output_tokens
+                out = self.programs[row["program"]]["turns"][row["turn"]]["output"]
+                sampled.append([out[k] if k < len(out) else 0] if rid in samplers else [])
+            mro = ModelRunnerOutput(
+                req_ids=req_ids, req_id_to_index={x: i for i, x in enumerate(req_ids)}, sampled_token_ids=sampled
+            )
+            self.record(sched.update_from_output(so, mro), self.clock)
+        for rid, row in self.rows.items():
+            row["preemptions"] = int(self.requests[rid].num_preemptions)
+        return {"steps": self.steps, "turns": list(self.rows.values())}
+
+
+def run_cell(script: dict[str, Any]) -> dict[str, Any]:
+    return (AsyncLockstep if script["engine"].get("async_scheduling") else Lockstep)(script).run()
+
+
 def main(argv: list[str]) -> int:
     """``SCRIPT.json`` holds ``{"cells": [cell, ...]}``; ``OUT.json`` gets ``{"cells": [result, ...]}``."""
     if len(argv) != 2:
         print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
         return 2
     cells = json.loads(Path(argv[0]).read_text())["cells"]
-    Path(argv[1]).write_text(json.dumps({"cells": [Lockstep(c).run() for c in cells]}) + "\n")
+    Path(argv[1]).write_text(json.dumps({"cells": [run_cell(c) for c in cells]}) + "\n")
     return 0
 
 
