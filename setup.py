@@ -35,6 +35,7 @@ HOT = [
     "agentreplay/request.py",
     "agentreplay/scheduler/cohort.py",
     "agentreplay/scheduler/scheduler.py",
+    "agentreplay/scheduler/plan.py",
     "agentreplay/sim/instance.py",
     "agentreplay/sim/gpu_time.py",
     "agentreplay/kv/residency.py",

@@ -36,54 +36,14 @@ computed and emitted, finished requests freed in the running list's order throug
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from agentreplay.kv.manager import KVManager, held_blocks
 from agentreplay.request import Request
 from agentreplay.scheduler.cohort import DecodeCohort
+from agentreplay.scheduler.plan import StepPlan, StopReason, unschedule
 from agentreplay.scheduler.queue import Fcfs, QueueOrder
 from agentreplay.scheduler.victim import MostRecent, VictimPolicy
-
-StopReason = Literal["empty", "max_seqs", "no_budget", "no_blocks", "preempted"]
-
-
-@dataclass(slots=True)
-class StepPlan:
-    """One iteration: prefill chunks ``(request, tokens, computed_before)``, decoding requests outside the
-    cohort, and ``cohort``: how many cohort members decode (all of them, or none)."""
-
-    prefill: list[tuple[Request, int, int]] = field(default_factory=list)
-    decode: list[Request] = field(default_factory=list)
-    cohort: int = 0
-    preempted: list[Request] = field(default_factory=list)
-    admitted: list[Request] = field(default_factory=list)
-    loading: list[Request] = field(default_factory=list)  #: admitted to load their KV first (they stay waiting)
-    stop: StopReason = "empty"
-
-    # written out, not left to @dataclass: mypyc compiles this one; the dataclass-generated __init__ runs
-    # interpreted (tests/sim/test_native.py checks it against the fields)
-    def __init__(
-        self,
-        prefill: list[tuple[Request, int, int]] | None = None,
-        decode: list[Request] | None = None,
-        cohort: int = 0,
-        preempted: list[Request] | None = None,
-        admitted: list[Request] | None = None,
-        loading: list[Request] | None = None,
-        stop: StopReason = "empty",
-    ) -> None:
-        self.prefill = [] if prefill is None else prefill
-        self.decode = [] if decode is None else decode
-        self.cohort = cohort
-        self.preempted = [] if preempted is None else preempted
-        self.admitted = [] if admitted is None else admitted
-        self.loading = [] if loading is None else loading
-        self.stop = stop
-
-    @property
-    def empty(self) -> bool:
-        return not self.prefill and not self.decode and not self.cohort
 
 
 def next_chunk(r: Request, budget: int, block_size: int) -> tuple[int, int, bool]:
@@ -134,6 +94,7 @@ class Scheduler:
         self.prefix_caching = kv.prefix_caching
         self.order: QueueOrder = order or Fcfs()
         self.victim: VictimPolicy = victim or MostRecent()
+        self._whole = bool(getattr(self.victim, "whole_running", False))  #: victims from the whole running list
         self.reserve_full_isl = reserve_full_isl
         self.lazy_decode = lazy_decode  #: decoding requests join the cohort
         if decode_tokens < 1:
@@ -223,8 +184,10 @@ class Scheduler:
         while i < len(running) and budget > 0:
             r = running[i]
             n, need, is_decode = next_chunk(r, budget, bs)
-            if need > kv.free_blocks and not kv.can_allocate(need, 0, r.program) and self._make_room(r, i, need, plan):
-                break  # vLLM: "No more request to schedule"
+            if need > kv.free_blocks and not kv.can_allocate(need, 0, r.program):
+                i, budget, stop = self._make_room(r, i, need, plan, budget)
+                if stop:
+                    break  # vLLM: "No more request to schedule"
             if need:
                 kv.allocate(need)
             if is_decode:
@@ -240,19 +203,29 @@ class Scheduler:
         plan.stop = self._admit(plan, budget)
         return self._logged(plan)
 
-    def _make_room(self, r: Request, i: int, need: int, plan: StepPlan) -> bool:
-        """Preempt until ``r`` = ``running[i]`` gets its ``need`` blocks (vLLM ``Scheduler.schedule``), victims from
-        the not-yet-scheduled ``running[i:]`` (vLLM FCFS pops the tail; its priority mode may also unschedule an
-        already scheduled request, which we do not model). True when ``r`` itself was the victim."""
+    def _make_room(self, r: Request, i: int, need: int, plan: StepPlan, budget: int) -> tuple[int, int, bool]:
+        """Preempt until ``r`` = ``running[i]`` gets its ``need`` blocks (vLLM ``Scheduler.schedule``): victims from
+        the not-yet-scheduled ``running[i:]`` (FCFS pops the tail), or with a ``whole_running`` victim policy
+        (vLLM's priority mode) from the whole running list, one already scheduled in this step taken back out of it
+        (:func:`unschedule`). Returns ``(r's index, budget, whether r itself was the victim)``."""
         kv, running = self.kv, self.running
         while True:
-            victim = self.victim.pick(running[i:], self.order, self.now)
+            if self._whole:
+                victim = self.victim.pick(running, self.order, self.now)
+                j = 0
+                while running[j] is not victim:
+                    j += 1
+                if j < i:
+                    budget += unschedule(plan.prefill, plan.decode, victim, self.decode_tokens)
+                    i -= 1
+            else:
+                victim = self.victim.pick(running[i:], self.order, self.now)
             self.preempt(victim)
             plan.preempted.append(victim)
             if victim is r:
-                return True
+                return i, budget, True
             if need <= kv.free_blocks or kv.can_allocate(need, 0, r.program):
-                return False
+                return i, budget, False
 
     def _new_plan(self) -> StepPlan:
         """An empty plan: the one last handed back (:meth:`recycle`), else a new one."""

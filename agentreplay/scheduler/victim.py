@@ -31,19 +31,22 @@ class MostRecent:
 
 
 class LowestPriority:
-    """vLLM v1 priority scheduling: the running request with the worst queue key (``max(self.running,
-    key=lambda r: (r.priority, r.arrival_time))``); ties go to the most recent admission."""
+    """vLLM v1 priority scheduling: the running request with the worst (priority, arrival), the first two fields of
+    the queue key, the first such in running order (``max(self.running, key=lambda r: (r.priority,
+    r.arrival_time))``). Picked from the whole running list (``whole_running``): vLLM takes a victim already
+    scheduled in the step back out of it (:mod:`agentreplay.scheduler.unschedule`)."""
 
     name = "lowest-priority"
+    whole_running = True
 
     def __init__(self, params: NoParams | None = None) -> None:
         pass
 
     def pick(self, running: Sequence[Request], order: QueueOrder, now: float) -> Request:
-        best_i = len(running) - 1
-        best = order.key(running[best_i], now)
-        for i in range(len(running) - 2, -1, -1):
-            k = order.key(running[i], now)
+        best_i = 0
+        best = order.key(running[0], now)[:2]
+        for i in range(1, len(running)):
+            k = order.key(running[i], now)[:2]
             if k > best:
                 best_i, best = i, k
         return running[best_i]

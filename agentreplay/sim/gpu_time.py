@@ -23,7 +23,7 @@ Invariant (tested): the sum of ``gpu_s`` over all turns equals the sum over inst
 from __future__ import annotations
 
 from agentreplay.scheduler.cohort import DecodeCohort
-from agentreplay.scheduler.scheduler import StepPlan
+from agentreplay.scheduler.plan import StepPlan
 
 
 def charge_step(plan: StepPlan, gpu_s: float, cohort: DecodeCohort) -> None:

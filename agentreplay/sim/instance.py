@@ -30,7 +30,8 @@ from agentreplay.perf.model import mixed_pricer
 from agentreplay.perf.pricer import IterationPricer
 from agentreplay.request import Request
 from agentreplay.router.policies import InstanceView
-from agentreplay.scheduler.scheduler import Scheduler, StepPlan
+from agentreplay.scheduler.plan import StepPlan
+from agentreplay.scheduler.scheduler import Scheduler
 from agentreplay.sim.gpu_time import charge_run, charge_step
 
 _STABLE_STOPS = frozenset({"empty", "max_seqs", "no_budget", "no_blocks"})

@@ -43,7 +43,8 @@ from agentreplay.kv import BlockKeyer, BlockPool
 from agentreplay.kv.manager import KVManager, held_blocks
 from agentreplay.kv.segment_pool import Segment, SegmentPool
 from agentreplay.request import Request
-from agentreplay.scheduler.scheduler import Scheduler, StepPlan
+from agentreplay.scheduler.plan import StepPlan
+from agentreplay.scheduler.scheduler import Scheduler
 
 BS = 4
 BIG = 1 << 30

@@ -121,7 +121,7 @@ def _written_out_inits():
     from agentreplay.kv.retention import ToolStats
     from agentreplay.kv.segment_pool import Run, Segment
     from agentreplay.request import ProgramInfo, Request
-    from agentreplay.scheduler.scheduler import StepPlan
+    from agentreplay.scheduler.plan import StepPlan
 
     return [Request, ProgramInfo, StepPlan, Run, Segment, ToolStats]
 
