@@ -93,7 +93,14 @@ def workload(cell: Cell) -> Any:
     return dataclasses.replace(w, tool_s=np.asarray(w.tool_s, dtype=float) * cell.tool_scale)
 
 
-def script(cell: Cell, step: Step, model_dir: Path, *, async_scheduling: bool = False) -> dict[str, Any]:
+def script(
+    cell: Cell,
+    step: Step,
+    model_dir: Path,
+    *,
+    async_scheduling: bool = False,
+    priorities: np.ndarray | None = None,
+) -> dict[str, Any]:
     """The engine side's input: every turn's prompt and output ids (outputs fixed in advance, so a turn's prompt
     holds its predecessor's real output ids, as the live driver's does), tool gaps, limits and step formula."""
     w = workload(cell)
@@ -108,7 +115,8 @@ def script(cell: Cell, step: Step, model_dir: Path, *, async_scheduling: bool = 
             out = state.placeholder_output(int(w.output_tokens[g]))
             state.add_output(ids, out)
             turns.append({"prompt": ids, "output": out, "gap_s": float(w.tool_s[g]) if k < n - 1 else None})
-        programs.append({"id": str(w.program_ids[p]), "turns": turns})
+        prio = 0 if priorities is None else int(priorities[p])
+        programs.append({"id": str(w.program_ids[p]), "priority": prio, "turns": turns})
     return {
         "engine": {
             "model_dir": str(model_dir),
@@ -121,6 +129,7 @@ def script(cell: Cell, step: Step, model_dir: Path, *, async_scheduling: bool = 
             "num_kv_heads": int(TINY_LLAMA["num_key_value_heads"]),
             "head_size": int(TINY_LLAMA["head_dim"]),
             "async_scheduling": async_scheduling,
+            "policy": "fcfs" if priorities is None else "priority",
         },
         "step": dataclasses.asdict(step),
         "concurrency": cell.concurrency,
@@ -128,18 +137,47 @@ def script(cell: Cell, step: Step, model_dir: Path, *, async_scheduling: bool = 
     }
 
 
+#: the priority classes' shares the priority cells draw each program's class from (``[classes] mix``)
+CLASS_MIX: dict[str, float] = {"interactive": 0.34, "background": 0.33, "batch": 0.33}
+
+
+def priorities(cell: Cell, mix: dict[str, float]) -> np.ndarray:
+    """Each program's class rank, drawn as the simulator's ``[classes]`` draws it (same seed, same mix)."""
+    from agentreplay.features.classes.classes import assign_classes
+    from agentreplay.features.classes.config import ClassConfig
+
+    return assign_classes(workload(cell), ClassConfig(enabled=True, mix=mix), cell.seed)
+
+
 def run_engine(
-    cells: list[Cell], step: Step | list[Step], python: Path, work: Path, *, async_scheduling: bool = False
+    cells: list[Cell],
+    step: Step | list[Step],
+    python: Path,
+    work: Path,
+    *,
+    async_scheduling: bool = False,
+    classes: dict[str, float] | None = None,
 ) -> list[pd.DataFrame]:
     """vLLM's scheduler on each cell, with ``step`` (one for all, or one per cell): ``lockstep_vllm.py`` in the vLLM
     virtualenv, one process for all of them; ``async_scheduling``: vLLM's ``AsyncScheduler`` behind a batch queue,
-    as CUDA runs it by default (the simulator models the sync one). One row per turn each."""
+    as CUDA runs it by default (the simulator models the sync one); ``classes``: a class mix, each program's class
+    rank its requests' priority under vLLM's priority policy (``--scheduling-policy priority``). One row per turn
+    each."""
     steps = step if isinstance(step, list) else [step] * len(cells)
     if not python.exists():
         raise FileNotFoundError(f"no vLLM virtualenv python at {python}: run `bash .ci/vllm_cpu.sh`")
     work.mkdir(parents=True, exist_ok=True)
     model = write_model(work / "model", max(c.max_model_len for c in cells))
-    scripts = [script(c, st, model, async_scheduling=async_scheduling) for c, st in zip(cells, steps, strict=True)]
+    scripts = [
+        script(
+            c,
+            st,
+            model,
+            async_scheduling=async_scheduling,
+            priorities=None if classes is None else priorities(c, classes),
+        )
+        for c, st in zip(cells, steps, strict=True)
+    ]
     (work / "script.json").write_text(json.dumps({"cells": scripts}))
     res = subprocess.run(
         [str(python), str(HARNESS), str(work / "script.json"), str(work / "engine.json")],
@@ -152,7 +190,14 @@ def run_engine(
     return [pd.DataFrame(c["turns"]) for c in json.loads((work / "engine.json").read_text())["cells"]]
 
 
-def run_sim(cell: Cell, step: Step, *, queue: str | None = None, reserve_full_isl: bool | None = None) -> pd.DataFrame:
+def run_sim(
+    cell: Cell,
+    step: Step,
+    *,
+    queue: str | None = None,
+    reserve_full_isl: bool | None = None,
+    classes: dict[str, float] | None = None,
+) -> pd.DataFrame:
     """The simulator on the cell, one row per turn in the engine side's columns. ``reserve_full_isl`` replaces the
     cell's admission rule and ``queue`` vLLM's FCFS waiting order (``[policy] queue``): the wrong schedulers."""
     if reserve_full_isl is not None:
@@ -165,6 +210,10 @@ def run_sim(cell: Cell, step: Step, *, queue: str | None = None, reserve_full_is
         "max_num_batched_tokens": cell.max_num_batched_tokens,
     }
     cfg = sim_config(cell, facts).replace(tools={"mode": "replay", "scale": 1.0})
+    if classes is not None:  # vLLM's priority policy: the queue by (rank, arrival), the worst-ranked victim
+        cfg = cfg.replace(
+            classes={"enabled": True, "mix": classes}, policy={"queue": "priority", "victim": "lowest-priority"}
+        )
     if queue is not None:
         cfg = cfg.replace(policy={"queue": queue})
     t = simulate(w, cfg, perf=step.pricer()).turns
@@ -233,11 +282,14 @@ def describe(step: Step, engine: pd.DataFrame, res: dict[str, Any]) -> str:
 
 def sweep(python: Path, out: Path | None) -> int:
     """Every :data:`SWEEP` cell through vLLM's scheduler (one process), then the simulator with vLLM's scheduler and
-    with each :data:`WRONG` one; prints a Markdown table. 0 when the simulator matches every cell and every wrong
-    scheduler differs on a logic figure (cached tokens or preemptions) in every cell."""
-    step = Step()
+    with each :data:`WRONG` one; then every cell again under vLLM's priority policy (classes drawn from
+    :data:`CLASS_MIX`) against the simulator's. Prints Markdown tables. 0 when the simulator matches every cell in
+    both and every wrong scheduler differs on a logic figure (cached tokens or preemptions) in every cell."""
+    step, cells = Step(), list(SWEEP.values())
     with tempfile.TemporaryDirectory(prefix="lockstep-") as tmp:
-        engines = run_engine(list(SWEEP.values()), step, python, out or Path(tmp))
+        work = out or Path(tmp)
+        engines = run_engine(cells, step, python, work / "fcfs")
+        prio = run_engine(cells, step, python, work / "priority", classes=CLASS_MIX)
     ok = True
     print("| cell | turns | vLLM cached tokens | vLLM preemptions | simulator | " + " | ".join(WRONG) + " |")
     print("|---|---:|---:|---:|---|" + "---|" * len(WRONG))
@@ -250,9 +302,21 @@ def sweep(python: Path, out: Path | None) -> int:
             logic = [f"{f} on {res[f]['turns_differing']} turns" for f in COUNTS if res[f]["turns_differing"]]
             ok &= bool(logic)
             cols.append(", ".join(logic) if logic else "**same cached tokens and preemptions**")
-        hits, pre = int(engine["cached_tokens"].sum()), int(engine["preemptions"].sum())
-        print(f"| {name} | {len(engine)} | {hits:,} | {pre} | " + " | ".join(cols) + " |")
+        print(f"| {name} | {_engine_row(engine)} | " + " | ".join(cols) + " |")
+    print("\nvLLM's priority policy (`--scheduling-policy priority`; classes drawn from the mix " + f"{CLASS_MIX}):\n")
+    print(
+        "| cell | turns | vLLM cached tokens | vLLM preemptions | simulator (priority queue, lowest-priority victim) |"
+    )
+    print("|---|---:|---:|---:|---|")
+    for (name, cell), engine in zip(SWEEP.items(), prio, strict=True):
+        res = compare(engine, run_sim(cell, step, classes=CLASS_MIX))
+        ok &= res["identical"]
+        print(f"| {name} | {_engine_row(engine)} | {describe(step, engine, res).split('simulator ')[-1]} |")
     return 0 if ok else 1
+
+
+def _engine_row(engine: pd.DataFrame) -> str:
+    return f"{len(engine)} | {int(engine['cached_tokens'].sum()):,} | {int(engine['preemptions'].sum())}"
 
 
 def _jct(turns: pd.DataFrame) -> pd.Series:

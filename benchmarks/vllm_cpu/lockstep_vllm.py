@@ -59,6 +59,7 @@ def build_scheduler(engine: dict[str, Any]) -> Any:
         enable_chunked_prefill=True,
         is_encoder_decoder=False,
         scheduler_reserve_full_isl=engine["reserve_full_isl"],
+        policy=engine.get("policy", "fcfs"),
     )
     cache = CacheConfig(block_size=engine["block_size"], enable_prefix_caching=True)
     cfg = VllmConfig(model_config=model, cache_config=cache, scheduler_config=sched)
@@ -121,9 +122,12 @@ class Lockstep:
         while self.releases and self.releases[0][0] <= self.clock:
             t, _, p, k = heapq.heappop(self.releases)
             turn = self.programs[p]["turns"][k]
-            rid = f"{p}:{k}"
+            rid = f"{p:05d}:{k:05d}"  # (vLLM's priority queue breaks ties by id: padded, ids sort as (program, turn))
             params = SamplingParams(max_tokens=len(turn["output"]), ignore_eos=True, detokenize=False)
-            self.requests[rid] = Request(rid, turn["prompt"], params, None, arrival_time=t, block_hasher=self.hasher)
+            prio = int(self.programs[p].get("priority", 0))
+            self.requests[rid] = Request(
+                rid, turn["prompt"], params, None, arrival_time=t, priority=prio, block_hasher=self.hasher
+            )
             self.sched.add_request(self.requests[rid])
             self.rows[rid] = {"program": p, "turn": k, "release_s": t, "first_scheduled_s": None}
 
@@ -175,6 +179,9 @@ class Lockstep:
                 continue
             so = sched.schedule()
             if so.total_num_scheduled_tokens == 0:
+                sched.update_from_output(so, self.model(so))  # an empty step: no model run, no time
+                if so.preempted_req_ids:
+                    continue  # it preempted (vLLM's priority victim can be the request itself): schedule again
                 if not self.releases:
                     raise RuntimeError(f"step {self.steps}: requests wait and nothing can be scheduled or released")
                 self.clock = max(self.clock, self.releases[0][0])

@@ -11,6 +11,8 @@ comparison is exact and the machine's load cannot move it:
   admission and preemptions exactly, release, first scheduling, first and last token within a microsecond;
 - each deliberately wrong scheduler (first-chunk admission; program-arrival queue order) differs on a logic figure
   (cached tokens or preemptions) in every cell;
+- under vLLM's priority policy (``--scheduling-policy priority``, each program's class drawn from a mix), every turn
+  of every cell matches too;
 - the cells exercise what the check is about: the engine preempts, and requests wait in its queue.
 
 This is the proof, on any machine, that the live check's scheduler figures (``test_vllm_cpu.py``, which needs a
@@ -37,13 +39,25 @@ WRONG = lockstep.WRONG
 STEP = lockstep.Step()
 
 
-@pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pd.DataFrame]:
+def _python() -> Path:
     python = Path(os.environ["AGENTREPLAY_VLLM_PYTHON"]) if os.environ.get("AGENTREPLAY_VLLM_PYTHON") else venv_python()
     if not python.exists():
         pytest.skip(f"no vLLM CPU venv at {python}: run `bash .ci/vllm_cpu.sh`")
+    return python
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pd.DataFrame]:
     out = tmp_path_factory.mktemp("lockstep")
-    return dict(zip(CELLS, lockstep.run_engine(list(CELLS.values()), STEP, python, out), strict=True))
+    return dict(zip(CELLS, lockstep.run_engine(list(CELLS.values()), STEP, _python(), out), strict=True))
+
+
+@pytest.fixture(scope="module")
+def engine_priority(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pd.DataFrame]:
+    """The same cells under vLLM's priority policy, each program's class drawn as the simulator's ``[classes]``."""
+    out = tmp_path_factory.mktemp("lockstep-priority")
+    runs = lockstep.run_engine(list(CELLS.values()), STEP, _python(), out, classes=lockstep.CLASS_MIX)
+    return dict(zip(CELLS, runs, strict=True))
 
 
 def _shown(res: dict[str, Any]) -> str:
@@ -83,3 +97,13 @@ def test_a_wrong_scheduler_differs_on_a_logic_figure(engine: dict[str, pd.DataFr
     res = lockstep.compare(engine[name], lockstep.run_sim(CELLS[name], STEP, **WRONG[wrong]))
     differing = {fig: res[fig]["turns_differing"] for fig in lockstep.COUNTS}
     assert any(differing.values()), f"{wrong}: cached tokens and preemptions match vLLM's on every turn"
+
+
+@pytest.mark.parametrize("name", CELLS)
+def test_the_simulator_matches_vllm_priority_scheduling(engine_priority: dict[str, pd.DataFrame], name: str) -> None:
+    """vLLM ``--scheduling-policy priority``: the queue by (class rank, arrival) and the victim the worst of the
+    whole running list, taken back out of the step when already scheduled in it (agentreplay.scheduler.plan)."""
+    e = engine_priority[name]
+    assert e["preemptions"].sum() >= 1, "vLLM preempted nothing: the priority victim is not exercised"
+    res = lockstep.compare(e, lockstep.run_sim(CELLS[name], STEP, classes=lockstep.CLASS_MIX))
+    assert res["identical"], _shown(res)
