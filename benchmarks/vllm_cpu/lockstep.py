@@ -7,14 +7,14 @@ check takes the machine out: vLLM's ``Scheduler`` (its ``KVCacheManager``, block
 and the model on a virtual clock, and the simulator runs the same cell with a pricer that prices a step the same
 way. Both see the same token-id prompts (the live driver's :class:`collectors.live.prompts.PromptBuilder`, with the
 outputs fixed in advance), the same tool gaps and the same closed loop, so every difference between them is a
-difference of scheduling or caching logic, never of load:
+difference of scheduling or caching logic, never of load. Compared per turn: cached tokens at first admission
+(vLLM's ``PrefillStats.num_cached_tokens``, what the API reports) and preemptions exactly; release, first
+scheduling, first and last token within :data:`TIME_TOL_S`.
 
-- per turn: cached tokens at first admission (vLLM's ``PrefillStats.num_cached_tokens``, what the API reports),
-  preemptions, release, first scheduling, first and last token;
-- per cell: the totals, and the order in which requests that waited together were admitted.
-
-    python benchmarks/vllm_cpu/lockstep.py --preset ci --out /tmp/lockstep     # then read OUT/report.md
-    python benchmarks/vllm_cpu/lockstep.py --preset tight --reserve-full-isl false   # a wrong scheduler
+    python benchmarks/vllm_cpu/lockstep.py --preset ci --out /tmp/lockstep   # both sides' turns, compare.json
+    python benchmarks/vllm_cpu/lockstep.py --tool-scale 0.01 --sim-reserve-full-isl false   # a wrong scheduler
+    python benchmarks/vllm_cpu/lockstep.py --sweep          # SWEEP: FCFS, priority policy, the wrong schedulers
+    python benchmarks/vllm_cpu/lockstep.py --async-effect   # vLLM's async scheduler against its sync one
 
 The step-time formula is ``a0 + per_token * scheduled tokens``: the simulator's
 :class:`~collectors.live.engine_profile_pricer.ProfilePricer` with ``a1 = b = per_token`` and ``c = p = d = 0``
