@@ -16,7 +16,10 @@ discrete-event loop that stands in for the engine core and the model:
   ``Scheduler.update_from_output`` applies it: tokens appended, stop at ``max_tokens``, blocks freed;
 - a finished turn releases the program's next turn after its tool gap, a finished program the next program
   (closed loop), both from the step's end; nothing else advances the clock except the next release when the engine
-  is idle.
+  is idle (a step that scheduled nothing but preempted is scheduled again at once, as the engine core loops).
+
+The script may ask for vLLM's priority policy (``SchedulerConfig.policy``; each request's priority its program's)
+and for async scheduling (:class:`AsyncLockstep`).
 
 Written per turn: release, first scheduling (the start of the step that first scheduled it), first token and last
 token (ends of steps), the cached tokens vLLM reports for it (``PrefillStats.num_cached_tokens``, what
