@@ -4,7 +4,9 @@ vLLM virtualenv in its own process group, wait for it, stop it; read back what i
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -80,6 +82,27 @@ PRESETS: dict[str, Cell] = {
     # ~3.5 minutes a repeat: the earlier single-run benchmark.
     "full": Cell(programs=16, concurrency=8, token_scale=0.1, tool_scale=0.1, num_gpu_blocks=160, max_model_len=4608),
 }
+
+
+def _bool(text: str) -> bool:
+    return text.lower() in ("1", "true", "yes", "on")
+
+
+def add_cell_options(ap: argparse.ArgumentParser) -> None:
+    """One ``--field`` option per :class:`Cell` field (``--tool-scale 0.01``, ``--reserve-full-isl false``), each
+    overriding the preset's value when given (:func:`cell_from`)."""
+    for f in dataclasses.fields(Cell):
+        kind = type(getattr(PRESETS["ci"], f.name))
+        if kind is bool:
+            ap.add_argument(f"--{f.name.replace('_', '-')}", type=_bool, default=None, metavar="BOOL")
+        else:
+            ap.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=None)
+
+
+def cell_from(args: argparse.Namespace, preset: str) -> Cell:
+    """The preset's cell with the fields given on the command line (:func:`add_cell_options`) replaced."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(Cell) if getattr(args, f.name) is not None}
+    return dataclasses.replace(PRESETS[preset], **given)
 
 
 # ---- engine process ------------------------------------------------------------------------------------------

@@ -39,14 +39,24 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
+from agentreplay.experiment.tables import markdown  # noqa: E402
 from agentreplay.sim.config import WorkloadConfig  # noqa: E402
 from agentreplay.sim.run import simulate  # noqa: E402
 from agentreplay.trace.io import read_trace  # noqa: E402
-from benchmarks.vllm_cpu.engine import PRESETS, TINY_LLAMA, Cell, venv_python, write_model  # noqa: E402
+from benchmarks.vllm_cpu.engine import (  # noqa: E402
+    PRESETS,
+    TINY_LLAMA,
+    Cell,
+    add_cell_options,
+    cell_from,
+    venv_python,
+    write_model,
+)
 from benchmarks.vllm_cpu.validate import TRACE, WRONG_QUEUE, sim_config  # noqa: E402
 from collectors.live.driver import prepare_workload  # noqa: E402
 from collectors.live.engine_profile_pricer import PricerCoeffs, ProfilePricer  # noqa: E402
 from collectors.live.prompts import PromptBuilder  # noqa: E402
+from validation.e2e import live as live_check  # noqa: E402
 
 HARNESS = Path(__file__).with_name("lockstep_vllm.py")
 
@@ -267,17 +277,32 @@ def compare(engine: pd.DataFrame, sim: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
+def queued_turns(engine: pd.DataFrame) -> int:
+    """Turns that waited in vLLM's queue as long as the live check counts as queued (``validation.e2e.live``)."""
+    return int(np.sum(engine["first_scheduled_s"] - engine["release_s"] >= live_check.ORDER_MIN_OVERLAP_S))
+
+
+def verdict(res: dict[str, Any], figures: tuple[str, ...] = (*COUNTS, *TIMES)) -> str:
+    """``identical on every turn``, or which of ``figures`` differ and on how many turns."""
+    if res["identical"]:
+        return "identical on every turn"
+    return "differs: " + ", ".join(
+        f"{f} on {res[f]['turns_differing']} turns" for f in figures if res[f]["turns_differing"]
+    )
+
+
+def _engine_cells(engine: pd.DataFrame) -> list[str]:
+    """Turns, cached tokens and preemptions of one vLLM run."""
+    return [str(len(engine)), f"{int(engine['cached_tokens'].sum()):,}", str(int(engine["preemptions"].sum()))]
+
+
 def describe(step: Step, engine: pd.DataFrame, res: dict[str, Any]) -> str:
     """One line: the step formula, what vLLM did, and whether the simulator did the same."""
-    waited = int((engine["first_scheduled_s"] - engine["release_s"] > 0.05).sum())
-    head = (
-        f"a0 {step.a0 * 1e3:g} ms, {step.per_token * 1e6:g} us/token: vLLM {int(engine['cached_tokens'].sum()):,} "
-        f"cached tokens, {int(engine['preemptions'].sum())} preemptions, {waited} turns queued >= 50 ms; simulator "
+    _, hits, pre = _engine_cells(engine)
+    return (
+        f"a0 {step.a0 * 1e3:g} ms, {step.per_token * 1e6:g} us/token: vLLM {hits} cached tokens, {pre} preemptions, "
+        f"{queued_turns(engine)} turns queued >= 50 ms; simulator {verdict(res)}"
     )
-    if res["identical"]:
-        return head + "identical on every turn"
-    diff = [f"{f} on {res[f]['turns_differing']} turns" for f in (*COUNTS, *TIMES) if res[f]["turns_differing"]]
-    return head + "differs: " + ", ".join(diff)
 
 
 def sweep(python: Path, out: Path | None) -> int:
@@ -290,33 +315,29 @@ def sweep(python: Path, out: Path | None) -> int:
         work = out or Path(tmp)
         engines = run_engine(cells, step, python, work / "fcfs")
         prio = run_engine(cells, step, python, work / "priority", classes=CLASS_MIX)
-    ok = True
-    print("| cell | turns | vLLM cached tokens | vLLM preemptions | simulator | " + " | ".join(WRONG) + " |")
-    print("|---|---:|---:|---:|---|" + "---|" * len(WRONG))
+    ok, rows = True, []
     for (name, cell), engine in zip(SWEEP.items(), engines, strict=True):
         right = compare(engine, run_sim(cell, step))
-        cols = ["identical" if right["identical"] else "**differs**"]
         ok &= right["identical"]
+        cols = ["identical" if right["identical"] else "**differs**"]
         for kw in WRONG.values():
             res = compare(engine, run_sim(cell, step, **kw))
-            logic = [f"{f} on {res[f]['turns_differing']} turns" for f in COUNTS if res[f]["turns_differing"]]
-            ok &= bool(logic)
-            cols.append(", ".join(logic) if logic else "**same cached tokens and preemptions**")
-        print(f"| {name} | {_engine_row(engine)} | " + " | ".join(cols) + " |")
-    print("\nvLLM's priority policy (`--scheduling-policy priority`; classes drawn from the mix " + f"{CLASS_MIX}):\n")
-    print(
-        "| cell | turns | vLLM cached tokens | vLLM preemptions | simulator (priority queue, lowest-priority victim) |"
-    )
-    print("|---|---:|---:|---:|---|")
+            logic = any(res[f]["turns_differing"] for f in COUNTS)
+            ok &= logic
+            cols.append(
+                verdict(res, COUNTS).removeprefix("differs: ") if logic else "**same cached tokens and preemptions**"
+            )
+        rows.append([name, *_engine_cells(engine), *cols])
+    head = ["cell", "turns", "vLLM cached tokens", "vLLM preemptions"]
+    print(markdown([*head, "simulator", *WRONG], rows))
+    print(f"vLLM's priority policy (`--scheduling-policy priority`; classes drawn from the mix {CLASS_MIX}):\n")
+    rows = []
     for (name, cell), engine in zip(SWEEP.items(), prio, strict=True):
         res = compare(engine, run_sim(cell, step, classes=CLASS_MIX))
         ok &= res["identical"]
-        print(f"| {name} | {_engine_row(engine)} | {describe(step, engine, res).split('simulator ')[-1]} |")
+        rows.append([name, *_engine_cells(engine), verdict(res)])
+    print(markdown([*head, "simulator (priority queue, lowest-priority victim)"], rows), end="")
     return 0 if ok else 1
-
-
-def _engine_row(engine: pd.DataFrame) -> str:
-    return f"{len(engine)} | {int(engine['cached_tokens'].sum()):,} | {int(engine['preemptions'].sum())}"
 
 
 def _jct(turns: pd.DataFrame) -> pd.Series:
@@ -333,8 +354,7 @@ def async_effect(python: Path, out: Path | None) -> None:
         work = out or Path(tmp)
         sync = run_engine(cells, step, python, work / "sync")
         asyn = run_engine(cells, step, python, work / "async", async_scheduling=True)
-    print("| cell | JCT mean, s: sync / async | makespan | TTFT mean | cached tokens | preemptions |")
-    print("|---|---|---|---|---|---|")
+    rows = []
     for name, s, a in zip(SWEEP, sync, asyn, strict=True):
         pairs = (
             (_jct(s).mean(), _jct(a).mean(), "{:.2f}"),
@@ -343,7 +363,9 @@ def async_effect(python: Path, out: Path | None) -> None:
             (s["cached_tokens"].sum(), a["cached_tokens"].sum(), "{:,.0f}"),
         )
         cols = [f"{f.format(x)} / {f.format(y)} ({y / x - 1:+.1%})" for x, y, f in pairs]
-        print(f"| {name} | " + " | ".join(cols) + f" | {s['preemptions'].sum()} / {a['preemptions'].sum()} |")
+        rows.append([name, *cols, f"{s['preemptions'].sum()} / {a['preemptions'].sum()}"])
+    head = ["cell", "JCT mean, s: sync / async", "makespan", "TTFT mean", "cached tokens", "preemptions"]
+    print(markdown(head, rows), end="")
 
 
 def _floats(text: str) -> list[float]:
@@ -370,20 +392,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--async-effect", action="store_true", help="every cell of SWEEP: vLLM's async scheduler against its sync one"
     )
-    for f in dataclasses.fields(Cell):
-        kind = type(getattr(PRESETS["ci"], f.name))
-        conv = (lambda v: v.lower() in ("1", "true", "yes", "on")) if kind is bool else kind
-        ap.add_argument(f"--{f.name.replace('_', '-')}", type=conv, default=None)
+    add_cell_options(ap)
     a = ap.parse_args(argv)
     if a.sweep:
         return sweep(a.python or venv_python(), a.out)
     if a.async_effect:
         async_effect(a.python or venv_python(), a.out)
         return 0
-    cell = dataclasses.replace(
-        PRESETS[a.preset],
-        **{f.name: getattr(a, f.name) for f in dataclasses.fields(Cell) if getattr(a, f.name) is not None},
-    )
+    cell = cell_from(a, a.preset)
     steps = [Step(a0=x * 1e-3, per_token=y * 1e-6) for x in a.a0_ms for y in a.per_token_us]
     rule = None if a.sim_reserve_full_isl is None else a.sim_reserve_full_isl == "true"
     results = []

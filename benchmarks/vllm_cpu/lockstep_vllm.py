@@ -134,24 +134,41 @@ class Lockstep:
             self.sched.add_request(self.requests[rid])
             self.rows[rid] = {"program": p, "turn": k, "release_s": t, "first_scheduled_s": None}
 
-    def model(self, so: Any) -> Any:
-        """The model's output for a step: the next scripted id for each request whose prompt is computed."""
+    def mark_scheduled(self, so: Any, t: float) -> None:
+        """The requests a step schedules for the first time were first scheduled at ``t`` (the step's start)."""
+        for rid in so.num_scheduled_tokens:
+            if self.rows[rid]["first_scheduled_s"] is None:
+                self.rows[rid]["first_scheduled_s"] = t
+
+    def output(self, so: Any, samplers: set[str]) -> Any:
+        """The model's output for step ``so``: each request of ``samplers`` gets its next scripted id (a partial
+        prefill chunk samples nothing)."""
         from vllm.v1.outputs import ModelRunnerOutput
 
         req_ids = list(so.num_scheduled_tokens)
         sampled: list[list[int]] = []
         for rid in req_ids:
-            row = self.rows[rid]
-            if row["first_scheduled_s"] is None:
-                row["first_scheduled_s"] = self.clock
-            r = self.sched.requests[rid]
-            done = r.num_computed_tokens >= r.num_tokens  # (schedule() already counted this step's tokens)
-            sampled.append(
-                [self.programs[row["program"]]["turns"][row["turn"]]["output"][r.num_output_tokens]] if done else []
-            )
+            row, k = self.rows[rid], self.requests[rid].num_output_tokens
+            out = self.programs[row["program"]]["turns"][row["turn"]]["output"]
+            sampled.append([out[k] if k < len(out) else 0] if rid in samplers else [])
         return ModelRunnerOutput(
             req_ids=req_ids, req_id_to_index={rid: i for i, rid in enumerate(req_ids)}, sampled_token_ids=sampled
         )
+
+    def model(self, so: Any) -> Any:
+        """The output of a step just scheduled: a request samples once its prompt is computed (``schedule()``
+        already counted this step's tokens)."""
+        self.mark_scheduled(so, self.clock)
+        requests = self.sched.requests
+        return self.output(
+            so,
+            {rid for rid in so.num_scheduled_tokens if requests[rid].num_computed_tokens >= requests[rid].num_tokens},
+        )
+
+    def result(self) -> dict[str, Any]:
+        for rid, row in self.rows.items():
+            row["preemptions"] = int(self.requests[rid].num_preemptions)
+        return {"steps": self.steps, "turns": list(self.rows.values())}
 
     def record(self, outputs: dict[int, Any], end: float) -> None:
         """First and last tokens, cached tokens; a finished turn releases the next turn or program."""
@@ -193,9 +210,7 @@ class Lockstep:
             self.steps += 1
             self.record(sched.update_from_output(so, self.model(so)), end)
             self.clock = end
-        for rid, row in self.rows.items():
-            row["preemptions"] = int(self.requests[rid].num_preemptions)
-        return {"steps": self.steps, "turns": list(self.rows.values())}
+        return self.result()
 
 
 class AsyncLockstep(Lockstep):
@@ -206,20 +221,14 @@ class AsyncLockstep(Lockstep):
     (README §5e); the simulator models the sync scheduler, which the CPU platform runs."""
 
     def run(self) -> dict[str, Any]:
-        from vllm.v1.outputs import ModelRunnerOutput
-
         sched, queue, gpu_free = self.sched, collections.deque(), 0.0
         while self.releases or sched.has_unfinished_requests() or queue:
             self.add_due()
             if sched.has_requests() and len(queue) < 2:
                 so = sched.schedule()
                 start, n = max(self.clock, gpu_free), so.total_num_scheduled_tokens
-                samplers = set()
-                for rid in so.num_scheduled_tokens:
-                    if self.rows[rid]["first_scheduled_s"] is None:
-                        self.rows[rid]["first_scheduled_s"] = start
-                    if not sched.requests[rid].is_prefill_chunk:
-                        samplers.add(rid)
+                self.mark_scheduled(so, start)
+                samplers = {rid for rid in so.num_scheduled_tokens if not sched.requests[rid].is_prefill_chunk}
                 end = start + self.step_s["a0"] + self.step_s["per_token"] * n if n else self.clock
                 gpu_free, self.steps = (end, self.steps + 1) if n else (gpu_free, self.steps)
                 queue.appendleft((so, end, samplers))
@@ -230,19 +239,9 @@ class AsyncLockstep(Lockstep):
                 continue
             so, end, samplers = queue.pop()
             self.clock = max(self.clock, end)
-            req_ids = list(so.num_scheduled_tokens)
-            sampled = []
-            for rid in req_ids:
-                row, k = self.rows[rid], self.requests[rid].num_output_tokens
-                out = self.programs[row["program"]]["turns"][row["turn"]]["output"]
-                sampled.append([out[k] if k < len(out) else 0] if rid in samplers else [])
-            mro = ModelRunnerOutput(
-                req_ids=req_ids, req_id_to_index={x: i for i, x in enumerate(req_ids)}, sampled_token_ids=sampled
-            )
-            self.record(sched.update_from_output(so, mro), self.clock)
-        for rid, row in self.rows.items():
-            row["preemptions"] = int(self.requests[rid].num_preemptions)
-        return {"steps": self.steps, "turns": list(self.rows.values())}
+            # (the scripted id is picked when the step ends: outputs are applied in step order)
+            self.record(sched.update_from_output(so, self.output(so, samplers)), self.clock)
+        return self.result()
 
 
 def run_cell(script: dict[str, Any]) -> dict[str, Any]:

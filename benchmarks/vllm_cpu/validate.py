@@ -44,7 +44,15 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from agentreplay.sim.config import SimConfig, ToolConfig, WorkloadConfig  # noqa: E402
 from agentreplay.sim.run import simulate  # noqa: E402
 from agentreplay.trace.io import read_trace  # noqa: E402
-from benchmarks.vllm_cpu.engine import PRESETS, Cell, engine_facts, venv_python, vllm_server  # noqa: E402
+from benchmarks.vllm_cpu.engine import (  # noqa: E402
+    PRESETS,
+    Cell,
+    add_cell_options,
+    cell_from,
+    engine_facts,
+    venv_python,
+    vllm_server,
+)
 from benchmarks.vllm_cpu.figures import (  # noqa: E402
     client_path,
     engine_admissions,
@@ -428,17 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--python", type=Path, default=None, help=f"vLLM venv's python (default: %(default)s -> {venv_python()})"
     )
-    for f in dataclasses.fields(Cell):
-        kind = type(getattr(PRESETS["full"], f.name))
-        if kind is bool:
-            ap.add_argument(
-                f"--{f.name.replace('_', '-')}",
-                type=lambda v: v.lower() in ("1", "true", "yes", "on"),
-                default=None,
-                metavar="BOOL",
-            )
-        else:
-            ap.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=None)
+    add_cell_options(ap)
     a = ap.parse_args(argv)
     if a.refresh is not None:
         report = refresh(json.loads(a.refresh.read_text()))
@@ -447,10 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if report["check"]["verdict"] == "pass" else 1
     if a.out is None:
         ap.error("--out is required (or --refresh REPORT)")
-    cell = dataclasses.replace(
-        PRESETS[a.preset],
-        **{f.name: getattr(a, f.name) for f in dataclasses.fields(Cell) if getattr(a, f.name) is not None},
-    )
+    cell = cell_from(a, a.preset)
     report = run_validation(a.out, cell, python=a.python, preset=a.preset, repeats=a.repeats)
     print(markdown(report))
     return 0 if report["check"]["verdict"] == "pass" else 1
