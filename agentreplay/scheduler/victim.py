@@ -13,6 +13,10 @@ from agentreplay.scheduler.queue import QueueOrder
 
 
 class VictimPolicy(Protocol):
+    """``pick`` gets the running requests not yet scheduled in the step (vLLM FCFS pops the tail); a policy with a
+    true class attribute ``whole_running`` gets the whole running list, and a victim already scheduled in the step
+    is taken back out of it (vLLM's priority mode, :mod:`agentreplay.scheduler.plan`)."""
+
     name: str
 
     def pick(self, running: Sequence[Request], order: QueueOrder, now: float) -> Request: ...
